@@ -1,0 +1,54 @@
+"""Entry point: ``captioner`` (GUI script) and ``python -m captioner``.
+
+Logging and the few environment reads happen here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import sys
+
+from captioner.storage.paths import AppPaths
+
+__all__ = ["main"]
+
+NOISY_LOGGERS = ("huggingface_hub", "urllib3", "httpx", "filelock", "matplotlib", "PIL")
+
+
+def setup_logging(paths: AppPaths, verbose: bool) -> None:
+    """Log to a rotating file in the user log dir, and warnings (or all with -v) to stderr."""
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        paths.logs.mkdir(parents=True, exist_ok=True)
+        fileh = logging.handlers.RotatingFileHandler(
+            paths.logs / "captioner.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8"
+        )
+        fileh.setFormatter(fmt)
+        root.addHandler(fileh)
+    except OSError:
+        pass  # a read-only home must not stop the app; stderr still gets warnings
+    if sys.stderr is not None:  # None under pythonw / the GUI script on Windows
+        errh = logging.StreamHandler()
+        errh.setLevel(logging.DEBUG if verbose else logging.WARNING)
+        errh.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+        root.addHandler(errh)
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen command; returns the process exit code."""
+    from captioner import cli
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    paths = AppPaths.default(os.environ.get("CAPTIONER_HOME"))
+    setup_logging(paths, verbose="-v" in argv or "--verbose" in argv)
+    return cli.run(argv, paths)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

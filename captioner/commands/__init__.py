@@ -1,0 +1,1 @@
+"""CLI subcommands, one module each (``register(subparsers)``); like ``cli`` they may import every layer."""

@@ -1,0 +1,166 @@
+"""Value types shared by every layer: audio blocks, words, engine updates and round statistics.
+
+Time conventions (ARCHITECTURE.md §4):
+
+* ``start``/``end`` of a :class:`Word` are seconds on the session's **audio clock**: the index of
+  the sample at 16 kHz counted from the first captured sample of that source, divided by 16 000.
+  They are not wall time, so a stalled machine never shifts subtitles.
+* ``emitted_at`` is seconds since the session started, on the monotonic clock (what a latency
+  measurement needs).
+* :class:`AudioBlock` carries its start as an integer sample index at 16 kHz.
+
+This module imports nothing from the package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+__all__ = [
+    "SAMPLE_RATE",
+    "SOURCES",
+    "AudioBlock",
+    "AudioEvent",
+    "EngineUpdate",
+    "RoundStats",
+    "Source",
+    "Word",
+    "apply_update",
+]
+
+SAMPLE_RATE = 16_000  # Hz; everything after capture is 16 kHz mono float32
+
+Source = Literal["system", "mic"]
+SOURCES: tuple[Source, ...] = ("system", "mic")
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """One transcribed word.
+
+    Attributes:
+        text: the word as shown, with its leading space if it had one in the token stream
+            stripped off (``"hello,"``); punctuation attached to a word stays with it.
+        start: audio-clock start in seconds (see module docstring).
+        end: audio-clock end in seconds, ``end >= start``.
+        emitted_at: seconds since session start (monotonic clock) when the word was first shown.
+        source: ``"system"`` (loopback / monitor) or ``"mic"``.
+        speculative: True while the engine may still retract it (NPUSPER.md §11.7); such words
+            are drawn dimmed and are not written to subtitle files.
+    """
+
+    text: str
+    start: float
+    end: float
+    emitted_at: float = 0.0
+    source: Source = "system"
+    speculative: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RoundStats:
+    """What one engine round did and what it cost.
+
+    Attributes:
+        round_index: 0-based count of decoding rounds of this stream.
+        bucket: encoder bucket in seconds (3, 4, 5, 6 or 30); 0 when the round was skipped.
+        input_s: effective input length in seconds (carry + new audio).
+        carry_s: carried-over audio in seconds at the start of the round.
+        stop_reason: ``"backward_shift"``, ``"peak_margin"``, ``"repetition"``, ``"eot"``,
+            ``"limit"``, ``"silence"``, ``"short"`` or ``None``.
+        tokens: tokens decoded this round (forced prefix excluded).
+        chunks: decoder chunk graphs dispatched this round.
+        mel_ms, encoder_ms, decoder_ms, validation_ms, dtw_ms: time per stage in milliseconds.
+        total_ms: wall time of the whole round in milliseconds.
+        provider: execution provider that ran the graphs (``"QNN-HTP"``, ``"CPU"``, ...).
+        lag_s: audio clock of the newest captured sample minus the end of the processed audio.
+        speculative: the round's words were emitted speculatively.
+        reinferred: the round ran the 30 s re-inference fallback (NPUSPER.md §11.3).
+    """
+
+    round_index: int = 0
+    bucket: int = 0
+    input_s: float = 0.0
+    carry_s: float = 0.0
+    stop_reason: str | None = None
+    tokens: int = 0
+    chunks: int = 0
+    mel_ms: float = 0.0
+    encoder_ms: float = 0.0
+    decoder_ms: float = 0.0
+    validation_ms: float = 0.0
+    dtw_ms: float = 0.0
+    total_ms: float = 0.0
+    provider: str = ""
+    lag_s: float = 0.0
+    speculative: bool = False
+    reinferred: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EngineUpdate:
+    """A change to the transcript of one source: first drop ``retract`` words, then append ``words``.
+
+    Retraction counts only words previously emitted by the same source's engine stream. This one
+    shape expresses speculative emission, overlap replacement and the 30 s re-inference
+    (NPUSPER.md §11) without the consumers knowing about them.
+    """
+
+    retract: int = 0
+    words: tuple[Word, ...] = ()
+    stats: RoundStats | None = None
+    source: Source = "system"
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the update changes nothing."""
+        return self.retract == 0 and not self.words
+
+
+def apply_update(words: list[Word], update: EngineUpdate) -> None:
+    """Apply ``update`` in place to ``words``, the emitted words of one source, oldest first."""
+    if update.retract < 0 or update.retract > len(words):
+        raise ValueError(f"cannot retract {update.retract} of {len(words)} words")
+    if update.retract:
+        del words[len(words) - update.retract :]
+    words.extend(update.words)
+
+
+@dataclass(frozen=True, slots=True)
+class AudioBlock:
+    """A block of captured audio, already 16 kHz mono float32.
+
+    Attributes:
+        source: which capture produced it.
+        start: index of the first sample on the source's audio clock (16 kHz samples).
+        samples: float32 array of shape ``(n,)`` in [-1, 1].
+    """
+
+    source: Source
+    start: int
+    samples: np.ndarray = field(repr=False)
+
+    @property
+    def end(self) -> int:
+        """Index one past the last sample (16 kHz samples)."""
+        return self.start + len(self.samples)
+
+
+@dataclass(frozen=True, slots=True)
+class AudioEvent:
+    """Something the user should know about the capture (device lost, reopened, overflow).
+
+    Attributes:
+        kind: ``"device_lost"``, ``"device_reopened"``, ``"device_error"``, ``"overflow"``.
+        source: the capture it concerns.
+        message: one sentence for the tray or the log.
+        at: audio-clock sample index when it happened.
+    """
+
+    kind: str
+    source: Source
+    message: str
+    at: int = 0
