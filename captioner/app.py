@@ -1,0 +1,539 @@
+"""The composition root of the desktop app: settings, capture, engine, worker, store and UI, wired.
+
+Together with ``commands/gui.py`` (which supplies the real engine, capture and model-install
+functions) this is the only code that knows every part (STYLE.md principle 10). The engine and
+capture come in as factories (:class:`EngineFactory`, :class:`CaptureFactory`), so tests swap
+either without patching.
+
+Flow of a session: :meth:`CaptionerApp.start_engine` opens a store session and starts a
+:class:`~captioner.worker.CaptionWorker` in a ``QThread``; every ``update`` goes first into the
+store (one transaction) and then onto the caption bar, so nothing painted is ever lost.
+Stopping (quit, source/model/provider change) asks the worker to stop and waits for its
+``finished`` signal *asynchronously*; only then is the session ended and the next step taken.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from PySide6.QtCore import QObject, QRect, QThread, QTimer, QUrl
+from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtWidgets import QApplication
+
+from captioner.core import EngineUpdate, Source
+from captioner.errors import CaptionerError, ModelError
+from captioner.models.install import list_packs
+from captioner.storage.paths import AppPaths
+from captioner.storage.settings import Settings, load_settings, save_settings, to_dict
+from captioner.transcript.cues import CueOptions
+from captioner.transcript.export import export_words
+from captioner.transcript.store import SessionStore
+from captioner.ui.caption_bar import CaptionBar
+from captioner.ui.first_run import InstallFn
+from captioner.ui.geometry import layout_key
+from captioner.ui.icons import app_icon, paused_icon
+from captioner.ui.tray import TrayIcon, ask_save_path_dialog
+from captioner.worker import CaptionWorker, CaptureLike, StreamLike
+
+__all__ = ["CaptionerApp", "CaptureFactory", "EngineFactory", "GuiOptions", "Session"]
+
+logger = logging.getLogger(__name__)
+
+STOP_TIMEOUT_MS = 15_000  # give up waiting for the worker after this (committed words are stored)
+
+
+@dataclass(frozen=True, slots=True)
+class GuiOptions:
+    """Command-line options of the app (``captioner --help``).
+
+    Attributes:
+        source_file: replay this WAV file as the audio source (real-time pace) instead of devices.
+        model: pack name or directory; overrides the setting for this run.
+        provider: "auto", "qnn", "gpu" or "cpu"; overrides the setting for this run.
+        minimized: start with the caption bar hidden (tray only).
+        screenshot: after ``quit_after`` seconds, render the caption bar to this PNG.
+        quit_after: quit after this many seconds (0 = run until Quit).
+    """
+
+    source_file: Path | None = None
+    model: str | None = None
+    provider: str | None = None
+    minimized: bool = False
+    screenshot: Path | None = None
+    quit_after: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """What one engine run is made of: its streams per source and the provider label."""
+
+    streams: Mapping[Source, StreamLike]
+    provider: str
+    provider_summary: str
+    model: str
+
+
+class EngineFactory(Protocol):
+    """Builds the engine streams for ``sources`` from ``settings`` (may raise CaptionerError)."""
+
+    def __call__(self, settings: Settings, sources: tuple[Source, ...], paths: AppPaths) -> Session: ...
+
+
+# Returns a *function* that opens a fresh capture (the worker calls it in its thread, again on resume).
+CaptureFactory = Callable[[Settings], tuple[Callable[[], CaptureLike], tuple[Source, ...]]]
+
+
+class CaptionerApp(QObject):
+    """The running application.
+
+    Args:
+        paths: application directories (``CAPTIONER_HOME`` respected by the caller).
+        options: command-line options.
+        engine_factory: builds the engine streams for a run.
+        capture_factory: builds the capture opener for a run.
+        install_model, import_model: the first-run dialog's work functions (see
+            :class:`~captioner.ui.first_run.FirstRunDialog`); None disables it.
+        ask_save_path: where to save an export (default: a file dialog).
+    """
+
+    def __init__(
+        self,
+        paths: AppPaths,
+        options: GuiOptions,
+        *,
+        engine_factory: EngineFactory,
+        capture_factory: CaptureFactory,
+        install_model: InstallFn | None = None,
+        import_model: InstallFn | None = None,
+        ask_save_path: Callable[[str, str], str | None] = ask_save_path_dialog,
+    ) -> None:
+        super().__init__()
+        self.paths = paths.ensure()
+        self.options = options
+        self._engine_factory = engine_factory
+        self._capture_factory = capture_factory
+        self._install_model = install_model
+        self._import_model = import_model
+        self._first_run = None
+        self.settings, warnings = load_settings(paths.settings_file)
+        self.settings = self._with_overrides(self.settings)
+        self._startup_warnings = list(warnings)
+        self.disk_store = self._open_store()
+        self.store: SessionStore = self.disk_store
+        self.session_id: int | None = None
+        self.save_session = self.settings.transcripts.save_sessions
+        self.paused = False
+        self._thread: QThread | None = None
+        self._worker: CaptionWorker | None = None
+        self._after_stop: list[Callable[[], None]] = []
+        self._quitting = False
+        self._store_error_shown = False
+        self._history = None
+        self._settings_dialog = None
+        self.provider = ""
+
+        self.bar = CaptionBar(self.settings.captions, self._labels())
+        self.tray = TrayIcon(app_icon(), paused_icon(), ask_save_path=ask_save_path,
+                             export_dir=self._export_dir())
+        self._connect_ui()
+
+    # ------------------------------------------------------------ construction
+    def _with_overrides(self, settings: Settings) -> Settings:
+        engine = settings.engine
+        if self.options.model:
+            engine = dataclasses.replace(engine, model=self.options.model)
+        if self.options.provider:
+            engine = dataclasses.replace(engine, provider=self.options.provider)
+        audio = settings.audio
+        return dataclasses.replace(settings, engine=engine, audio=audio)
+
+    def _open_store(self) -> SessionStore:
+        try:
+            store = SessionStore.open(self.paths.sessions_db)
+        except CaptionerError as exc:
+            self._startup_warnings.append(f"{exc}; this session is kept in memory only")
+            return SessionStore.in_memory()
+        self._startup_warnings += store.warnings
+        days = self.settings.transcripts.retention_days
+        if days:
+            removed = store.purge_older_than(days)
+            if removed:
+                logger.info("removed %d sessions older than %d days", removed, days)
+        return store
+
+    def _labels(self) -> dict[str, str]:
+        t = self.settings.transcripts
+        return {"mic": t.label_mic, "system": t.label_system}
+
+    def _export_dir(self) -> Path:
+        return Path(self.settings.transcripts.export_dir or self.paths.exports)
+
+    def _connect_ui(self) -> None:
+        t = self.tray
+        t.toggle_captions_requested.connect(self.toggle_captions)
+        t.pause_toggled.connect(self.set_paused)
+        t.source_chosen.connect(lambda s: self.update_settings(
+            dataclasses.replace(self.settings, audio=dataclasses.replace(self.settings.audio, source=s))))
+        t.model_chosen.connect(lambda m: self.update_settings(
+            dataclasses.replace(self.settings, engine=dataclasses.replace(self.settings.engine, model=m))))
+        t.provider_chosen.connect(lambda p: self.update_settings(
+            dataclasses.replace(self.settings, engine=dataclasses.replace(self.settings.engine, provider=p))))
+        t.save_requested.connect(self.save_transcript)
+        t.open_folder_requested.connect(self.open_transcripts_folder)
+        t.history_requested.connect(self.show_history)
+        t.settings_requested.connect(self.show_settings)
+        t.dont_save_toggled.connect(lambda on: self.set_save_session(not on))
+        t.click_through_toggled.connect(lambda on: self.update_settings(
+            dataclasses.replace(self.settings, captions=dataclasses.replace(self.settings.captions,
+                                                                            click_through=on))))
+        t.install_requested.connect(self.show_first_run)
+        t.quit_requested.connect(self.quit)
+        self.bar.geometry_changed.connect(self._on_bar_geometry_changed)
+        self.bar.dock_changed.connect(lambda d: self.update_settings(
+            dataclasses.replace(self.settings, captions=dataclasses.replace(self.settings.captions, dock=d))))
+        app = QGuiApplication.instance()
+        if app is not None:
+            app.screenAdded.connect(lambda _s: self._on_screens_changed())
+            app.screenRemoved.connect(lambda _s: self._on_screens_changed())
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> None:
+        """Show the tray (and the bar), then start captioning, or offer a model when none is installed."""
+        self._sync_tray()
+        self.tray.show()
+        logger.info("tray: available=%s visible=%s geometry=%s",
+                    self.tray.tray.isSystemTrayAvailable(), self.tray.tray.isVisible(),
+                    self.tray.tray.geometry().getRect())
+        self.bar.restore(self.settings.window)
+        self.bar.set_both_mode(self.settings.audio.source == "both" and not self.settings.audio.mix_both)
+        if not self.options.minimized:
+            self.bar.show()
+        self.tray.set_captions_visible(self.bar.isVisible())
+        for w in self._startup_warnings:
+            self.tray.show_error("captioner", w)
+        if self.options.quit_after > 0:
+            QTimer.singleShot(int(self.options.quit_after * 1000), self._on_quit_after_timeout)
+        if not self._installed_models() and not self.options.model:
+            QTimer.singleShot(0, self.show_first_run)
+            self.tray.set_status(state="no model installed")
+            return
+        self.start_engine()
+
+    def _installed_models(self) -> list[str]:
+        return [p.name for p in list_packs(self.paths) if p.pack is not None]
+
+    def _sync_tray(self) -> None:
+        s = self.settings
+        self.tray.set_source(s.audio.source)
+        self.tray.set_provider_choice(s.engine.provider)
+        self.tray.set_click_through(s.captions.click_through)
+        self.tray.set_dont_save(not self.save_session)
+        self.tray.set_paused(self.paused)
+        models = self._installed_models()
+        self.tray.set_models(models, s.engine.model or (models[0] if models else ""))
+        self.tray.set_export_dir(self._export_dir())
+
+    # ----------------------------------------------------------------- engine
+    @property
+    def running(self) -> bool:
+        """True while a worker thread runs."""
+        return self._thread is not None
+
+    def start_engine(self) -> bool:
+        """Build capture + engine for the current settings and start the worker; False on failure."""
+        if self.running or self._quitting:
+            return False
+        try:
+            open_capture, sources = self._capture_factory(self.settings)
+            session = self._engine_factory(self.settings, sources, self.paths)
+        except CaptionerError as exc:
+            self.tray.set_status(state="stopped")
+            title = "Model problem" if isinstance(exc, ModelError) else "Cannot start captioning"
+            self.tray.show_error(title, str(exc))
+            return False
+        self.provider = session.provider
+        if session.provider_summary and "requested" in session.provider_summary and ";" in session.provider_summary:
+            self.tray.show_info("Provider fell back", session.provider_summary)
+        self._begin_session(sources, session)
+        worker = CaptionWorker(open_capture, session.streams, paused=self.paused)
+        thread = QThread()
+        worker.moveToThread(thread)
+        thread.started.connect(worker.run)
+        worker.update.connect(self._on_worker_update)
+        worker.lag.connect(self._on_worker_lag)
+        worker.error.connect(self._on_worker_error)
+        worker.event.connect(self._on_worker_event)
+        worker.status.connect(lambda s: self.tray.set_status(state=s))
+        worker.finished.connect(thread.quit)
+        thread.finished.connect(self._on_thread_finished)
+        self._worker, self._thread = worker, thread  # held until finished (buzz #423)
+        self.tray.set_status(state="starting", provider=session.provider, lag_s=0.0)
+        self.bar.set_both_mode(len(sources) > 1)
+        thread.start()
+        logger.info("captioning %s with %s on %s", "+".join(sources), session.model, session.provider_summary)
+        return True
+
+    def _begin_session(self, sources: tuple[Source, ...], session: Session) -> None:
+        self.store = self.disk_store if self.save_session else SessionStore.in_memory()
+        self.session_id = self.store.begin_session(
+            sources=sources, model=session.model, provider=session.provider,
+            language=self.settings.engine.language, settings=to_dict(self.settings))
+
+    def stop_engine(self, then: Callable[[], None] | None = None) -> None:
+        """Ask the worker to stop; ``then`` runs after it finished and the session was ended."""
+        if then is not None:
+            self._after_stop.append(then)
+        if not self.running:
+            self._run_after_stop()
+            return
+        assert self._worker is not None
+        if not self._worker.stopping:
+            self._worker.request_stop()
+            QTimer.singleShot(STOP_TIMEOUT_MS, self._on_stop_timeout)
+
+    def _on_stop_timeout(self) -> None:
+        if self.running:
+            logger.error("the engine did not stop within %d ms; leaving it", STOP_TIMEOUT_MS)
+            self._on_thread_finished()
+
+    def _on_thread_finished(self) -> None:
+        thread, self._thread, self._worker = self._thread, None, None
+        if thread is None:
+            return
+        thread.deleteLater()
+        if self.session_id is not None:
+            try:
+                self.store.end_session(self.session_id)
+            except CaptionerError as exc:
+                self.tray.show_error("Transcript not saved", str(exc))
+            logger.info("session %d ended", self.session_id)
+        self._run_after_stop()
+
+    def _run_after_stop(self) -> None:
+        todo, self._after_stop = self._after_stop, []
+        for fn in todo:
+            fn()
+
+    def restart_engine(self) -> None:
+        """Stop, then start again with the current settings (source/model/provider changed)."""
+        self.stop_engine(then=self.start_engine)
+
+    # ----------------------------------------------------------- worker slots
+    def _on_worker_update(self, update: EngineUpdate) -> None:
+        if self.session_id is not None:
+            try:
+                self.store.apply(self.session_id, update)  # stored before it is painted
+            except (CaptionerError, ValueError) as exc:
+                if not self._store_error_shown:
+                    self._store_error_shown = True
+                    self.tray.show_error("Transcript not saved", str(exc))
+        self.bar.apply_update(update)
+        if update.stats is not None and update.stats.provider and update.stats.provider != self.provider:
+            self.provider = update.stats.provider
+            self.tray.set_status(provider=self.provider)
+
+    def _on_worker_lag(self, lag_s: float) -> None:
+        self.bar.set_lag(lag_s)
+        self.tray.set_status(lag_s=lag_s)
+
+    def _on_worker_error(self, exc: CaptionerError) -> None:
+        self.tray.show_error("captioner", str(exc))
+
+    def _on_worker_event(self, event) -> None:
+        if event.kind != "overflow":
+            self.tray.show_error("Audio", event.message)
+        else:
+            logger.warning("%s", event.message)
+
+    # ---------------------------------------------------------------- intents
+    def toggle_captions(self) -> None:
+        """Show or hide the caption bar (tray left click)."""
+        self.bar.setVisible(not self.bar.isVisible())
+        self.tray.set_captions_visible(self.bar.isVisible())
+
+    def show_captions(self) -> None:
+        """Show the bar (a second start of the app asks for this)."""
+        self.bar.show()
+        self.bar.raise_()
+        self.tray.set_captions_visible(True)
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause (capture stopped, nothing runs) or resume."""
+        self.paused = paused
+        self.tray.set_paused(paused)
+        if self._worker is not None:
+            self._worker.set_paused(paused)
+        self.tray.set_status(state="paused" if paused else "listening")
+
+    def update_settings(self, new: Settings) -> None:
+        """Apply new settings live, save them, and restart the engine if capture or model changed."""
+        old, self.settings = self.settings, new
+        if new.captions != old.captions:
+            self.bar.set_style(new.captions)
+        if new.transcripts != old.transcripts:
+            self.bar.set_labels(self._labels())
+        self.bar.set_both_mode(new.audio.source == "both" and not new.audio.mix_both)
+        self._save_settings()
+        self._sync_tray()
+        if (new.audio, new.engine) != (old.audio, old.engine) and (self.running or self._installed_models()):
+            self.restart_engine()
+
+    def _save_settings(self) -> None:
+        try:
+            save_settings(self.settings, self.paths.settings_file)
+        except CaptionerError as exc:
+            self.tray.show_error("Settings not saved", str(exc))
+
+    def _on_bar_geometry_changed(self, rect: QRect) -> None:
+        window = dict(self.settings.window)
+        window[layout_key()] = (rect.x(), rect.y(), rect.width(), rect.height())
+        self.settings = dataclasses.replace(self.settings, window=window)
+        self._save_settings()
+
+    def _on_screens_changed(self) -> None:
+        self.bar.restore(self.settings.window)
+
+    def save_transcript(self, fmt: str, path: str) -> Path | None:
+        """Export the current session's committed words to ``path``."""
+        if self.session_id is None:
+            self.tray.show_error("Nothing to save", "No session has been recorded yet.")
+            return None
+        try:
+            words = self.store.session_words(self.session_id)
+            info = self.store.get_session(self.session_id)
+            out = export_words(words, Path(path), fmt,  # type: ignore[arg-type]
+                               options=CueOptions.from_config(self.settings.transcripts),
+                               session=info.to_json())
+        except CaptionerError as exc:
+            self.tray.show_error("Transcript not saved", str(exc))
+            return None
+        self.tray.show_info("Transcript saved", str(out))
+        return out
+
+    def open_transcripts_folder(self) -> None:
+        """Open the export folder in the file manager."""
+        folder = self._export_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+
+    def set_save_session(self, save: bool) -> None:
+        """"Don't save this session": move the running session between disk and memory."""
+        if save == self.save_session:
+            return
+        self.save_session = save
+        self.tray.set_dont_save(not save)
+        if self.session_id is None or not self.running:
+            return
+        target = self.disk_store if save else SessionStore.in_memory()
+        old_store, old_id = self.store, self.session_id
+        info = old_store.get_session(old_id)
+        new_id = target.begin_session(sources=info.sources, model=info.model, provider=info.provider,
+                                      language=info.language, settings=to_dict(self.settings))
+        words = old_store.session_words(old_id, include_speculative=True)
+        for source in info.sources:
+            own = tuple(w for w in words if w.source == source)
+            if own:
+                target.apply(new_id, EngineUpdate(0, own, source=source))
+        old_store.delete_session(old_id)
+        if old_store is not self.disk_store:
+            old_store.close()
+        self.store, self.session_id = target, new_id
+        logger.info("session now %s", "saved" if save else "kept in memory only")
+
+    def show_history(self) -> None:
+        """Open the history window."""
+        from captioner.ui.history_window import HistoryWindow
+
+        if self._history is None:
+            self._history = HistoryWindow(self.disk_store,
+                                          cue_options=CueOptions.from_config(self.settings.transcripts),
+                                          export_dir=self._export_dir())
+            self._history.error.connect(lambda e: self.tray.show_error("History", str(e)))
+        self._history.refresh()
+        self._history.show()
+        self._history.raise_()
+
+    def show_settings(self) -> None:
+        """Open the settings dialog; edits apply live, Cancel restores the previous settings."""
+        from captioner.ui.settings_dialog import SettingsDialog
+
+        if self._settings_dialog is not None:
+            self._settings_dialog.raise_()
+            return
+        before = self.settings
+        dialog = SettingsDialog(before, self._installed_models())
+        dialog.settings_changed.connect(lambda s: self._preview_settings(s))
+        self._settings_dialog = dialog
+
+        def done(result: int) -> None:
+            self._settings_dialog = None
+            self.bar.set_style(self.settings.captions if result else before.captions)
+            if result:
+                self.update_settings(dataclasses.replace(dialog.current_settings(), window=self.settings.window))
+            else:
+                self.bar.set_style(before.captions)
+            dialog.deleteLater()
+
+        dialog.finished.connect(done)
+        dialog.show()
+
+    def _preview_settings(self, settings: Settings) -> None:
+        """Live preview of caption changes while the dialog is open (saved only on OK)."""
+        self.bar.set_style(settings.captions)
+
+    def show_first_run(self) -> None:
+        """Offer to install a model (no model installed, or from the tray)."""
+        from captioner.ui.first_run import FirstRunDialog
+
+        if self._install_model is None or self._import_model is None or self._first_run is not None:
+            return
+        dialog = FirstRunDialog(self._install_model, self._import_model)
+        self._first_run = dialog
+        if dialog.exec() and dialog.installed:
+            self.update_settings(dataclasses.replace(
+                self.settings, engine=dataclasses.replace(self.settings.engine, model=dialog.installed)))
+            if not self.running:
+                self.start_engine()
+        elif not self.running:
+            self.tray.show_error("No speech model",
+                                 "captioner needs a model: use “Model and provider → Install a model…”.")
+        self._first_run = None
+        dialog.deleteLater()
+
+    # ------------------------------------------------------------------- quit
+    def on_instance_message(self, command: str) -> None:
+        """A second start of the app sent ``command`` ("show" or "quit")."""
+        if command == "show":
+            self.show_captions()
+        elif command == "quit":
+            self.quit()
+
+    def _on_quit_after_timeout(self) -> None:
+        if self.options.screenshot is not None:
+            ok = self.bar.render_png(self.options.screenshot)
+            logger.info("screenshot %s: %s", self.options.screenshot, "saved" if ok else "FAILED")
+        self.quit()
+
+    def quit(self) -> None:
+        """Stop the engine (keeping every committed word), end the session, then leave the event loop."""
+        if self._quitting:
+            return
+        self._quitting = True
+        self.tray.set_status(state="quitting")
+        self.stop_engine(then=self._finish_quit)
+
+    def _finish_quit(self) -> None:
+        self._save_settings()
+        self.tray.hide()
+        self.bar.close()
+        if self.store is not self.disk_store:
+            self.store.close()
+        self.disk_store.close()
+        app = QApplication.instance()
+        if app is not None:
+            app.quit()

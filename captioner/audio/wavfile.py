@@ -1,0 +1,175 @@
+"""A small RIFF/WAVE reader and a streaming float32 WAV writer (no third-party dependency).
+
+The standard ``wave`` module reads only integer PCM (and, before Python 3.12, not
+WAVE_FORMAT_EXTENSIBLE), so this parser handles what recorders actually write: 8/16/24/32-bit
+integer PCM, 32/64-bit IEEE float, plain or extensible headers, odd-sized chunks, and streaming
+writers that left the data size at 0 or 0xFFFFFFFF (read to the end of the file).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from captioner.errors import AudioFileError
+
+__all__ = ["WavInfo", "WavWriter", "read_wav", "read_wav_info"]
+
+logger = logging.getLogger(__name__)
+
+PCM, IEEE_FLOAT, EXTENSIBLE = 0x0001, 0x0003, 0xFFFE
+
+
+@dataclass(frozen=True, slots=True)
+class WavInfo:
+    """The format of a WAV file.
+
+    Attributes:
+        rate: samples per second per channel (Hz).
+        channels: interleaved channels.
+        bits: bits per sample.
+        is_float: IEEE float samples (else signed integer; unsigned for 8-bit).
+        data_offset: byte offset of the first sample.
+        frames: frames in the file (what is really there, if the header claims more).
+    """
+
+    rate: int
+    channels: int
+    bits: int
+    is_float: bool
+    data_offset: int
+    frames: int
+
+
+def read_wav_info(path: Path) -> WavInfo:
+    """Parse the header of ``path``; :class:`AudioFileError` with a one-line reason if it is not WAV."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            return _parse(f, size, path)
+    except OSError as exc:
+        raise AudioFileError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _parse(f: BinaryIO, size: int, path: Path) -> WavInfo:
+    if size == 0:
+        raise AudioFileError(f"{path} is empty")
+    head = f.read(12)
+    if len(head) < 12 or head[:4] not in (b"RIFF", b"RF64") or head[8:12] != b"WAVE":
+        raise AudioFileError(f"{path} is not a WAV file (no RIFF/WAVE header)")
+    fmt: tuple[int, int, int, int] | None = None
+    while True:
+        chunk = f.read(8)
+        if len(chunk) < 8:
+            raise AudioFileError(f"{path} is truncated: no {'data' if fmt else 'fmt'} chunk")
+        cid, clen = chunk[:4], struct.unpack("<I", chunk[4:])[0]
+        if cid == b"fmt ":
+            body = f.read(clen)
+            if clen < 16 or len(body) < 16:
+                raise AudioFileError(f"{path} is truncated: short fmt chunk")
+            tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", body[:16])
+            if tag == EXTENSIBLE and len(body) >= 26:
+                tag = struct.unpack("<H", body[24:26])[0]  # first two bytes of the SubFormat GUID
+            fmt = (tag, channels, rate, bits)
+            if clen % 2:
+                f.read(1)
+        elif cid == b"data":
+            if fmt is None:
+                raise AudioFileError(f"{path} has its data chunk before the fmt chunk")
+            break
+        else:
+            f.seek(clen + (clen % 2), 1)
+    tag, channels, rate, bits = fmt
+    offset = f.tell()
+    if tag not in (PCM, IEEE_FLOAT) or (tag == PCM and bits not in (8, 16, 24, 32)) or (
+        tag == IEEE_FLOAT and bits not in (32, 64)
+    ):
+        raise AudioFileError(f"{path}: unsupported WAV encoding (format tag {tag:#x}, {bits} bits)")
+    if channels < 1 or rate < 1:
+        raise AudioFileError(f"{path}: invalid WAV header ({channels} channels, {rate} Hz)")
+    frame_bytes = channels * bits // 8
+    available = (size - offset) // frame_bytes
+    claimed = clen // frame_bytes if clen not in (0, 0xFFFFFFFF) else available
+    if claimed > available:
+        logger.warning("%s: header claims %d frames but only %d are present; reading those", path, claimed, available)
+    return WavInfo(rate, channels, bits, tag == IEEE_FLOAT, offset, min(claimed, available))
+
+
+def read_wav(path: Path, start: int = 0, frames: int | None = None) -> tuple[np.ndarray, WavInfo]:
+    """Read frames ``[start, start + frames)`` of ``path`` as float32 (frames, channels) in [-1, 1]."""
+    info = read_wav_info(path)
+    start = min(max(0, start), info.frames)
+    count = info.frames - start if frames is None else max(0, min(frames, info.frames - start))
+    width = info.bits // 8
+    with path.open("rb") as f:
+        f.seek(info.data_offset + start * info.channels * width)
+        raw = f.read(count * info.channels * width)
+    return _decode(raw, info).reshape(-1, info.channels), info
+
+
+def _decode(raw: bytes, info: WavInfo) -> np.ndarray:
+    if info.is_float:
+        return np.frombuffer(raw, dtype="<f4" if info.bits == 32 else "<f8").astype(np.float32)
+    if info.bits == 8:
+        return (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
+    if info.bits == 16:
+        return np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
+    if info.bits == 32:
+        return (np.frombuffer(raw, dtype="<i4").astype(np.float64) / 2147483648.0).astype(np.float32)
+    b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+    v = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16)
+    v = np.where(v >= 1 << 23, v - (1 << 24), v)
+    return (v / float(1 << 23)).astype(np.float32)
+
+
+class WavWriter:
+    """Append mono float32 samples to a 32-bit float WAV file, keeping the header valid as it grows.
+
+    The sizes in the header are rewritten after every ``write``, so the file is readable even if
+    the process is killed mid-recording.
+    """
+
+    def __init__(self, path: Path, rate: int = 16_000) -> None:
+        self.path, self.rate, self.frames = path, rate, 0
+        try:
+            self._f: BinaryIO | None = path.open("wb")
+        except OSError as exc:
+            raise AudioFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        self._f.write(self._header())
+
+    def _header(self) -> bytes:
+        data = self.frames * 4
+        fmt = struct.pack("<HHIIHH", IEEE_FLOAT, 1, self.rate, self.rate * 4, 4, 32)
+        fact = struct.pack("<4sII", b"fact", 4, self.frames)
+        return b"RIFF" + struct.pack("<I", 4 + 8 + len(fmt) + len(fact) + 8 + data) + b"WAVE" + (
+            b"fmt " + struct.pack("<I", len(fmt)) + fmt + fact + b"data" + struct.pack("<I", data)
+        )
+
+    def write(self, samples: np.ndarray) -> None:
+        """Append ``samples`` (n,) float32."""
+        if self._f is None:
+            raise ValueError("write to a closed WavWriter")
+        self._f.write(np.asarray(samples, dtype="<f4").tobytes())
+        self.frames += len(samples)
+        end = self._f.tell()
+        self._f.seek(0)
+        self._f.write(self._header())
+        self._f.seek(end)
+        self._f.flush()
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def __enter__(self) -> WavWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,149 @@
+"""``captioner doctor``: what this machine offers the engine, and what ``auto`` would choose and why.
+
+Prints the ONNX Runtime build and its providers, the QNN plugin and its devices, the provider plan
+for ``auto`` (and for ``--provider`` if given) with the reason for every skipped provider, the
+installed packs (verified: sha256 of every file and the graph contracts), the audio devices and the
+application's directories. ``--check-qnn`` also compiles a small graph on the QNN HTP backend with CPU
+fallback disabled (on Linux x86-64 that is the HTP emulator) and runs it against numpy.
+Exit code 0 when the engine can run (a pack is installed and sound), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+from captioner import __version__
+from captioner.engine import PROVIDER_CHOICES
+from captioner.engine._providers import QNN_EP, Attempt, Candidate, Host, plan_candidates, qnn_devices
+from captioner.models.install import DEFAULT_MODEL, list_packs
+from captioner.models.verify import pack_problems
+from captioner.storage.paths import AppPaths
+
+__all__ = ["check_qnn", "register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``doctor`` subcommand."""
+    p = subparsers.add_parser("doctor", help="check providers, model packs, audio devices and paths",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--provider", choices=PROVIDER_CHOICES, help="also show the plan for this provider setting")
+    p.add_argument("--check-qnn", action="store_true", help="compile and run a test graph on the QNN HTP backend")
+    p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the installed packs")
+    p.set_defaults(func=_run)
+
+
+def _print_plan(requested: str) -> None:
+    plan = plan_candidates(requested)
+    chosen = next(p for p in plan if isinstance(p, Candidate))
+    print(f"  provider {requested!r} -> {chosen.label}")
+    for item in plan:
+        if isinstance(item, Attempt):
+            print(f"    - {item.label}: skipped: {item.reason}")
+        else:
+            extra = f" {dict(item.options)}" if item.options else ""
+            state = "chosen" if item is chosen else "fallback if it fails"
+            print(f"    - {item.label}: {state} ({item.ep_name}{extra})")
+
+
+def check_qnn() -> tuple[bool, str]:
+    """Compile a MatMul+Relu graph on QNN HTP (no CPU fallback) and compare with numpy.
+
+    Returns:
+        (ok, one-line message).
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    devices, _version, reason = qnn_devices()
+    if not devices:
+        return False, reason
+    plan = plan_candidates("qnn")
+    cand = plan[0]
+    if not isinstance(cand, Candidate) or cand.ep_name != QNN_EP:
+        return False, getattr(cand, "reason", "QNN HTP is not available")
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])], "check",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 64])], [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    cand.configure(so)
+    t0 = time.perf_counter()
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), sess_options=so)
+        x = rng.standard_normal((1, 64)).astype(np.float32)
+        z = sess.run(None, {"x": x})[0]
+    except Exception as exc:  # ORT's own error types
+        return False, f"QNN HTP failed: {str(exc).strip().splitlines()[0][:200]}"
+    ms = (time.perf_counter() - t0) * 1000
+    eps = sorted({s.ep_name for s in sess.get_provider_graph_assignment_info()})
+    err = float(np.abs(z - np.maximum(x @ w, 0)).max())
+    kind = "HTP emulator" if Host.current().qnn_emulated else "HTP"
+    ok = eps == [QNN_EP] and err < 0.05
+    return ok, f"QNN {kind}: nodes on {', '.join(eps)}, max error {err:.2e} (fp16 on HTP), {ms:.0f} ms"
+
+
+def _run(args: argparse.Namespace, paths: AppPaths) -> int:
+    host = Host.current()
+    print(f"captioner {__version__} on Python {platform.python_version()}, {sys.platform} {host.machine}")
+    print(f"onnxruntime {ort.__version__}: providers {', '.join(ort.get_available_providers())}")
+    devices, version, reason = qnn_devices()
+    if devices:
+        kinds = ", ".join(str(d.device.type).rsplit(".", 1)[-1] for d in devices)
+        print(f"onnxruntime-qnn {version}: {len(devices)} device(s) ({kinds})"
+              + (" - the x86-64 HTP emulator" if host.qnn_emulated else ""))
+    else:
+        print(f"onnxruntime-qnn: {reason}")
+    print("Execution providers:")
+    _print_plan("auto")
+    if args.provider and args.provider != "auto":
+        _print_plan(args.provider)
+    if args.check_qnn:
+        ok, message = check_qnn()
+        print(f"  QNN check: {'OK' if ok else 'FAILED'}: {message}")
+
+    print(f"Model packs ({paths.packs}):")
+    sound = 0
+    for item in list_packs(paths):
+        problems = [item.error] if item.pack is None else pack_problems(item.path, checksums=not args.no_verify)
+        if problems:
+            print(f"  {item.name}: BROKEN: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
+            continue
+        sound += 1
+        p = item.pack
+        print(f"  {item.name}: OK ({p.dims.n_mels} mel, d_model {p.dims.d_model}, {p.precision}/{p.linear}, "
+              f"buckets {','.join(map(str, p.buckets))})")
+    if sound == 0:
+        print(f"  none usable; install one: captioner models install {DEFAULT_MODEL}")
+
+    print("Audio devices:")
+    try:
+        from captioner.audio import list_devices
+
+        report = list_devices()
+        for d in report.inputs:
+            print(f"  mic{'*' if d.is_default else ' '} {d.name} [{d.host_api}, {d.channels} ch, {d.rate} Hz]")
+        for d in report.system:
+            print(f"  sys{'*' if d.is_default else ' '} {d.name} [{d.host_api}]")
+        if not report.inputs and not report.system:
+            print("  none found")
+        for note in report.notes:
+            print(f"  note: {note}")
+    except Exception as exc:  # a broken audio stack must not stop the rest of the report
+        print(f"  cannot list devices: {exc}")
+
+    print("Paths:")
+    for name in ("config", "data", "cache", "logs"):
+        print(f"  {name:7s} {getattr(paths, name)}")
+    print(f"  packs   {paths.packs}")
+    return 0 if sound else 1

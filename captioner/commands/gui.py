@@ -1,0 +1,180 @@
+"""``captioner`` (no subcommand) / ``captioner gui``: the desktop app, with its power-user options.
+
+This module supplies the real parts to :class:`~captioner.app.CaptionerApp`: the capture
+(devices, or ``--source-file``), the engine (model pack + ONNX Runtime + streaming policy) and
+the model install/import functions of the first-run dialog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from captioner.core import Source
+from captioner.errors import CaptionerError, ModelError
+from captioner.storage.paths import AppPaths
+from captioner.storage.settings import Settings
+
+__all__ = ["register"]
+
+logger = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``gui`` subcommand (what ``captioner`` runs when no subcommand is given)."""
+    p = sub.add_parser("gui", help="the app: caption bar and tray icon (the default command)",
+                       description="Start the caption bar and tray icon. A second start shows the running app.")
+    p.add_argument("--source-file", type=Path, metavar="WAV",
+                   help="replay a WAV file at real-time pace as the audio source (instead of devices)")
+    p.add_argument("--model", help="model pack name or directory (overrides the setting for this run)")
+    p.add_argument("--provider", choices=("auto", "qnn", "gpu", "cpu"),
+                   help="execution provider (overrides the setting for this run)")
+    p.add_argument("--minimized", action="store_true", help="start with the caption bar hidden (tray only)")
+    p.add_argument("--screenshot", type=Path, metavar="PNG",
+                   help="render the caption bar to this PNG when --quit-after expires")
+    p.add_argument("--quit-after", type=float, default=0.0, metavar="S",
+                   help="quit after S seconds (the session is ended and saved as with Quit)")
+    p.add_argument("--quit", action="store_true", help="ask the running captioner to quit, then exit")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, paths: AppPaths) -> int:
+    """Start the app (or hand over to the running one); returns the exit code."""
+    from PySide6.QtWidgets import QApplication
+
+    from captioner.app import CaptionerApp, GuiOptions
+    from captioner.ui import single_instance
+    from captioner.ui.icons import app_icon
+
+    if args.screenshot is not None and args.quit_after <= 0:
+        raise CaptionerError("--screenshot needs --quit-after S (when to take it)")
+    if args.source_file is not None and not args.source_file.is_file():
+        raise CaptionerError(f"--source-file {args.source_file}: no such file")
+    qapp = QApplication.instance() or QApplication(sys.argv[:1])
+    qapp.setApplicationName("captioner")
+    qapp.setQuitOnLastWindowClosed(False)
+    qapp.setWindowIcon(app_icon())
+    name = single_instance.server_name(paths.data)
+    if single_instance.send(name, "quit" if args.quit else "show"):
+        print("captioner is already running: " + ("asked it to quit" if args.quit else "showing it"))
+        return 0
+    if args.quit:
+        print("captioner is not running")
+        return 0
+    options = GuiOptions(source_file=args.source_file, model=args.model, provider=args.provider,
+                         minimized=args.minimized, screenshot=args.screenshot, quit_after=args.quit_after)
+    app = CaptionerApp(paths, options, engine_factory=engine_factory,
+                       capture_factory=capture_factory(options.source_file),
+                       install_model=install_function(paths), import_model=import_function(paths))
+    instance = single_instance.SingleInstance(name)
+    instance.listen()
+    instance.message.connect(app.on_instance_message)
+    app.start()
+    code = qapp.exec()
+    instance.close()
+    return code
+
+
+# ---------------------------------------------------------------------------- capture
+def capture_factory(source_file: Path | None):
+    """The app's capture factory: devices per the settings, or a real-time replay of ``source_file``."""
+
+    def build(settings: Settings):
+        from captioner.audio.capture import AudioCapture, CaptureConfig
+        from captioner.audio.files import FileSource
+
+        if source_file is not None:
+            return (lambda: FileSource(source_file, realtime=True, source="system")), ("system",)
+        audio = settings.audio
+        config = CaptureConfig(source=audio.source, device=audio.mic_device or None, mix_both=audio.mix_both)
+        if audio.source == "both":
+            sources: tuple[Source, ...] = ("system",) if audio.mix_both else ("system", "mic")
+        else:
+            sources = (audio.source,)
+        return (lambda: AudioCapture(config)), sources
+
+    return build
+
+
+# ----------------------------------------------------------------------------- engine
+def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPaths):
+    """Load the pack once, create the runtime on the chosen provider and one stream per source."""
+    from captioner.app import Session
+    from captioner.engine.onnx_model import OnnxAcousticModel
+    from captioner.engine.runtime import Runtime
+    from captioner.engine.stream import Stream, StreamConfig
+    from captioner.models.install import list_packs, resolve_pack
+    from captioner.models.pack import Pack
+
+    name = settings.engine.model
+    if not name:
+        installed = [p for p in list_packs(paths) if p.pack is not None]
+        if not installed:
+            raise ModelError("no model pack is installed: install one with “Install a model…” "
+                             "or `captioner models install openai/whisper-base`")
+        name = installed[0].name
+    pack = Pack.load(resolve_pack(name, paths))
+    runtime = Runtime(pack, settings.engine.provider, cache_dir=paths.cache)
+    model = OnnxAcousticModel(pack, runtime)
+    e = settings.engine
+    config = StreamConfig(step_s=e.step_s, language=e.language, task=e.task,
+                          silence_floor_dbfs=e.silence_floor_dbfs)
+    t0 = time.monotonic()
+    clock: Callable[[], float] = lambda: time.monotonic() - t0  # noqa: E731 - seconds since session start
+    streams = {src: Stream(model, config, source=src, clock=clock) for src in sources}
+    info = runtime.info
+    return Session(streams, info.chosen, info.summary(), pack.root.name)
+
+
+# ------------------------------------------------------------------- model install
+def install_function(paths: AppPaths):
+    """The first-run dialog's install: download a Hugging Face checkpoint and build its pack."""
+
+    def install(source: str, progress, cancelled) -> str:
+        from captioner.models.install import install_pack
+
+        progress(0, 0, f"Downloading {source}…")
+        pack = install_pack(source, paths, progress=progress)
+        return pack.root.name
+
+    return install
+
+
+def import_function(paths: AppPaths):
+    """The first-run dialog's import: copy a pack folder (verified) or build one from a checkpoint folder."""
+
+    def import_folder(folder: str, progress, cancelled) -> str:
+        from captioner.models.install import install_pack
+        from captioner.models.pack import MANIFEST, Pack
+
+        src = Path(folder)
+        if not (src / MANIFEST).is_file():
+            progress(0, 0, f"Building a pack from the checkpoint in {src}…")
+            return install_pack(str(src), paths, progress=progress).root.name
+        progress(0, 0, f"Checking {src}…")
+        Pack.load(src, verify=True)  # checksums: a broken copy is refused before it is installed
+        target = paths.packs / src.name
+        if target.exists():
+            raise ModelError(f"a pack named {src.name!r} is already installed")
+        paths.packs.mkdir(parents=True, exist_ok=True)
+        staging = paths.packs / f".{src.name}.importing"
+        shutil.rmtree(staging, ignore_errors=True)
+        files = [p for p in src.rglob("*") if p.is_file()]
+        try:
+            for i, f in enumerate(files):
+                progress(i, len(files), f"Copying {f.name}…")  # raises when cancelled
+                dest = staging / f.relative_to(src)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, dest)
+            staging.rename(target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)  # nothing half-copied stays behind
+            raise
+        return target.name
+
+    return import_folder

@@ -1,0 +1,149 @@
+"""``captioner listen``: capture live audio, show levels, optionally record the 16 kHz audio.
+
+The capture loop (:func:`capture_loop`) takes one callback per :class:`AudioBlock`, so the engine
+can be plugged in next to the recorder without touching the loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from captioner.audio import AudioCapture, CaptureConfig, WavWriter
+from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, Source
+from captioner.storage.paths import AppPaths
+
+__all__ = ["capture_loop", "record_paths", "register", "run"]
+
+READ_TIMEOUT_S = 0.25
+LEVEL_EVERY_S = 1.0  # seconds of audio between level lines
+
+
+class Capture(Protocol):
+    """The part of AudioCapture / FileSource the loop needs."""
+
+    sources: tuple[Source, ...]
+
+    @property
+    def finished(self) -> bool: ...
+
+    def read(self, timeout: float) -> AudioBlock | None: ...
+
+    def events(self) -> list[AudioEvent]: ...
+
+    def level(self, source: Source) -> tuple[float, float]: ...
+
+
+def capture_loop(
+    capture: Capture,
+    on_block: Callable[[AudioBlock], None],
+    seconds: float | None = None,
+    on_event: Callable[[AudioEvent], None] | None = None,
+) -> None:
+    """Read blocks from a started ``capture`` and hand each to ``on_block`` until done.
+
+    Args:
+        capture: a started capture; the caller stops it (which flushes the last blocks, so call
+            this again with ``seconds=None`` after stopping to receive them).
+        on_block: called on this thread with every block, in order per source.
+        seconds: stop once every source's audio clock has reached this many seconds; None: run
+            until the capture is finished (stopped and drained) or Ctrl-C.
+        on_event: called with every :class:`AudioEvent` (device lost/reopened, overflow).
+    """
+    clocks = {s: 0 for s in capture.sources}
+    target = None if seconds is None else round(seconds * SAMPLE_RATE)
+    while True:
+        block = capture.read(READ_TIMEOUT_S)
+        if on_event is not None:
+            for ev in capture.events():
+                on_event(ev)
+        if block is not None:
+            if target is not None and block.start >= target:
+                continue  # beyond the requested length (the other source is catching up)
+            if target is not None and block.end > target:
+                block = AudioBlock(block.source, block.start, block.samples[: target - block.start])
+            on_block(block)
+            clocks[block.source] = block.end
+        elif capture.finished:
+            return
+        if target is not None and all(c >= target for c in clocks.values()):
+            return
+
+
+def record_paths(path: Path, sources: tuple[Source, ...]) -> dict[Source, Path]:
+    """Where ``--record`` writes each source: ``out.wav``, or ``out.system.wav``/``out.mic.wav``."""
+    if len(sources) == 1:
+        return {sources[0]: path}
+    return {s: path.with_name(f"{path.stem}.{s}{path.suffix or '.wav'}") for s in sources}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``listen`` subcommand."""
+    p = subparsers.add_parser(
+        "listen",
+        help="capture live audio and show its level (optionally record it)",
+        description="Capture system audio, the microphone or both, print a level line every second "
+        "of audio and optionally record the 16 kHz mono audio exactly as the engine receives it.",
+    )
+    p.add_argument("--source", choices=("system", "mic", "both"), default="system",
+                   help="system audio (loopback/monitor), microphone, or both (default: system)")
+    p.add_argument("--device", help="microphone name (or part of it) or index; see `captioner devices`")
+    p.add_argument("--seconds", type=float, help="stop after this many seconds of audio (default: Ctrl-C)")
+    p.add_argument("--record", type=Path, metavar="WAV",
+                   help="save the 16 kHz mono float32 audio; with --source both and no --mix one file "
+                   "per source: out.wav → out.system.wav and out.mic.wav")
+    p.add_argument("--mix", action="store_true",
+                   help="with --source both: mix microphone and system audio into one stream "
+                   "(tagged 'system')")
+    p.set_defaults(func=run)
+
+
+def _db(x: float) -> str:
+    return f"{20 * math.log10(x):6.1f}" if x > 1e-10 else "  -inf"
+
+
+def run(args: argparse.Namespace, paths: AppPaths) -> int:
+    """Capture until ``--seconds`` of audio or Ctrl-C; returns 0."""
+    device: str | int | None = args.device
+    if isinstance(device, str) and device.strip().isdigit():
+        device = int(device)
+    capture = AudioCapture(CaptureConfig(source=args.source, device=device, mix_both=args.mix))
+    writers: dict[Source, WavWriter] = {}
+    next_level = {s: 0 for s in capture.sources}
+    started = time.monotonic()
+
+    def on_block(block: AudioBlock) -> None:
+        if block.source in writers:
+            writers[block.source].write(block.samples)
+        if block.end >= next_level[block.source]:
+            next_level[block.source] = block.end + round(LEVEL_EVERY_S * SAMPLE_RATE)
+            rms, peak = capture.level(block.source)
+            bar = "#" * max(0, min(30, round((60 + 20 * math.log10(max(rms, 1e-10))) / 2)))
+            print(f"level {block.end / SAMPLE_RATE:7.1f} s {block.source:6s} rms {_db(rms)} dBFS "
+                  f"peak {_db(peak)} dBFS |{bar:30s}|", flush=True)
+
+    def on_event(ev: AudioEvent) -> None:
+        print(f"event {ev.kind} {ev.source}: {ev.message}", flush=True)
+
+    with capture:
+        names = ", ".join(f"{s} ← {n}" for s, n in capture.device_names.items())
+        print(f"listening: {names} (Ctrl-C to stop)", flush=True)
+        if args.record is not None:
+            for src, path in record_paths(args.record, capture.sources).items():
+                writers[src] = WavWriter(path)
+        try:
+            capture_loop(capture, on_block, args.seconds, on_event)
+        except KeyboardInterrupt:
+            print("stopping", file=sys.stderr, flush=True)
+    if args.seconds is None:  # Ctrl-C: keep the tail the stop flushed
+        capture_loop(capture, on_block, None, on_event)
+    for src, w in writers.items():
+        w.close()
+        print(f"recorded {w.frames / SAMPLE_RATE:.2f} s of {src} audio to {w.path}", flush=True)
+    print(f"done after {time.monotonic() - started:.1f} s", flush=True)
+    return 0

@@ -1,0 +1,123 @@
+"""``captioner models build|install|list|verify|remove``: model packs from Whisper checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from captioner.models.build import BUCKETS, BuildOptions, build_pack, parse_buckets
+from captioner.models.install import DEFAULT_MODEL, install_pack, list_packs, remove_pack, resolve_pack
+from captioner.models.verify import verify_pack
+from captioner.storage.paths import AppPaths
+
+__all__ = ["register"]
+
+logger = logging.getLogger(__name__)
+
+
+def _add_build_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
+                        help="type of the stored weights (compute and I/O stay fp32; default fp32)")
+    parser.add_argument("--linear", choices=("matmul", "conv"), default="matmul",
+                        help="lowering of linear layers: MatMul, or 1x1 Conv for QNN (default matmul)")
+    parser.add_argument("--buckets", nargs="+", metavar="SECONDS", default=[str(b) for b in BUCKETS],
+                        help="encoder buckets in seconds (default: 3 4 5 6 30)")
+    parser.add_argument("--chunk", type=int, default=5, metavar="K",
+                        help="size of the shared decoder chunks after the first 10 positions (default 5)")
+
+
+def _options(args: argparse.Namespace) -> BuildOptions:
+    return BuildOptions(precision=args.precision, linear=args.linear, buckets=parse_buckets(args.buckets),
+                        tail_chunk=args.chunk)
+
+
+class _Progress:
+    """One self-overwriting progress line on stderr (only on a terminal)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int, file: str) -> None:
+        if self.tty:
+            end = "\n" if done == total else ""
+            print(f"\rbuilding graphs {done}/{total} {file:<40}", end=end, file=sys.stderr, flush=True)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``models`` command and its subcommands."""
+    parser = subparsers.add_parser("models", help="build, install, list, verify and remove model packs",
+                                   description="Model packs: Whisper checkpoints turned into NPUsper ONNX graphs.")
+    sub = parser.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+
+    build = sub.add_parser("build", help="build a pack from a Hugging Face Whisper checkpoint directory")
+    build.add_argument("--checkpoint", required=True, metavar="DIR",
+                       help="directory with config.json, model.safetensors and tokenizer files")
+    build.add_argument("--out", required=True, metavar="DIR", help="pack directory to create (must not exist)")
+    build.add_argument("--name", help="source name recorded in the manifest (default: the directory name)")
+    _add_build_options(build)
+    build.set_defaults(func=_build)
+
+    install = sub.add_parser("install", help="download a Whisper model from Hugging Face and build its pack")
+    install.add_argument("model", nargs="?", default=None,
+                         help=f"Hugging Face repo id or local checkpoint directory (default {DEFAULT_MODEL})")
+    install.add_argument("--from", dest="from_dir", metavar="DIR", help="build from this local checkpoint instead")
+    install.add_argument("--revision", help="branch, tag or commit on the Hub")
+    install.add_argument("--name", help="name of the installed pack (default derived from the model)")
+    _add_build_options(install)
+    install.set_defaults(func=_install)
+
+    lst = sub.add_parser("list", help="list installed packs")
+    lst.set_defaults(func=_list)
+
+    verify = sub.add_parser("verify", help="check a pack's checksums and graphs")
+    verify.add_argument("pack", help="installed pack name or pack directory")
+    verify.set_defaults(func=_verify)
+
+    remove = sub.add_parser("remove", help="delete an installed pack")
+    remove.add_argument("pack", help="installed pack name")
+    remove.set_defaults(func=_remove)
+
+
+def _build(args: argparse.Namespace, paths: AppPaths) -> int:
+    pack = build_pack(args.checkpoint, args.out, _options(args), name=args.name, progress=_Progress())
+    print(f"built {pack.root} ({len(pack.graph_files())} graphs, buckets {' '.join(map(str, pack.buckets))} s, "
+          f"{pack.precision}, {pack.linear})")
+    return 0
+
+
+def _install(args: argparse.Namespace, paths: AppPaths) -> int:
+    source = args.from_dir or args.model or DEFAULT_MODEL
+    pack = install_pack(source, paths, options=_options(args), revision=args.revision, name=args.name,
+                        progress=_Progress())
+    print(f"installed {pack.root.name} in {pack.root}")
+    return 0
+
+
+def _list(args: argparse.Namespace, paths: AppPaths) -> int:
+    packs = list_packs(paths)
+    if not packs:
+        print(f"no packs installed in {paths.packs}; try: captioner models install {DEFAULT_MODEL}")
+        return 0
+    for item in packs:
+        if item.pack is None:
+            print(f"{item.name}\tBROKEN: {item.error}")
+            continue
+        p = item.pack
+        size = sum(f.stat().st_size for f in item.path.iterdir() if f.is_file()) / 1e6
+        kind = "multilingual" if p.multilingual else "English-only"
+        print(f"{item.name}\t{p.manifest['source']['name']}\t{kind}\t{p.precision}/{p.linear}\t"
+              f"buckets {','.join(map(str, p.buckets))}\t{size:.1f} MB")
+    return 0
+
+
+def _verify(args: argparse.Namespace, paths: AppPaths) -> int:
+    pack = verify_pack(resolve_pack(args.pack, paths))
+    print(f"{pack.root}: OK ({len(pack.manifest['files'])} files, {len(pack.graph_files())} graphs)")
+    return 0
+
+
+def _remove(args: argparse.Namespace, paths: AppPaths) -> int:
+    removed = remove_pack(args.pack, paths)
+    print(f"removed {removed}")
+    return 0

@@ -1,0 +1,148 @@
+"""``captioner sessions``: list, show, export, search and delete the recorded sessions.
+
+``captioner sessions list`` · ``show ID`` · ``export ID --srt F --vtt F --txt F --json F`` ·
+``search TEXT`` · ``delete ID`` · ``purge --older-than DAYS``. Exports use the cue limits and
+source labels of the settings (``transcripts`` section).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from pathlib import Path
+
+from captioner.errors import StorageError
+from captioner.storage.paths import AppPaths
+from captioner.storage.settings import load_settings
+from captioner.transcript.cues import CueOptions
+from captioner.transcript.export import export_words, render_txt
+from captioner.transcript.store import SessionInfo, SessionStore
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``sessions`` subcommand and its actions."""
+    p = subparsers.add_parser(
+        "sessions",
+        help="list, show, export, search and delete saved sessions",
+        description="Work with the sessions saved in the session store.",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ls = actions.add_parser("list", help="list sessions, newest first")
+    ls.add_argument("--limit", type=int, default=None, help="show at most N sessions")
+    show = actions.add_parser("show", help="print a session's details and transcript")
+    show.add_argument("id", type=int)
+    show.add_argument("--no-timestamps", action="store_true", help="no [HH:MM:SS] before paragraphs")
+    exp = actions.add_parser("export", help="write a session as SRT, WebVTT, text or JSON")
+    exp.add_argument("id", type=int)
+    for fmt, name in (("srt", "SubRip"), ("vtt", "WebVTT"), ("txt", "plain text"), ("json", "JSON words")):
+        exp.add_argument(f"--{fmt}", type=Path, metavar="FILE", help=f"write {name} to FILE")
+    exp.add_argument("--timestamps", action="store_true", help="plain text: [HH:MM:SS] before paragraphs")
+    search = actions.add_parser("search", help="find where words were said")
+    search.add_argument("text", nargs="+")
+    search.add_argument("--limit", type=int, default=50)
+    delete = actions.add_parser("delete", help="delete a session and its words")
+    delete.add_argument("id", type=int)
+    purge = actions.add_parser("purge", help="delete sessions older than N days")
+    purge.add_argument("--older-than", type=int, required=True, metavar="DAYS")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, paths: AppPaths) -> int:
+    """Run one ``sessions`` action."""
+    with SessionStore.open(paths.sessions_db) as store:  # warnings (a bad file moved aside) are logged
+        action = args.action
+        if action == "list":
+            return _list(store, args.limit)
+        if action == "show":
+            return _show(store, args.id, timestamps=not args.no_timestamps)
+        if action == "export":
+            return _export(store, args, paths)
+        if action == "search":
+            return _search(store, " ".join(args.text), args.limit)
+        if action == "delete":
+            store.delete_session(args.id)
+            print(f"deleted session {args.id}")
+            return 0
+        if action == "purge":
+            n = store.purge_older_than(args.older_than)
+            print(f"deleted {n} session(s) older than {args.older_than} days")
+            return 0
+    raise StorageError(f"unknown sessions action {action!r}")  # argparse prevents this
+
+
+def _duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    s = ms // 1000
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _local(iso: str | None) -> str:
+    if not iso:
+        return "-"
+    try:
+        return dt.datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return iso
+
+
+def _list(store: SessionStore, limit: int | None) -> int:
+    sessions = store.list_sessions(limit)
+    if not sessions:
+        print("no saved sessions")
+        return 0
+    print(f"{'ID':>5}  {'STARTED':16}  {'LENGTH':>8}  {'SOURCES':11}  {'WORDS':>7}  TITLE / MODEL")
+    for s in sessions:
+        state = "" if s.ended_at else " (not ended)"
+        print(
+            f"{s.id:>5}  {_local(s.started_at):16}  {_duration(s.duration_ms):>8}  {','.join(s.sources):11}  "
+            f"{s.word_count:>7}  {s.title or s.model or '-'}{state}"
+        )
+    return 0
+
+
+def _describe(s: SessionInfo) -> str:
+    return "\n".join(
+        [
+            f"session {s.id}" + (f": {s.title}" if s.title else ""),
+            f"  started   {_local(s.started_at)}   ended {_local(s.ended_at)}   length {_duration(s.duration_ms)}",
+            f"  sources   {', '.join(s.sources)}   words {s.word_count}",
+            f"  model     {s.model or '-'}   provider {s.provider or '-'}   language {s.language or '-'}",
+        ]
+    )
+
+
+def _show(store: SessionStore, session_id: int, *, timestamps: bool) -> int:
+    info = store.get_session(session_id)
+    print(_describe(info))
+    print()
+    text = render_txt(store.session_words(session_id), timestamps=timestamps)
+    print(text.rstrip("\n") or "(no words)")
+    return 0
+
+
+def _export(store: SessionStore, args: argparse.Namespace, paths: AppPaths) -> int:
+    targets = [(fmt, getattr(args, fmt)) for fmt in ("srt", "vtt", "txt", "json") if getattr(args, fmt)]
+    if not targets:
+        raise StorageError("say what to write: --srt FILE, --vtt FILE, --txt FILE and/or --json FILE")
+    info = store.get_session(args.id)
+    settings, _warnings = load_settings(paths.settings_file)
+    options = CueOptions.from_config(settings.transcripts)
+    words = store.session_words(args.id)
+    for fmt, target in targets:
+        export_words(words, target, fmt, options=options, timestamps=args.timestamps, session=info.to_json())
+        print(f"wrote {target} ({fmt}, {len(words)} words)")
+    return 0
+
+
+def _search(store: SessionStore, text: str, limit: int) -> int:
+    hits = store.search(text, limit=limit)
+    if not hits:
+        print(f"no session contains {text!r}")
+        return 0
+    for hit in hits:
+        stamp = _duration(hit.start_ms)
+        print(f"session {hit.session_id:>4}  {stamp:>8}  {hit.source:6}  {hit.context}")
+    return 0

@@ -1,0 +1,268 @@
+"""``captioner transcribe AUDIO``: stream a file through the live engine, headless.
+
+The file is fed to the same :class:`~captioner.engine.Stream` the app uses, one ``step`` of audio at a
+time, either as fast as the machine allows or paced at real time (``--realtime``). Words go to stdout
+as they become final; status lines and the summary go to stderr, so ``> out.txt`` keeps only text.
+
+Printing: a word is final once it is neither speculative nor the last non-speculative word (the next
+round may still extend that one, e.g. with a comma). A pipe gets final words only, one line per
+engine round; a terminal also sees the pending tail, dimmed, redrawn in place. Should the engine ever
+retract a word already printed, a ``(correction)`` line repeats the text from that word on.
+
+``emitted_at`` in fast mode is simulated: the audio time fed so far plus the compute time of the
+round in progress, i.e. what a live session on this machine would show (the reference harness's
+computation-aware replay). With ``--realtime`` it is the wall clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from captioner.audio import load_audio_file
+from captioner.commands._engine import EngineSetup, add_engine_options, open_engine
+from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Word, apply_update
+from captioner.engine import Stream
+from captioner.errors import AudioFileError
+from captioner.storage.paths import AppPaths
+from captioner.transcript.export import atomic_write_text, export_words, word_to_json
+
+__all__ = ["register", "transcribe_file"]
+
+logger = logging.getLogger(__name__)
+
+DIM, RESET, CLEAR_LINE = "\033[2m", "\033[0m", "\r\033[K"
+_MIN_AUDIO_S = 0.1  # below this there is not one 20 ms frame worth decoding
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``transcribe`` subcommand."""
+    p = subparsers.add_parser("transcribe", help="transcribe an audio file with the streaming engine",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("audio", type=Path, metavar="AUDIO", help="WAV file (any rate/channels); other formats need ffmpeg")
+    add_engine_options(p)
+    p.add_argument("--realtime", action="store_true", help="feed the audio at real-time pace (as a live source)")
+    for fmt in ("srt", "vtt", "txt", "json"):
+        p.add_argument(f"--{fmt}", type=Path, metavar="FILE", help=f"write the transcript as {fmt.upper()}")
+    p.add_argument("--no-save", action="store_true", help="do not record the session in the history")
+    p.set_defaults(func=_run)
+
+
+class _SimClock:
+    """Fast-mode clock: audio seconds fed + wall time spent in the current engine call."""
+
+    def __init__(self) -> None:
+        self.audio_s = 0.0
+        self._since = time.perf_counter()
+
+    def enter(self) -> None:
+        self._since = time.perf_counter()
+
+    def __call__(self) -> float:
+        return self.audio_s + (time.perf_counter() - self._since)
+
+
+class _Printer:
+    """Prints final words as they settle (see module docstring)."""
+
+    def __init__(self, out: TextIO, tty: bool) -> None:
+        self.out, self.tty = out, tty
+        self.words: list[Word] = []
+        self.printed: list[Word] = []
+        self._tail_shown = False
+
+    def update(self, update: EngineUpdate, final: bool = False) -> None:
+        apply_update(self.words, update)
+        settled = len(self.words)
+        for i, word in enumerate(self.words):
+            if word.speculative:
+                settled = i
+                break
+        if not final:
+            settled = max(0, settled - 1)  # the last word may still grow
+        stable = self.words[:settled]
+        same = 0
+        while same < min(len(self.printed), len(stable)) and self.printed[same] == stable[same]:
+            same += 1
+        self._clear_tail()
+        if same < len(self.printed):
+            redo = stable[same:]
+            if redo:
+                self.out.write(f"(correction {_clock(redo[0].start)}) {_text(redo)}\n")
+            self.printed = list(stable)
+        elif len(stable) > len(self.printed):
+            new = stable[len(self.printed):]
+            self.out.write(f"[{_clock(new[0].start)}] {_text(new)}\n")
+            self.printed = list(stable)
+        if self.tty and not final and len(self.words) > len(stable):
+            self.out.write(f"{DIM}{_text(self.words[len(stable):])[-70:]}{RESET}")
+            self._tail_shown = True
+        self.out.flush()
+
+    def _clear_tail(self) -> None:
+        if self._tail_shown:
+            self.out.write(CLEAR_LINE)
+            self._tail_shown = False
+
+
+def _text(words: list[Word]) -> str:
+    return " ".join(w.text for w in words)
+
+
+def _clock(seconds: float) -> str:
+    minutes, sec = divmod(max(0.0, seconds), 60.0)
+    return f"{int(minutes):02d}:{sec:05.2f}"
+
+
+def _load(path: Path) -> np.ndarray:
+    audio = load_audio_file(path)
+    if audio.size == 0:
+        raise AudioFileError(f"{path} contains no audio samples")
+    if audio.size < _MIN_AUDIO_S * SAMPLE_RATE:
+        raise AudioFileError(f"{path} is only {audio.size / SAMPLE_RATE * 1000:.0f} ms long; "
+                             f"nothing to transcribe (at least {_MIN_AUDIO_S * 1000:.0f} ms needed)")
+    return audio
+
+
+def transcribe_file(setup: EngineSetup, audio: np.ndarray, *, realtime: bool = False,
+                    printer: _Printer | None = None) -> tuple[list[Word], list[RoundStats], dict]:
+    """Stream ``audio`` (16 kHz mono float32) through the engine.
+
+    Returns:
+        the final words, the stats of every round, and the summary dict (the JSON ``stats``).
+    """
+    step = int(round(setup.config.step_s * SAMPLE_RATE))
+    sim = _SimClock()
+    stream = Stream(setup.model, setup.config, clock=time.monotonic if realtime else sim)
+    words: list[Word] = []
+    rounds: list[RoundStats] = []
+
+    def handle(update: EngineUpdate | None, final: bool = False) -> None:
+        if update is None:
+            return
+        apply_update(words, update)
+        if update.stats is not None:
+            rounds.append(update.stats)
+        if printer is not None:
+            printer.update(update, final)
+
+    t0 = time.perf_counter()
+    for pos in range(0, len(audio), step):
+        block = audio[pos : pos + step]
+        if realtime:
+            wait = t0 + (pos + len(block)) / SAMPLE_RATE - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)  # pacing a file at real time is the point of --realtime
+        sim.audio_s = (pos + len(block)) / SAMPLE_RATE
+        stream.feed(block)
+        sim.enter()
+        handle(stream.step())
+    sim.enter()
+    handle(stream.finish(), final=True)
+    wall = time.perf_counter() - t0
+    return words, rounds, _summary(setup, audio, rounds, wall, realtime)
+
+
+def _summary(setup: EngineSetup, audio: np.ndarray, rounds: list[RoundStats], wall: float, realtime: bool) -> dict:
+    audio_s = len(audio) / SAMPLE_RATE
+    ran = [r for r in rounds if r.bucket > 0]
+    info = setup.model.runtime.info()
+
+    def mean(field: str) -> float:
+        return round(float(np.mean([getattr(r, field) for r in ran])), 2) if ran else 0.0
+
+    compute_s = sum(r.total_ms for r in rounds) / 1000.0
+    return {
+        "audio_s": round(audio_s, 3),
+        "wall_s": round(wall, 3),
+        "rtf": round(compute_s / audio_s, 4) if audio_s else 0.0,
+        "wall_rtf": round(wall / audio_s, 4) if audio_s else 0.0,
+        "realtime": realtime,
+        "model": setup.pack_name,
+        "provider": info.chosen,
+        "provider_detail": info.summary(),
+        "step_s": setup.config.step_s,
+        "language": setup.config.language,
+        "task": setup.config.task,
+        "rounds": len(ran),
+        "skipped_rounds": len(rounds) - len(ran),
+        "chunks_per_round": [r.chunks for r in ran],
+        "stop_reasons": {k: sum(1 for r in ran if r.stop_reason == k) for k in sorted({str(r.stop_reason) for r in ran})},
+        "mean_ms": {s: mean(f"{s}_ms") for s in ("mel", "encoder", "decoder", "validation", "dtw", "total")},
+        "first_round_ms": round(ran[0].total_ms, 1) if ran else 0.0,
+        "reinferred_rounds": sum(1 for r in ran if r.reinferred),
+        "session_ms": {k: round(v, 1) for k, v in info.session_ms.items()},
+    }
+
+
+def _print_summary(stats: dict, err: TextIO) -> None:
+    chunks = stats["chunks_per_round"]
+    ms = stats["mean_ms"]
+    err.write(
+        f"audio {stats['audio_s']:.1f} s, compute {stats['rtf'] * stats['audio_s']:.1f} s: RTF {stats['rtf']:.3f} "
+        f"(wall {stats['wall_s']:.1f} s) on {stats['provider']}\n"
+        f"rounds {stats['rounds']} (skipped {stats['skipped_rounds']}), chunks per round: "
+        f"mean {np.mean(chunks) if chunks else 0:.2f}, min {min(chunks, default=0)}, max {max(chunks, default=0)}; "
+        f"stops {stats['stop_reasons']}\n"
+        f"mean per round: mel {ms['mel']:.1f} ms, encoder {ms['encoder']:.1f} ms, decoder {ms['decoder']:.1f} ms, "
+        f"validation {ms['validation']:.1f} ms, dtw {ms['dtw']:.1f} ms, total {ms['total']:.1f} ms; "
+        f"first round {stats['first_round_ms']:.0f} ms; sessions created {len(stats['session_ms'])} "
+        f"in {sum(stats['session_ms'].values()):.0f} ms\n"
+        f"provider: {stats['provider_detail']}\n"
+    )
+
+
+def _save_outputs(args: argparse.Namespace, words: list[Word], stats: dict) -> None:
+    committed = [w for w in words if not w.speculative]
+    for fmt in ("srt", "vtt", "txt"):
+        target = getattr(args, fmt)
+        if target is not None:
+            export_words(committed, target, fmt)
+    if args.json is not None:
+        doc = {"words": [word_to_json(w) for w in committed], "stats": stats}
+        atomic_write_text(args.json, json.dumps(doc, ensure_ascii=False, indent=1) + "\n")
+
+
+def _record(paths: AppPaths, setup: EngineSetup, args: argparse.Namespace, audio_s: float,
+            updates: list[Word], provider: str) -> int:
+    from captioner.transcript.store import SessionStore
+
+    paths.ensure()
+    with SessionStore.open(paths.sessions_db) as store:
+        sid = store.begin_session(model=setup.pack_name, provider=provider, language=setup.config.language,
+                                  title=args.audio.name)
+        store.apply(sid, EngineUpdate(words=tuple(w for w in updates if not w.speculative)))
+        store.end_session(sid, duration_ms=int(round(audio_s * 1000)))
+    return sid
+
+
+def _run(args: argparse.Namespace, paths: AppPaths) -> int:
+    audio = _load(args.audio)
+    setup = open_engine(args, paths)
+    err = sys.stderr
+    info = setup.model.runtime.info()
+    if info.fallbacks and info.requested != "auto":
+        err.write(f"captioner: provider {info.requested!r} is not available; using {info.chosen} "
+                  f"({'; '.join(f'{a.label}: {a.reason}' for a in info.fallbacks)})\n")
+    err.write(f"transcribing {args.audio} ({len(audio) / SAMPLE_RATE:.1f} s) with {setup.pack_name} "
+              f"on {info.chosen}, step {setup.config.step_s:g} s{', real time' if args.realtime else ''}\n")
+    printer = _Printer(sys.stdout, sys.stdout.isatty())
+    try:
+        words, _rounds, stats = transcribe_file(setup, audio, realtime=args.realtime, printer=printer)
+    finally:
+        setup.model.close()
+    if not words:
+        err.write("captioner: no speech was recognised\n")
+    _print_summary(stats, err)
+    _save_outputs(args, words, stats)
+    if not args.no_save:
+        sid = _record(paths, setup, args, stats["audio_s"], words, stats["provider"])
+        err.write(f"saved as session {sid} (captioner history); --no-save skips this\n")
+    return 0

@@ -1,0 +1,181 @@
+"""Controlled unrolling: one round's greedy decode as a chain of chunk graphs with early stop.
+
+The decoder walks the model's chunk plan (``[4,6,5,5,5,5]`` or, with a carried prefix,
+``[6,4,5,5,5,5]``; NPUSPER.md §14.2), forcing the prompt and the prefix positions through the
+``forced`` input (and the ``token`` input of a chunk that starts on a forced position). After
+**each** chunk it hands the chunk's steps to a validator in the reference's order — the attention of
+the consumed token first (it belongs to the token that step consumed, §5), then the EOT rule on the
+predicted one — and stops dispatching as soon as a stop condition fires: the chunks that are not
+run are the saving the design is about.
+
+The plan is finite (30 positions, or 224 for the 30 s bucket). The last token predicted by the plan
+is never consumed, so it has no attention and cannot be validated: it is dropped, and the round
+ends as if it had reached the token limit there (``stop is None``; the stream calls it "limit").
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from captioner.engine.model import AcousticModel, Encoding
+from captioner.engine.validate import Stop
+
+__all__ = ["DecodeResult", "NativeValidator", "TokenValidator", "decode_round", "max_prefix"]
+
+logger = logging.getLogger(__name__)
+
+_TOKENS_PER_S_FLOOR = 1.5  # re-inference: EOT is refused before floor(1.5 × seconds) tokens (§11.3)
+
+
+class TokenValidator(Protocol):
+    """What :func:`decode_round` feeds (see :class:`captioner.engine.validate.RoundValidator`)."""
+
+    decoded: list[int]
+    checked: int
+
+    def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None: ...
+
+    def on_attention(self, attn_last: np.ndarray) -> Stop | None: ...
+
+
+class NativeValidator:
+    """The 30 s re-inference decode (NPUSPER.md §11.3): pure greedy, no hallucination tests; EOT
+    ends it only once at least ``floor(1.5 × input_s)`` tokens were decoded (before that the best
+    ordinary token is taken instead)."""
+
+    def __init__(self, input_s: float):
+        self.min_tokens = math.floor(_TOKENS_PER_S_FLOOR * input_s)
+        self.decoded: list[int] = []
+        self.checked = 0
+        self.last_peak_s = 0.0
+        self.stop: Stop | None = None
+
+    def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:
+        """EOT wins and the floor is reached → stop "eot"; otherwise keep ``token``."""
+        if self.stop is None and eot_logit > token_logit and len(self.decoded) >= self.min_tokens:
+            self.stop = Stop("eot", len(self.decoded))
+        if self.stop is None:
+            self.decoded.append(int(token))
+        return self.stop
+
+    def on_attention(self, attn_last: np.ndarray) -> Stop | None:
+        """No test; just counts the token as checked."""
+        self.checked += 1
+        return self.stop
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeResult:
+    """One round's decode.
+
+    Attributes:
+        tokens: generated tokens that were validated (forced prefix excluded).
+        attn_align: float32 [len(tokens), n_frames], alignment-head attention per token (DTW).
+        stop: the stop condition, or None when the plan ran out ("limit").
+        chunks: chunk graphs dispatched.
+        decoder_ms: summed ``elapsed_ms`` of the chunks.
+        validation_ms: host time spent in the validator.
+        last_peak_s: f+ of the last passed backward-shift test (seconds; 0 if none).
+    """
+
+    tokens: tuple[int, ...]
+    attn_align: np.ndarray
+    stop: Stop | None
+    chunks: int
+    decoder_ms: float
+    validation_ms: float
+    last_peak_s: float = 0.0
+
+    @property
+    def candidates(self) -> tuple[int, ...]:
+        """The tokens before the stop index (all validated tokens at the limit) (§11.1)."""
+        return self.tokens if self.stop is None else self.tokens[: self.stop.index]
+
+    @property
+    def stop_reason(self) -> str:
+        """The stop reason, ``"limit"`` when the plan ran out."""
+        return "limit" if self.stop is None else self.stop.reason
+
+
+def max_prefix(model: AcousticModel, bucket: int, prompt_len: int) -> int:
+    """Longest prefix the prefixed plan can force while leaving room to decode: the prompt and
+    prefix must fit in the plan's first two chunks (10 positions in the paper's schedule)."""
+    plan = model.chunk_plan(bucket, prefixed=True)
+    head = sum(size for _, size in plan[:2]) if len(plan) >= 2 else sum(size for _, size in plan)
+    return max(0, head - prompt_len)
+
+
+def decode_round(
+    model: AcousticModel,
+    encoding: Encoding,
+    prompt: Sequence[int],
+    prefix: Sequence[int],
+    validator: TokenValidator,
+    max_tokens: int = 224,
+) -> DecodeResult:
+    """Run the chunk plan over ``encoding`` until ``validator`` stops it or the plan ends.
+
+    Args:
+        model: the acoustic model.
+        encoding: this round's encoder output.
+        prompt: ``[SOT, lang, task, notimestamps]`` (or the English-only two tokens).
+        prefix: forced tokens after the prompt (the carried second-to-last word), possibly empty.
+        validator: receives every generated token; its ``decoded`` list is the round's tokens.
+        max_tokens: generated-token limit of a round (the reference's 224); the plan may end sooner.
+
+    Returns:
+        The validated tokens, their alignment attention, the stop and the costs.
+    """
+    seq = [int(t) for t in (*prompt, *prefix)]
+    n_forced = len(seq)
+    runner = model.decoder(encoding)
+    plan = model.chunk_plan(encoding.bucket, prefixed=bool(prefix))
+    align_rows: list[np.ndarray] = []
+    chunks = 0
+    decoder_ms = validation_ms = 0.0
+    stop: Stop | None = None
+    for start, size in plan:
+        if start >= len(seq):  # cannot happen with a consistent plan; never guess a token
+            logger.warning("chunk plan skips position %d; ending the round", len(seq))
+            break
+        forced = np.array([seq[q] if q < n_forced else -1 for q in range(start + 1, start + size)], dtype=np.int64)
+        out = runner.run(start, size, seq[start], forced)
+        chunks += 1
+        decoder_ms += out.elapsed_ms
+        t0 = time.perf_counter()
+        for s in range(size):
+            consumed = start + s
+            if consumed >= n_forced:
+                align_rows.append(out.attn_align[s])
+                stop = validator.on_attention(out.attn_last[s])
+                if stop is not None:
+                    break
+            if consumed + 1 >= n_forced:
+                stop = validator.on_prediction(int(out.tokens[s]), float(out.token_logit[s]), float(out.eot_logit[s]))
+                if stop is not None:
+                    break
+                seq.append(int(out.tokens[s]))
+                if len(validator.decoded) > max_tokens:  # the extra token is dropped like the plan's last
+                    break
+        validation_ms += (time.perf_counter() - t0) * 1000.0
+        if stop is not None or len(validator.decoded) > max_tokens:
+            break
+    tokens = tuple(validator.decoded[: min(validator.checked, max_tokens)])
+    n_frames = encoding.n_frames
+    attn = np.asarray(align_rows[: len(tokens)], dtype=np.float32).reshape(len(tokens), n_frames)
+    return DecodeResult(
+        tokens=tokens,
+        attn_align=attn,
+        stop=stop,
+        chunks=chunks,
+        decoder_ms=decoder_ms,
+        validation_ms=validation_ms,
+        last_peak_s=float(getattr(validator, "last_peak_s", 0.0)),
+    )

@@ -1,0 +1,132 @@
+"""The seam between the streaming policy and the graphs that run Whisper.
+
+``stream.py`` and ``decoder.py`` drive an :class:`AcousticModel`; the real one runs the pack's
+ONNX graphs (``onnx_model.py``), a scripted oracle stands in for it in the policy tests. Nothing
+here knows about ONNX Runtime.
+
+Conventions (ARCHITECTURE.md §5, NPUSPER.md §3–§5):
+
+* Audio is 16 kHz mono float32 whose length is a whole number of 20 ms encoder frames
+  (a multiple of :data:`SAMPLES_PER_FRAME`); the stream keeps any remainder for the next round.
+* Positions: a round's decoder sequence is ``prompt + generated``; position ``p`` holds token
+  ``p``. A chunk ``(start, size)`` consumes positions ``start … start+size−1`` and predicts
+  ``start+1 … start+size``.
+* The attention reported for a step belongs to the token that step **consumed** (NPUSPER.md §5),
+  cropped to the real (unpadded) encoder frames.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from captioner.engine.tokens import Vocabulary
+
+__all__ = [
+    "FRAME_S",
+    "SAMPLES_PER_FRAME",
+    "AcousticModel",
+    "ChunkOutput",
+    "ChunkRunner",
+    "Encoding",
+]
+
+SAMPLES_PER_FRAME = 320  # one encoder frame = 2 mel hops of 160 samples = 20 ms at 16 kHz
+FRAME_S = 0.02  # seconds per encoder frame
+
+
+@dataclass(frozen=True, slots=True)
+class Encoding:
+    """The encoder's result for one round's audio.
+
+    Attributes:
+        bucket: encoder bucket in seconds (3, 4, 5, 6 or 30).
+        n_frames: real encoder frames (audio samples / 320); attention vectors have this length.
+        total_frames: frames of the bucket (50 · bucket); the rest are masked padding.
+        native_30s: True for the re-inference fallback: audio zero-padded to 30 s and encoded
+            without a mask, as stock Whisper sees it (NPUSPER.md §11.3).
+        mel_ms: time spent computing the log-mel, milliseconds.
+        encoder_ms: time spent in the encoder graph, milliseconds.
+        payload: model-specific data for the decoder (the cross-attention K/V).
+    """
+
+    bucket: int
+    n_frames: int
+    total_frames: int
+    native_30s: bool = False
+    mel_ms: float = 0.0
+    encoder_ms: float = 0.0
+    payload: object = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkOutput:
+    """What one decoder chunk graph returns for ``size`` = K steps.
+
+    Attributes:
+        tokens: int64 [K]; ``tokens[s]`` is the model's argmax over ids < EOT for position
+            ``start+s+1`` (ties → lowest id), reported even where that position was forced.
+        token_logit: float32 [K], the logit of ``tokens[s]``.
+        eot_logit: float32 [K], the EOT logit of the same step; EOT "wins" the unrestricted
+            argmax exactly when ``eot_logit[s] > token_logit[s]`` (NPUSPER.md §4.4).
+        attn_last: float32 [K, n_frames], final decoder layer cross-attention, mean over heads,
+            of the pass that consumed position ``start+s``; cropped to the real frames.
+        attn_align: float32 [K, n_frames], mean over the alignment heads, same pass, cropped.
+        elapsed_ms: wall time of the dispatch, milliseconds.
+    """
+
+    tokens: np.ndarray
+    token_logit: np.ndarray
+    eot_logit: np.ndarray
+    attn_last: np.ndarray
+    attn_align: np.ndarray
+    elapsed_ms: float = 0.0
+
+
+class ChunkRunner(Protocol):
+    """One round's decoder: owns the self-attention KV cache, appends each chunk's new K/V."""
+
+    def run(self, start: int, size: int, token: int, forced: np.ndarray) -> ChunkOutput:
+        """Dispatch the chunk graph ``(start, size)``.
+
+        Args:
+            start: first position consumed; must equal the number of positions already consumed.
+            size: K, number of steps (must be a chunk the plan offers).
+            token: token id at position ``start``.
+            forced: int64 [K−1]; id to place at position ``start+s+1``, or −1 for the model's choice.
+        """
+        ...
+
+
+class AcousticModel(Protocol):
+    """Whisper as the streaming policy sees it: encode a round's audio, then decode it in chunks.
+
+    Attributes:
+        vocab: token texts, special ids and token classes.
+        provider: the execution provider that actually runs the graphs ("QNN-HTP", "CPU", ...).
+        buckets: available encoder buckets in seconds, ascending (e.g. (3, 4, 5, 6, 30)).
+    """
+
+    vocab: Vocabulary
+    provider: str
+    buckets: tuple[int, ...]
+
+    def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
+        """The (start, size) chunks of a round, in order: [4,6,5,5,5,5] or, with a carried
+        prefix, [6,4,5,5,5,5] (30 positions); the 30 s bucket continues in 5s to 224 positions."""
+        ...
+
+    def encode(self, audio: np.ndarray, *, native_30s: bool = False) -> Encoding:
+        """Log-mel + encoder for ``audio`` (float32 [N], N a multiple of 320, N ≤ 30 s).
+
+        Picks the smallest bucket that holds the audio; ``native_30s`` zero-pads the audio itself
+        to 30 s and encodes every frame unmasked (the re-inference fallback).
+        """
+        ...
+
+    def decoder(self, encoding: Encoding) -> ChunkRunner:
+        """A fresh decoder (empty KV cache) over ``encoding`` for one round."""
+        ...

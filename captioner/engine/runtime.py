@@ -1,0 +1,336 @@
+"""ONNX Runtime sessions for a model pack: execution providers, session options, shared weights.
+
+Provider order for ``"auto"`` (ARCHITECTURE.md §6): QNN HTP (the NPU), then the QNN GPU backend or
+DirectML, then CPU. Each candidate that is skipped or fails is recorded with its reason in
+:class:`EngineInfo`, logged as a warning, and the next one is used; nothing falls back silently.
+Placement is read from the session's graph-assignment info (``get_providers()`` lists plugin EPs even
+when no node runs on them, ECOSYSTEM.md §1.4).
+
+Platform notes:
+
+* Linux x86-64: ``onnxruntime-qnn`` ships only the x86-64 HTP *emulator*. It is correct but orders of
+  magnitude slower than the CPU provider, so ``"auto"`` never picks it; only an explicit ``"qnn"``
+  (tests, ``captioner doctor --check-qnn``) uses it.
+* Windows ARM64: the plugin's DSP skeleton libraries are found through ``ADSP_LIBRARY_PATH``, which the
+  runtime points at the ``onnxruntime_qnn`` directory when it registers the plugin (not at import).
+* Forcing a provider (``"qnn"``, ``"gpu"``, ``"cpu"``) that is unavailable is not an error: the
+  runtime falls back to the next candidate in the auto order after it and says so in the
+  :class:`EngineInfo` (``fallbacks``) and in the log; ``captioner transcribe`` prints that line.
+
+Weights: every large initializer of a pack lives once in ``weights.bin``. The runtime maps that file
+once (``np.memmap``), wraps each tensor as an ``OrtValue`` over the mapped bytes and hands the same
+OrtValue to every session (``SessionOptions.add_initializer``). MatMul/Gemm weight *prepacking* is
+disabled on the CPU provider (``session.disable_prepacking``), because ORT prepacks a shared
+initializer into a private copy per session: measured with a 80 MB weight file and four sessions,
++330 MB with prepacking against +0 MB without, and sessions are created ~8× faster.
+On QNN each graph is compiled into an EP context; contexts are cached under the user cache dir,
+keyed by pack hash, provider and options, and ``ep.share_ep_contexts`` lets the sessions of a pack
+share one QNN backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from captioner.errors import ModelError, ProviderError
+from captioner.engine._providers import PROVIDER_CHOICES, Attempt, Candidate, plan_candidates
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from captioner.models.pack import Pack
+
+__all__ = ["PROVIDER_CHOICES", "Attempt", "EngineInfo", "Runtime", "SharedWeights", "default_threads"]
+
+logger = logging.getLogger(__name__)
+
+
+def default_threads() -> int:
+    """Intra-op threads: min(4, physical cores) — the reference's choice, good on 2–8 core laptops."""
+    try:
+        import psutil  # optional: only for the physical core count
+
+        cores = psutil.cpu_count(logical=False)
+    except ImportError:
+        cores = None
+    return max(1, min(4, cores or os.cpu_count() or 1))
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """Which execution provider runs the pack, and why (for the log, the UI and ``doctor``).
+
+    Attributes:
+        requested: the setting: ``"auto"``, ``"qnn"``, ``"gpu"`` or ``"cpu"``.
+        chosen: label of the provider new sessions use (``"QNN-HTP"``, ``"QNN-GPU"``, ``"DirectML"``,
+            ``"CPU"``).
+        fallbacks: every candidate skipped or failed before ``chosen``, in order, with its reason.
+        placement: graph file name → {EP name: nodes assigned}, from the graph-assignment info.
+        session_ms: graph file name → session creation time in milliseconds.
+    """
+
+    requested: str
+    chosen: str
+    fallbacks: tuple[Attempt, ...] = ()
+    placement: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    session_ms: Mapping[str, float] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line: ``CPU (requested qnn; QNN-HTP: <reason>)``."""
+        if not self.fallbacks:
+            return f"{self.chosen} (requested {self.requested})"
+        why = "; ".join(f"{a.label}: {a.reason}" for a in self.fallbacks)
+        return f"{self.chosen} (requested {self.requested}; {why})"
+
+
+class SharedWeights:
+    """The pack's weight file mapped once; one OrtValue per external initializer, shared by all sessions.
+
+    Args:
+        path: ``weights.bin`` of the pack.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot map the weight file {self.path}: {exc}") from exc
+        self._values: dict[str, tuple[tuple, ort.OrtValue]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the weight file in bytes."""
+        return int(self._map.size)
+
+    def ortvalue(self, tensor: onnx.TensorProto) -> ort.OrtValue:
+        """The OrtValue for an external-data initializer (created on first use, then reused)."""
+        info = {e.key: e.value for e in tensor.external_data}
+        offset, length = int(info.get("offset", 0)), int(info["length"])
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+        key = (offset, length, dtype.str, tuple(tensor.dims))
+        with self._lock:
+            cached = self._values.get(tensor.name)
+            if cached is not None:
+                if cached[0] != key:
+                    raise ModelError(f"{self.path}: initializer {tensor.name} differs between graphs")
+                return cached[1]
+            if offset + length > self._map.size:
+                raise ModelError(f"{self.path} is truncated: {tensor.name} lies beyond its end")
+            array = self._map[offset : offset + length].view(dtype).reshape(tuple(tensor.dims))
+            value = ort.OrtValue.ortvalue_from_numpy(array)
+            self._values[tensor.name] = (key, value)
+            return value
+
+
+def _external_initializers(graph: Path, weights_name: str) -> list[onnx.TensorProto]:
+    """The initializers of ``graph`` stored in the shared weight file (protos only, no data read)."""
+    try:
+        model = onnx.load(str(graph), load_external_data=False)
+    except Exception as exc:  # onnx raises DecodeError, OSError, ... for a bad file
+        raise ModelError(f"{graph} is not a readable ONNX graph: {exc}") from exc
+    out = []
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = {e.key: e.value for e in tensor.external_data}.get("location")
+            if location != weights_name:
+                raise ModelError(f"{graph}: initializer {tensor.name} points to {location}, not {weights_name}")
+            out.append(tensor)
+    return out
+
+
+class Runtime:
+    """Creates and caches one ONNX Runtime session per graph of a pack, on the best provider.
+
+    Sessions are created lazily (:meth:`session`), so graphs of a bucket that is never used (the 30 s
+    bucket and its long decoder chain) are never loaded. If the current provider fails on a graph, the
+    runtime records why and moves on to the next candidate for that graph and every later one.
+
+    Args:
+        pack: the loaded model pack.
+        provider: ``"auto"``, ``"qnn"``, ``"gpu"`` or ``"cpu"``.
+        cache_dir: user cache directory (EP-context caches go under ``ep-context/``); None: no cache.
+        threads: intra-op threads; default :func:`default_threads`.
+    """
+
+    def __init__(self, pack: Pack, provider: str = "auto", *, cache_dir: Path | None = None,
+                 threads: int | None = None) -> None:
+        if provider not in PROVIDER_CHOICES:
+            raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDER_CHOICES)}")
+        self.pack = pack
+        self.requested = provider
+        self.threads = threads or default_threads()
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.weights = SharedWeights(pack.weights_file())
+        self._plan: list[Candidate | Attempt] = plan_candidates(provider)
+        self._fallbacks: list[Attempt] = []
+        self._advance()
+        self._sessions: dict[Path, ort.InferenceSession] = {}
+        self._placement: dict[str, dict[str, int]] = {}
+        self._session_ms: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def provider(self) -> str:
+        """Label of the provider that new sessions use (``"CPU"``, ``"QNN-HTP"``, ...)."""
+        return self._current.label
+
+    @property
+    def _current(self) -> Candidate:
+        return self._plan[0]  # type: ignore[return-value]  # _advance() leaves a Candidate first
+
+    def _advance(self) -> None:
+        """Record the skipped providers at the head of the plan until a usable one is first."""
+        while isinstance(self._plan[0], Attempt):
+            attempt = self._plan.pop(0)
+            self._fallbacks.append(attempt)
+            log = logger.info if self.requested == "auto" else logger.warning
+            log("execution provider %s not used: %s", attempt.label, attempt.reason)
+
+    def info(self) -> EngineInfo:
+        """A snapshot of the provider decision and the placement of every session so far."""
+        return EngineInfo(
+            requested=self.requested,
+            chosen=self.provider,
+            fallbacks=tuple(self._fallbacks),
+            placement=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self._placement.items()}),
+            session_ms=MappingProxyType(dict(self._session_ms)),
+        )
+
+    def session(self, graph: Path) -> ort.InferenceSession:
+        """The session of ``graph`` (a file of the pack), created on first use.
+
+        Raises:
+            ProviderError: no provider, not even the CPU, could run the graph.
+        """
+        graph = Path(graph)
+        with self._lock:
+            sess = self._sessions.get(graph)
+            if sess is None:
+                sess = self._create(graph)
+                self._sessions[graph] = sess
+            return sess
+
+    def loaded(self) -> list[Path]:
+        """Graph files with a live session."""
+        return list(self._sessions)
+
+    def close(self) -> None:
+        """Drop every session (in reverse creation order, as shared EP contexts require)."""
+        with self._lock:
+            for key in reversed(list(self._sessions)):
+                del self._sessions[key]
+
+    # -- internals ----------------------------------------------------------------------------
+    def _create(self, graph: Path) -> ort.InferenceSession:
+        inits = _external_initializers(graph, self.pack.weights_file().name)
+        while True:
+            cand = self._current
+            t0 = time.perf_counter()
+            try:
+                sess = self._open(graph, cand, inits)
+            except Exception as exc:  # ORT raises its own Fail/InvalidGraph/... types
+                if len(self._plan) == 1:
+                    raise ProviderError(f"{cand.label} cannot run {graph.name}: {_one_line(exc)}") from exc
+                reason = f"{graph.name}: {_one_line(exc)}"
+                self._fallbacks.append(Attempt(cand.label, False, reason))
+                self._plan.pop(0)
+                self._advance()
+                logger.warning("execution provider %s failed (%s); falling back to %s",
+                               cand.label, reason, self._current.label)
+                continue
+            ms = (time.perf_counter() - t0) * 1000.0
+            self._session_ms[graph.name] = ms
+            self._placement[graph.name] = _placement(sess)
+            logger.info("session %s on %s in %.0f ms: %s", graph.name, cand.label, ms, self._placement[graph.name])
+            return sess
+
+    def _options(self, cand: Candidate) -> ort.SessionOptions:
+        """Session options for ``cand`` (the one place they are decided)."""
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # ORT logs to stderr, not through our logger; the failures we act on are recorded as exceptions
+        so.log_severity_level = 3 if logger.isEnabledFor(logging.DEBUG) else 4
+        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        # Prepacking copies shared MatMul/Gemm weights into every session (see module docstring).
+        so.add_session_config_entry("session.disable_prepacking", "1")
+        if cand.label == "DirectML":
+            so.enable_mem_pattern = False  # DirectML rejects memory patterns (ECOSYSTEM.md §3)
+        cand.configure(so)
+        return so
+
+    def _open(self, graph: Path, cand: Candidate, inits: list[onnx.TensorProto]) -> ort.InferenceSession:
+        so = self._options(cand)
+        path = graph
+        if cand.uses_ep_context and self.cache_dir is not None:
+            ctx = self._context_path(graph, cand)
+            if ctx.is_file():
+                path = ctx  # a compiled EP context: no initializers to add
+                inits = []
+                so.add_session_config_entry("ep.share_ep_contexts", "1")  # one QNN backend for the pack
+            else:
+                ctx.parent.mkdir(parents=True, exist_ok=True)
+                so.add_session_config_entry("ep.context_enable", "1")
+                so.add_session_config_entry("ep.context_file_path", str(ctx))
+                so.add_session_config_entry("ep.context_embed_mode", "0")
+                # One context binary per graph: a shared binary is only written by the session marked
+                # ep.stop_share_ep_contexts, which lazy creation cannot know in advance.
+                so.add_session_config_entry("ep.share_ep_contexts", "0")
+        elif cand.uses_ep_context:
+            so.add_session_config_entry("ep.share_ep_contexts", "1")
+        for tensor in inits:
+            so.add_initializer(tensor.name, self.weights.ortvalue(tensor))
+        providers = None if cand.uses_devices else cand.providers
+        sess = ort.InferenceSession(str(path), sess_options=so, providers=providers)
+        if cand.strict:
+            foreign = {ep for ep in _placement(sess) if ep != cand.ep_name}
+            if foreign:
+                raise ProviderError(f"nodes placed on {', '.join(sorted(foreign))}")
+        return sess
+
+    def _context_path(self, graph: Path, cand: Candidate) -> Path:
+        """``<cache>/ep-context/<key>/<graph>_ctx.onnx``, key = hash of pack, provider, options, versions."""
+        key_src = json.dumps({
+            "pack": self.pack.pack_hash, "provider": cand.label, "options": cand.options,
+            "ort": ort.__version__, "plugin": cand.version, "platform": sys.platform,
+        }, sort_keys=True)
+        key = hashlib.sha256(key_src.encode()).hexdigest()[:20]
+        return self.cache_dir / "ep-context" / key / f"{graph.stem}_ctx.onnx"
+
+
+def _placement(sess: ort.InferenceSession) -> dict[str, int]:
+    """EP name → number of nodes assigned, from the session's graph-assignment info."""
+    counts: dict[str, int] = {}
+    try:
+        subgraphs = sess.get_provider_graph_assignment_info()
+    except Exception:  # older ORT or the option not recorded
+        return {p: -1 for p in sess.get_providers()[:1]}
+    for sub in subgraphs:
+        counts[sub.ep_name] = counts.get(sub.ep_name, 0) + len(sub.get_nodes())
+    return counts
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an exception message, without ORT's ``[ONNXRuntimeError] : N : X :`` prefix."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if text.startswith("[ONNXRuntimeError]"):
+        text = text.split(":", 3)[-1].strip()
+    return text[:300]

@@ -1,0 +1,605 @@
+"""The NPUsper streaming session: audio in, validated and timed words out (NPUSPER.md §1–§13).
+
+:class:`Stream` implements carry-over mode 3 with the reference's effective defaults (§0.1): rounds
+of ``step`` seconds of new audio, effective input = carry + new audio (trimmed to 30 s, rounds under
+1 s skipped), greedy decode with the stop conditions of :mod:`~captioner.engine.validate` after each
+chunk, DTW word times (:mod:`~captioner.engine.align`), prefix = the second-to-last emitted word,
+carry cut 0.2 s before that word's start (at most 2 × step), speculative emission of unreliable
+rounds and its retraction, overlap dedup of the re-decoded last word (keeping the earlier emission
+time), and the 30 s re-inference after two identical backward-shift stops. Token bookkeeping is the
+reference's; the output is converted to words (:class:`~captioner.core.EngineUpdate`).
+
+Deliberate deviations from the reference, each covered by a test in ``tests/engine/``:
+
+1. **finish() flushes** the last round: it is decoded and emitted without the peak-margin stop and
+   without speculation (the reference decodes the last round but emits nothing, §2.8). Speculative
+   words of the previous round are retracted by it even if it decodes nothing.
+2. **Silence gate**: an input whose RMS is below ``silence_floor_dbfs`` (digital silence) is not
+   sent to the model; the round is handled exactly like a round whose first choice was EOT with a
+   garbage runner-up (§2.6): no emission, prefix/dedup/speculative/repeat state untouched, the last
+   ``min(input, 2 × step)`` carried; stop reason ``"silence"``.
+3. **Cropped DTW**: the alignment attention covers the real frames only (paper §3.4), not padding.
+4. **Word-level retractions**: the reference's token retractions become ``EngineUpdate.retract``
+   counts of words; a token that extends an earlier word (e.g. a comma) re-emits that word.
+5. **No other special tokens**: the graphs choose among ids < EOT only, so timestamps/control tokens
+   are never emitted, and the EOT runner-up is the best ordinary token (§4.3–4.4).
+6. **Token limit = a stop**: the round's plan has 30 positions (224 in the 30 s bucket); a round
+   that exhausts it is timed with DTW and carries from the second-to-last word like any stop, instead
+   of dropping the rest of its input (§2.5 d), which a 30-position plan would make frequent.
+7. **Single-word speculative rounds keep the prefix** (the reference clears it, §11.6, so the next
+   round re-decodes the already committed second-to-last word from the carried audio and emits it
+   twice).
+8. **Overlap dedup also in speculative rounds, on match only**: a speculative round drops a first
+   word equal to the remembered last word (the reference shows it twice until the next round); a
+   mismatch is left to the next reliable round.
+9. **The carry always keeps the last emitted word**: the 2 × step cap moves the cut at most to 0.2 s
+   before the last word's DTW start, so the next round re-decodes that word whole and the overlap
+   dedup compares like with like (the reference may cut into or past it; the next round then
+   retracts it as a mismatch or emits it twice). Where a carry does not reach the remembered word's
+   end at all (a trimmed or branch-(a) carry) the next round does not dedup against it.
+10. **First-shown time kept for confirmed speculative words**: a word that replaces an identical
+    speculative word keeps the speculative word's ``emitted_at`` (``Word.emitted_at`` is when the
+    word was first shown), as overlap replacement does in the reference.
+11. **A re-decoded last word that differs only in punctuation or case** (e.g. "word" → "word,")
+    replaces the remembered one, keeping its emission time, instead of being dropped with its new
+    punctuation (the reference drops it, losing the comma).
+12. **Prefix length bound**: a prefix longer than the plan's first two chunks allow is not forced.
+
+Times: audio positions are integer sample indices (16 kHz) from the first fed sample; ``Word``
+start/end are converted to seconds; ``emitted_at`` is ``clock() − clock() at construction``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
+from captioner.engine.align import Alignment, align_words, split_words
+from captioner.engine.decoder import DecodeResult, NativeValidator, decode_round, max_prefix
+from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
+from captioner.engine.tokens import TASKS, normalize_word
+from captioner.engine.validate import RoundValidator
+from captioner.errors import CaptionerError
+
+__all__ = ["Stream", "StreamConfig"]
+
+logger = logging.getLogger(__name__)
+
+_CARRYOVER_OVERLAP_S = 0.6  # mode-0 fallback cut before the last f+ (unreachable with a valid DTW)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """Engine parameters; defaults are the reference's effective configuration (NPUSPER.md §0.1).
+
+    Attributes:
+        step_s: new audio per round, seconds (0.5–3.0; paper: 2.0).
+        peak_margin_s: stop when attention enters the last this-many seconds of the input.
+        min_chunk_s: rounds with a shorter effective input are skipped (audio carried).
+        word_end_offset_s: added to the second-to-last word's DTW start for the carry cut.
+        exclude_s: f+ is searched from this time on (0.3 s = frame 15).
+        median, average: filter widths of the backward-shift test.
+        dtw_median: median width of the DTW rows.
+        max_tokens: generated tokens per round at most.
+        max_input_s: the effective input is trimmed from the front to this length.
+        unreliable_fraction: DTW is unreliable when the last word ends before this fraction of
+            the input (speculative round).
+        reinfer_after: identical backward-shift stops in a row that trigger the 30 s re-inference.
+        language: Whisper language code, or "auto" (treated as English for now).
+        task: "transcribe" or "translate".
+        silence_floor_dbfs: inputs with an RMS below this (dB re full scale 1.0) are not decoded;
+            ``None`` disables the gate.
+    """
+
+    step_s: float = 2.0
+    peak_margin_s: float = 0.6
+    min_chunk_s: float = 1.0
+    word_end_offset_s: float = -0.2
+    exclude_s: float = 0.3
+    median: int = 7
+    average: int = 10
+    dtw_median: int = 7
+    max_tokens: int = 224
+    max_input_s: float = 30.0
+    unreliable_fraction: float = 0.3
+    reinfer_after: int = 2
+    language: str = "en"
+    task: str = "transcribe"
+    silence_floor_dbfs: float | None = -70.0
+
+    def __post_init__(self) -> None:
+        if not 0.5 <= self.step_s <= 3.0:
+            raise CaptionerError(f"step must be between 0.5 and 3.0 seconds, got {self.step_s}")
+        if self.task not in TASKS:
+            raise CaptionerError(f"unknown task {self.task!r}; choose one of: {', '.join(TASKS)}")
+        if self.peak_margin_s < 0 or self.min_chunk_s < 0 or self.max_tokens < 1:
+            raise CaptionerError("peak margin, minimum chunk and token limit must not be negative")
+        if not 2 * self.step_s < self.max_input_s <= 30.0:
+            raise CaptionerError(f"maximum input must be in (2 × step, 30] seconds, got {self.max_input_s}")
+        if self.median < 1 or self.average < 1 or self.dtw_median < 1 or self.reinfer_after < 1:
+            raise CaptionerError("filter widths and the re-inference count must be at least 1")
+
+
+@dataclass(slots=True)
+class _Token:
+    """A committed token: id, its DTW word's audio span (samples), when it was shown."""
+
+    id: int
+    start: int
+    end: int
+    emitted_at: float
+    speculative: bool
+
+
+def _frames(samples: int) -> int:
+    """Whole 20 ms frames in ``samples``, as samples."""
+    return samples // SAMPLES_PER_FRAME * SAMPLES_PER_FRAME
+
+
+class Stream:
+    """One source's streaming session. Not thread-safe: one thread feeds and steps it.
+
+    Args:
+        model: the acoustic model (real graphs or the test oracle).
+        config: engine parameters.
+        source: written into every word and update.
+        clock: monotonic seconds; ``emitted_at`` is measured from the value at construction.
+
+    Usage: ``feed()`` audio as it arrives; call ``step()`` whenever audio was fed — it runs a round
+    once ``step_s`` of new audio is pending and takes **all** pending audio (so a caller that falls
+    behind gets longer rounds, like the reference in real time; more than 30 s pending loses the
+    front); ``finish()`` at the end. To replay a file as fast as possible, feed one step at a time.
+    """
+
+    def __init__(
+        self,
+        model: AcousticModel,
+        config: StreamConfig | None = None,
+        *,
+        source: Source = "system",
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.model = model
+        self.config = config or StreamConfig()
+        self.source: Source = source
+        self.vocab = model.vocab
+        self._clock = clock
+        self._t0 = clock()
+        self._prompt = self.vocab.prompt(self.config.language, self.config.task)
+        cfg = self.config
+        self._step_n = round(cfg.step_s * SAMPLE_RATE)
+        self._cap_n = _frames(round(2 * cfg.step_s * SAMPLE_RATE))
+        self._min_n = round(cfg.min_chunk_s * SAMPLE_RATE)
+        self._max_n = _frames(round(cfg.max_input_s * SAMPLE_RATE))
+        self._offset_n = round(cfg.word_end_offset_s * SAMPLE_RATE)
+        # audio
+        self._pending: list[np.ndarray] = []
+        self._pending_n = 0
+        self._fed = 0
+        self._next = 0  # absolute index of the first sample not yet taken into a round
+        self._carry = np.zeros(0, np.float32)
+        self._carry_start = 0
+        self._bad_samples = 0
+        # policy state (NPUSPER.md §1)
+        self._prefix: tuple[int, ...] = ()
+        self._memory: tuple[int, ...] | None = None  # last word of the last reliable round (dedup)
+        self._memory_end = 0  # its DTW end, absolute samples
+        self._spec_from: int | None = None  # token index where the speculative emission starts
+        self._repeat: tuple[int, int] | None = None
+        self._repeat_count = 0
+        self._round = 0
+        self._finished = False
+        # output
+        self._tokens: list[_Token] = []
+        self._words: list[Word] = []
+        self._firsts: list[int] = []  # token index of each emitted word's first token
+
+    # ----------------------------------------------------------------------------- public
+    @property
+    def audio_s(self) -> float:
+        """Seconds of audio fed so far."""
+        return self._fed / SAMPLE_RATE
+
+    @property
+    def processed_s(self) -> float:
+        """Audio clock up to which audio has been taken into rounds, seconds."""
+        return self._next / SAMPLE_RATE
+
+    @property
+    def lag_s(self) -> float:
+        """Fed but not yet processed audio, seconds."""
+        return (self._fed - self._next) / SAMPLE_RATE
+
+    @property
+    def words(self) -> tuple[Word, ...]:
+        """The words emitted so far with all updates applied (speculative ones included)."""
+        return tuple(self._words)
+
+    def feed(self, samples: np.ndarray) -> None:
+        """Append 16 kHz mono float32 samples (any block size). Non-finite samples become 0.
+
+        Raises:
+            CaptionerError: not 1-D, or the stream is finished.
+        """
+        if self._finished:
+            raise CaptionerError("this stream is finished; start a new one")
+        block = np.asarray(samples, dtype=np.float32)
+        if block.ndim != 1:
+            raise CaptionerError(f"expected mono samples (1-D), got shape {block.shape}")
+        if block.size == 0:
+            return
+        finite = np.isfinite(block)
+        if not finite.all():
+            if self._bad_samples == 0:
+                logger.warning("non-finite audio samples replaced by silence")
+            self._bad_samples += int(block.size - finite.sum())
+            block = np.where(finite, block, np.float32(0.0))
+        self._pending.append(block.copy())
+        self._pending_n += block.size
+        self._fed += block.size
+
+    def step(self) -> EngineUpdate | None:
+        """Run one round if at least ``step_s`` of new audio is pending, else return None."""
+        if self._finished or self._pending_n < self._step_n:
+            return None
+        start, new = self._take(_frames(self._pending_n))
+        return self._run_round(start, new, last=False)
+
+    def finish(self) -> EngineUpdate:
+        """Decode and emit everything still pending or carried (deviation 1); the stream ends."""
+        if self._finished:
+            return EngineUpdate(source=self.source)
+        start, new = self._take(self._pending_n)
+        if new.size % SAMPLES_PER_FRAME:
+            new = np.concatenate([new, np.zeros(SAMPLES_PER_FRAME - new.size % SAMPLES_PER_FRAME, np.float32)])
+        self._finished = True
+        return self._run_round(start, new, last=True)
+
+    # ----------------------------------------------------------------------------- rounds
+    def _take(self, n: int) -> tuple[int, np.ndarray]:
+        data = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
+        taken, rest = data[:n], data[n:]
+        self._pending = [rest] if rest.size else []
+        self._pending_n = rest.size
+        start = self._next
+        self._next += taken.size
+        return start, taken
+
+    def _run_round(self, new_start: int, new: np.ndarray, *, last: bool) -> EngineUpdate:
+        t_round = time.perf_counter()
+        cfg = self.config
+        stats = {"round_index": self._round, "carry_s": self._carry.size / SAMPLE_RATE}
+        self._round += 1
+        start = self._carry_start if self._carry.size else new_start
+        audio = np.concatenate([self._carry, new]) if self._carry.size else new
+        self._carry = np.zeros(0, np.float32)
+        if audio.size > self._max_n:  # §2.3: keep the last 30 s
+            start += audio.size - self._max_n
+            audio = audio[audio.size - self._max_n :]
+        eff_s = audio.size / SAMPLE_RATE
+        stats["input_s"] = eff_s
+        mark = len(self._tokens)
+        if audio.size == 0:
+            return self._update(mark, stats, t_round)
+        if not last and audio.size < self._min_n:  # §2.4
+            self._set_carry(start, audio)
+            return self._update(mark, {**stats, "stop_reason": "short"}, t_round)
+        if cfg.silence_floor_dbfs is not None and _dbfs(audio) < cfg.silence_floor_dbfs:  # deviation 2
+            return self._nothing_decoded(start, audio, stats, t_round, last, "silence")
+
+        encoding = self.model.encode(audio)
+        stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
+        prefix = self._prefix
+        if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # deviation 11
+            logger.debug("prefix of %d tokens too long for the plan; not forced", len(prefix))
+            prefix = ()
+        validator = RoundValidator(
+            self.vocab,
+            input_s=eff_s,
+            peak_margin_s=0.0 if last else cfg.peak_margin_s,
+            exclude_s=cfg.exclude_s,
+            median=cfg.median,
+            average=cfg.average,
+        )
+        result = decode_round(self.model, encoding, self._prompt, prefix, validator, cfg.max_tokens)
+        stats.update(
+            tokens=len(result.tokens),
+            chunks=result.chunks,
+            decoder_ms=result.decoder_ms,
+            validation_ms=result.validation_ms,
+            stop_reason=result.stop_reason,
+        )
+        if not result.tokens:  # §2.6: first choice EOT with a garbage runner-up
+            return self._nothing_decoded(start, audio, stats, t_round, last, result.stop_reason)
+        return self._end_of_round(start, audio, result, stats, t_round, last)
+
+    def _nothing_decoded(self, start: int, audio: np.ndarray, stats: dict, t_round: float, last: bool, reason: str):
+        """§2.6: no emission, state untouched, the last ≤ 2 × step carried (final round: the
+        previous speculative words are retracted, nothing replaces them)."""
+        mark = len(self._tokens)
+        if last:
+            mark = self._undo_speculative()[0]
+        else:
+            self._set_carry(start + max(0, audio.size - self._cap_n), audio[max(0, audio.size - self._cap_n) :])
+        return self._update(mark, {**stats, "stop_reason": reason}, t_round)
+
+    def _end_of_round(
+        self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool
+    ) -> EngineUpdate:
+        """NPUSPER.md §11 in its order (11.1 … 11.11)."""
+        cfg = self.config
+        eff_s = audio.size / SAMPLE_RATE
+        cands = list(result.candidates)  # 11.1
+        t_dtw = time.perf_counter()
+        alignment: Alignment | None = None
+        reliable = False
+        if cands:  # 11.2
+            alignment = align_words(cands, result.attn_align[: len(cands)], self.vocab, cfg.dtw_median)
+            if alignment.valid:
+                lw = alignment.words[-1]
+                collapsed = lw.start_frame <= 0 and lw.end_frame <= 0
+                reliable = not collapsed and lw.end_frame * FRAME_S >= cfg.unreliable_fraction * eff_s
+        stats["dtw_ms"] = (time.perf_counter() - t_dtw) * 1000.0
+
+        # 11.3 repeat tracker and the 30 s re-inference
+        if result.stop is not None and result.stop.reason == "backward_shift":
+            key = (int(result.stop.token or 0), result.stop.index)
+            self._repeat_count = self._repeat_count + 1 if key == self._repeat else 1
+            self._repeat = key
+        else:
+            self._repeat, self._repeat_count = None, 0
+        if self._repeat_count >= cfg.reinfer_after:
+            return self._reinfer(start, audio, stats, t_round)
+
+        mark, retracted = self._undo_speculative()  # 11.4
+        saved_memory, saved_end, saved_prefix = self._memory, self._memory_end, self._prefix
+        words = alignment.words if alignment is not None and alignment.valid else ()
+        if reliable and words:  # 11.5
+            lw = words[-1]
+            self._memory = tuple(cands[lw.first : lw.first + lw.count])
+            self._memory_end = start + lw.end_frame * SAMPLES_PER_FRAME
+            if len(words) > 1:
+                w2 = words[-2]
+                self._prefix = tuple(t for t in cands[w2.first : w2.first + w2.count] if t < self.vocab.eot)
+            else:
+                self._prefix = ()
+        single = len(words) == 1  # 11.6
+        speculative = bool(cands) and (not reliable or single) and not last
+        if speculative:  # 11.7 (deviation 7: the prefix is kept in the single-word case too)
+            self._memory, self._memory_end, self._prefix = saved_memory, saved_end, saved_prefix
+
+        emit = cands
+        preserved: float | None = None
+        count = 0  # tokens of the current first word (11.8)
+        if saved_memory is not None and emit and start < saved_end:  # 11.8 (deviations 8, 9)
+            count = words[0].count if len(words) > 1 or (speculative and words) else len(saved_memory)
+            same = normalize_word(self.vocab.text_bytes(emit[:count])) == normalize_word(
+                self.vocab.text_bytes(saved_memory)
+            )
+            if same and tuple(emit[:count]) == saved_memory:
+                emit = emit[count:]
+            elif same and speculative:
+                emit = emit[count:]
+            elif not speculative and self._tail_ids(len(saved_memory)) == saved_memory:
+                preserved = self._tokens[-len(saved_memory)].emitted_at
+                del self._tokens[-len(saved_memory) :]
+                mark = min(mark, len(self._tokens))
+            if not emit and not speculative:
+                self._memory = None
+        dropped = len(cands) - len(emit)
+
+        # 11.10 commit
+        now = self._clock() - self._t0
+        spans = _token_spans(words, len(cands), start)
+        new_tokens = []
+        for k, token in enumerate(emit):
+            i = k + dropped
+            emitted_at = preserved if (preserved is not None and k < count) else now
+            s, e = spans[i] if spans else (start, start + audio.size)
+            new_tokens.append(_Token(int(token), s, e, emitted_at, speculative))
+        _keep_first_shown(new_tokens, retracted, self.vocab)  # deviation 10
+        if speculative and new_tokens:
+            self._spec_from = len(self._tokens)
+        self._tokens.extend(new_tokens)
+
+        if not last:  # 11.11 carry-over (§2.5)
+            self._carry_after(start, audio, result, words, speculative, bool(emit))
+        logger.debug(
+            "round %d: input %.2f s at %.2f s, prefix %r, stop %s, candidates %r, emitted %r%s, carry %.2f s",
+            stats["round_index"], eff_s, start / SAMPLE_RATE, self.vocab.decode(saved_prefix), result.stop_reason,
+            self.vocab.decode(cands), self.vocab.decode(emit), " (speculative)" if speculative else "",
+            self._carry.size / SAMPLE_RATE,
+        )
+        stats.update(speculative=speculative)
+        return self._update(mark, stats, t_round)
+
+    def _carry_after(self, start, audio, result: DecodeResult, words, speculative: bool, emitted: bool) -> None:
+        if speculative:  # (b) whole input, no cap (before (a): deviation 8 may leave nothing emitted)
+            self._set_carry(start, audio)
+            return
+        if not emitted:  # (a)
+            keep = min(audio.size, self._cap_n)
+            self._set_carry(start + audio.size - keep, audio[audio.size - keep :])
+            return
+        if len(words) >= 2:  # (c), modes 2/3
+            cut = words[-2].start_frame * SAMPLES_PER_FRAME + self._offset_n
+        elif result.last_peak_s > 0:  # (c), the reference's fallback
+            cut = int((result.last_peak_s - _CARRYOVER_OVERLAP_S) * SAMPLE_RATE)
+        else:  # (d)
+            return
+        cut = _frames(max(0, cut))
+        cap_cut = audio.size - self._cap_n
+        if cap_cut > cut:  # the 2 × step cap, which never cuts past the last word's start (deviation 9)
+            last_cut = words[-1].start_frame * SAMPLES_PER_FRAME + self._offset_n if words else cap_cut
+            cut = max(cut, min(cap_cut, _frames(max(0, last_cut))))
+        if cut < audio.size:
+            self._set_carry(start + cut, audio[cut:])
+
+    def _reinfer(self, start: int, audio: np.ndarray, stats: dict, t_round: float) -> EngineUpdate:
+        """§11.3: decode the input as stock Whisper on a 30 s window, emit, reset the state."""
+        cfg = self.config
+        mark, retracted = self._undo_speculative()
+        encoding = self.model.encode(audio, native_30s=True)
+        result = decode_round(self.model, encoding, self._prompt, (), NativeValidator(audio.size / SAMPLE_RATE), cfg.max_tokens)
+        tokens = [t for t in result.tokens if t < self.vocab.eot]
+        t_dtw = time.perf_counter()
+        alignment = align_words(tokens, result.attn_align[: len(tokens)], self.vocab, cfg.dtw_median) if tokens else None
+        dtw_ms = (time.perf_counter() - t_dtw) * 1000.0
+        words = alignment.words if alignment is not None and alignment.valid else ()
+        spans = _token_spans(words, len(tokens), start)
+        groups = split_words(tokens, self.vocab)
+        committed = self._tail_words(2)
+        drop = 0
+        for n in range(min(2, len(groups), len(committed)), 0, -1):
+            heads = [normalize_word(self.vocab.text_bytes(tokens[f : f + k])) for f, k in groups[:n]]
+            if committed[len(committed) - n :] == heads:
+                drop = groups[n][0] if n < len(groups) else len(tokens)
+                break
+        now = self._clock() - self._t0
+        new_tokens = [
+            _Token(t, *(spans[i] if spans else (start, start + audio.size)), now, False)
+            for i, t in enumerate(tokens)
+            if i >= drop
+        ]
+        _keep_first_shown(new_tokens, retracted, self.vocab)
+        self._tokens.extend(new_tokens)
+        self._carry = np.zeros(0, np.float32)
+        self._prefix, self._memory, self._spec_from = (), None, None
+        self._repeat, self._repeat_count = None, 0
+        stats.update(
+            bucket=encoding.bucket,
+            mel_ms=stats.get("mel_ms", 0.0) + encoding.mel_ms,
+            encoder_ms=stats.get("encoder_ms", 0.0) + encoding.encoder_ms,
+            decoder_ms=stats.get("decoder_ms", 0.0) + result.decoder_ms,
+            chunks=stats.get("chunks", 0) + result.chunks,
+            dtw_ms=stats.get("dtw_ms", 0.0) + dtw_ms,
+            reinferred=True,
+        )
+        return self._update(mark, stats, t_round)
+
+    # ----------------------------------------------------------------------------- bookkeeping
+    def _set_carry(self, start: int, audio: np.ndarray) -> None:
+        self._carry, self._carry_start = audio, start
+
+    def _undo_speculative(self) -> tuple[int, list[tuple[bytes, float]]]:
+        """§11.4: drop the previous round's speculative tokens. Returns the new token count and the
+        (normalised text, emitted_at) of the dropped words."""
+        if self._spec_from is None:
+            return len(self._tokens), []
+        dropped = self._tokens[self._spec_from :]
+        del self._tokens[self._spec_from :]
+        self._spec_from = None
+        groups = split_words([t.id for t in dropped], self.vocab)
+        retracted = [
+            (normalize_word(self.vocab.text_bytes(t.id for t in dropped[f : f + k])), dropped[f].emitted_at)
+            for f, k in groups
+        ]
+        return len(self._tokens), retracted
+
+    def _tail_ids(self, n: int) -> tuple[int, ...]:
+        return tuple(t.id for t in self._tokens[len(self._tokens) - n :]) if n <= len(self._tokens) else ()
+
+    def _tail_words(self, n: int) -> list[bytes]:
+        """Normalised texts of the last ``n`` committed words (fewer if there are fewer)."""
+        ids: list[int] = []
+        words: list[bytes] = []
+        for tok in reversed(self._tokens):
+            ids.append(tok.id)
+            if self.vocab.starts_word(tok.id):
+                words.append(normalize_word(self.vocab.text_bytes(reversed(ids))))
+                ids = []
+                if len(words) == n:
+                    break
+        return words[::-1]
+
+    def _update(self, mark: int, stats: dict, t_round: float) -> EngineUpdate:
+        """Turn the token changes since ``mark`` (first token index that may differ) into a word
+        update: re-derive the words from the one holding token ``mark − 1`` and diff them."""
+        w0 = bisect.bisect_right(self._firsts, mark - 1) - 1 if mark > 0 else 0
+        w0 = max(w0, 0)
+        t_from = self._firsts[w0] if w0 < len(self._firsts) else 0
+        prev = self._words[w0 - 1] if w0 > 0 else None
+        new_words, new_firsts = self._derive(t_from, prev)
+        old = self._words[w0:]
+        common = 0
+        while common < min(len(old), len(new_words)) and old[common] == new_words[common]:
+            common += 1
+        self._words[w0:] = new_words
+        self._firsts[w0:] = new_firsts
+        lag = (self._fed - self._next) / SAMPLE_RATE
+        round_stats = RoundStats(
+            provider=getattr(self.model, "provider", ""),
+            lag_s=lag,
+            total_ms=(time.perf_counter() - t_round) * 1000.0,
+            **stats,
+        )
+        return EngineUpdate(len(old) - common, tuple(new_words[common:]), round_stats, self.source)
+
+    def _derive(self, t_from: int, prev: Word | None) -> tuple[list[Word], list[int]]:
+        """Words of tokens ``[t_from, end)``, times clamped to be monotonic after ``prev``."""
+        ids = [t.id for t in self._tokens[t_from:]]
+        words: list[Word] = []
+        firsts: list[int] = []
+        prev_end = prev.end if prev is not None else 0.0
+        for f, k in split_words(ids, self.vocab):
+            toks = self._tokens[t_from + f : t_from + f + k]
+            text = self.vocab.decode(t.id for t in toks).strip()
+            if not text:
+                continue
+            start = max(toks[0].start / SAMPLE_RATE, prev_end)
+            end = max(max(t.end for t in toks) / SAMPLE_RATE, start)
+            word = Word(
+                text=text,
+                start=start,
+                end=end,
+                emitted_at=min(t.emitted_at for t in toks),
+                source=self.source,
+                speculative=any(t.speculative for t in toks),
+            )
+            words.append(word)
+            firsts.append(t_from + f)
+            prev_end = end
+        return words, firsts
+
+
+def _dbfs(audio: np.ndarray) -> float:
+    """RMS level in dB re full scale 1.0 (−inf for all zeros)."""
+    ms = float(np.mean(np.square(audio, dtype=np.float64)))
+    return 10.0 * np.log10(ms) if ms > 0 else float("-inf")
+
+
+def _token_spans(words, n_tokens: int, start: int) -> list[tuple[int, int]]:
+    """Absolute (start, end) samples of each token's DTW word; empty without a valid alignment."""
+    if not words:
+        return []
+    spans: list[tuple[int, int]] = [(start, start)] * n_tokens
+    for w in words:
+        span = (start + w.start_frame * SAMPLES_PER_FRAME, start + w.end_frame * SAMPLES_PER_FRAME)
+        for i in range(w.first, min(w.first + w.count, n_tokens)):
+            spans[i] = span
+    return spans
+
+
+def _keep_first_shown(new_tokens: list[_Token], retracted: list[tuple[bytes, float]], vocab) -> None:
+    """Deviation 10: words that re-emit the retracted speculative words, in order and with equal
+    normalised text, keep the earlier ``emitted_at``."""
+    if not retracted or not new_tokens:
+        return
+    groups = split_words([t.id for t in new_tokens], vocab)
+    texts = [normalize_word(vocab.text_bytes(t.id for t in new_tokens[f : f + k])) for f, k in groups]
+    best, best_n = 0, 0
+    for offset in (0, 1):  # the first new word may be the overlap replacement of the word before
+        n = 0
+        while n < len(retracted) and offset + n < len(texts) and texts[offset + n] == retracted[n][0]:
+            n += 1
+        if n > best_n:
+            best, best_n = offset, n
+    for (f, k), (_, shown) in zip(groups[best : best + best_n], retracted, strict=False):
+        for t in new_tokens[f : f + k]:
+            t.emitted_at = min(t.emitted_at, shown)

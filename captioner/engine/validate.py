@@ -1,0 +1,202 @@
+"""Per-token validation of one decoding round: the NPUsper stop conditions (NPUSPER.md §7–§9).
+
+For every generated token, in the reference's order:
+
+1. when it is *predicted* (:meth:`RoundValidator.on_prediction`): the EOT rule (§4.4, §9.2) — if
+   EOT beats the best ordinary token (``eot_logit > token_logit``) that runner-up is kept unless it
+   is garbage (special, or no ASCII alphanumeric byte), in which case the round stops with reason
+   ``"eot"`` and every token decoded so far is kept;
+2. when its cross-attention arrives (:meth:`RoundValidator.on_attention`, from the decoder pass that
+   *consumes* it, §5): the repetition guard (3 identical ids → stop, all three dropped), then for
+   content tokens the backward cross-attention shift test (§7: ``f+ < f−`` → stop, the token and
+   everything after it dropped) and the peak-margin stop (§8: ``f+ > input − 0.6 s`` → stop, the
+   token kept).
+
+The difference signal is ``MA_10(Med_7(a_i − a_prev))`` with mirror edges for the median
+(``numpy.pad(mode="reflect")``) and zero edges for the moving average (``np.convolve(x,
+ones(10)/10, "same")``); f+ is searched from 0.3 s (frame 15), f− over all frames, first index on
+ties; the first difference of a round always passes. Everything is vectorised numpy, float32.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from captioner.engine.model import FRAME_S
+from captioner.engine.tokens import Vocabulary
+
+__all__ = [
+    "STOP_REASONS",
+    "RoundValidator",
+    "Stop",
+    "exclude_index",
+    "filtered_difference",
+    "median_filter",
+    "moving_average",
+    "shift_peaks",
+]
+
+logger = logging.getLogger(__name__)
+
+STOP_REASONS = ("backward_shift", "peak_margin", "repetition", "eot")
+_REPEAT = 3  # identical consecutive ids that stop a round
+
+
+def _mirror_index(n: int, width: int) -> np.ndarray:
+    """int [n, width]: indices of the centred windows with whole-sample mirroring (index −k → k,
+    n−1+k → n−1−k), clamped to [0, n−1] where a very short signal is still out of range."""
+    half = width // 2
+    idx = np.arange(-half, n + half)
+    idx = np.where(idx < 0, -idx, idx)
+    idx = np.where(idx > n - 1, 2 * (n - 1) - idx, idx)
+    idx = np.clip(idx, 0, n - 1)
+    return sliding_window_view(idx, width)
+
+
+def median_filter(x: np.ndarray, width: int = 7) -> np.ndarray:
+    """Centred running median along the last axis with mirror edges (NPUSPER.md §7.3 step 1).
+
+    Args:
+        x: float [..., n].
+        width: odd window; ``width <= 1`` returns ``x`` unchanged.
+
+    Returns:
+        Same shape and dtype as ``x``; equals ``scipy.ndimage.median_filter(x, width, mode="mirror")``
+        row by row (and ``numpy.pad(mode="reflect")`` + median for signals longer than the window).
+    """
+    if width <= 1 or x.shape[-1] == 0:
+        return x
+    windows = x[..., _mirror_index(x.shape[-1], width)]  # [..., n, width]
+    return np.partition(windows, width // 2, axis=-1)[..., width // 2]
+
+
+def moving_average(x: np.ndarray, width: int = 10) -> np.ndarray:
+    """Moving average along the last axis, zeros outside, divisor always ``width`` (§7.3 step 2).
+
+    ``out[f] = sum(x[f−width//2 : f+(width−1)//2+1]) / width``, which is
+    ``np.convolve(x, np.ones(width)/width, "same")`` for a 1-D signal at least ``width`` long; each
+    window is summed on its own so that equal windows give bit-equal outputs (ties stay ties).
+    """
+    if width <= 1 or x.shape[-1] == 0:
+        return x
+    left, right = width // 2, (width - 1) // 2
+    pad = [(0, 0)] * (x.ndim - 1) + [(left, right)]
+    padded = np.pad(x, pad)
+    return (sliding_window_view(padded, width, axis=-1).sum(axis=-1) / x.dtype.type(width)).astype(x.dtype)
+
+
+def filtered_difference(current: np.ndarray, previous: np.ndarray, median: int = 7, average: int = 10) -> np.ndarray:
+    """float32 [n]: ``MA_average(Med_median(current − previous))`` (paper Eq. 6–7)."""
+    delta = np.asarray(current, dtype=np.float32) - np.asarray(previous, dtype=np.float32)
+    return moving_average(median_filter(delta, median), average)
+
+
+def exclude_index(exclude_s: float, n: int) -> int:
+    """First frame searched for f+: ``int(float32(exclude_s) / float32(0.02))`` as in the C++ (0.3 → 15),
+    clamped to [0, n−1]."""
+    idx = int(np.float32(exclude_s) / np.float32(FRAME_S))
+    return min(max(idx, 0), max(n - 1, 0))
+
+
+def shift_peaks(signal: np.ndarray, exclude_idx: int) -> tuple[int, int]:
+    """(f+, f−) frame indices: argmax over ``[exclude_idx, n)`` and argmin over all frames (§7.4);
+    numpy's argmax/argmin return the first index on ties, as the reference does."""
+    f_plus = exclude_idx + int(np.argmax(signal[exclude_idx:]))
+    return f_plus, int(np.argmin(signal))
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Why and where a round stopped decoding.
+
+    Attributes:
+        reason: one of :data:`STOP_REASONS`.
+        index: the stop index: the round's candidates are the decoded tokens ``[0, index)``
+            (backward shift: the flagged token i → i; peak margin: i + 1; repetition: i − 2;
+            EOT: every decoded token).
+        token: the flagged token id (backward shift only; the 30 s re-inference tracker uses it).
+    """
+
+    reason: str
+    index: int
+    token: int | None = None
+
+
+class RoundValidator:
+    """The stop conditions of one round, fed token by token (see the module docstring).
+
+    Args:
+        vocab: token classes.
+        input_s: the round's effective input length in seconds (the peak-margin reference).
+        peak_margin_s: stop when f+ enters the last ``peak_margin_s`` of the input; 0 disables it
+            (it is also disabled for the final round of a stream).
+        exclude_s: f+ is searched from this time on.
+        median, average: filter widths.
+    """
+
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        *,
+        input_s: float,
+        peak_margin_s: float = 0.6,
+        exclude_s: float = 0.3,
+        median: int = 7,
+        average: int = 10,
+    ):
+        self.vocab = vocab
+        self.input_s = float(input_s)
+        self.peak_margin_s = float(peak_margin_s)
+        self.exclude_s = exclude_s
+        self.median = median
+        self.average = average
+        self.decoded: list[int] = []  # generated tokens so far (forced prefix excluded)
+        self.checked = 0  # tokens whose attention has been validated
+        self.last_peak_s = 0.0  # f+ of the last passed test, seconds
+        self.stop: Stop | None = None
+        self._prev_attn: np.ndarray | None = None
+        self._first_delta = True
+
+    def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:
+        """A new generated token was predicted; apply the EOT rule. Returns the stop, if any."""
+        if self.stop is not None:
+            return self.stop
+        if eot_logit > token_logit and self.vocab.is_garbage(token):
+            self.stop = Stop("eot", len(self.decoded))
+            return self.stop
+        self.decoded.append(int(token))
+        return None
+
+    def on_attention(self, attn_last: np.ndarray) -> Stop | None:
+        """The final-layer attention (float32 [n_frames]) of the next unchecked decoded token."""
+        if self.stop is not None:
+            return self.stop
+        i = self.checked
+        self.checked += 1
+        token = self.decoded[i]
+        if i >= _REPEAT - 1 and len(set(self.decoded[i - _REPEAT + 1 : i + 1])) == 1:
+            self.stop = Stop("repetition", i - (_REPEAT - 1))
+            return self.stop
+        if not self.vocab.is_content(token):
+            return None
+        attn = np.asarray(attn_last, dtype=np.float32)
+        if self._prev_attn is None or self._prev_attn.shape != attn.shape:
+            self._prev_attn = attn
+            return None
+        signal = filtered_difference(attn, self._prev_attn, self.median, self.average)
+        f_plus, f_minus = shift_peaks(signal, exclude_index(self.exclude_s, signal.shape[0]))
+        if self._first_delta:  # the first difference of a round always passes (§7.4)
+            f_minus, self._first_delta = 0, False
+        if f_plus < f_minus:
+            self.stop = Stop("backward_shift", i, token)
+            return self.stop
+        self.last_peak_s = f_plus * FRAME_S
+        self._prev_attn = attn
+        if self.peak_margin_s > 0 and f_plus * FRAME_S > self.input_s - self.peak_margin_s:
+            self.stop = Stop("peak_margin", i + 1)
+            return self.stop
+        return None

@@ -1,0 +1,231 @@
+"""Build a model pack from a Hugging Face Whisper checkpoint directory, with the ``onnx`` package only.
+
+:func:`build_pack` parses the checkpoint, writes every graph of the chunk plan plus the shared
+``weights.bin`` and ``tokens.json`` into a temporary directory next to the output, writes
+``manifest.json`` last and renames the directory into place, so a half-written pack never exists
+under the output name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import onnx
+
+from captioner import __version__
+from captioner.errors import PackBuildError
+from captioner.models.checkpoint import Checkpoint, load_checkpoint
+from captioner.models.decoder_graph import build_decoder_chunk
+from captioner.models.encoder_graph import build_encoder
+from captioner.models.graph_ops import OPSET, WeightStore
+from captioner.models.pack import FORMAT, FORMAT_VERSION, MANIFEST, Pack, file_sha256
+
+__all__ = ["BUCKETS", "BuildOptions", "build_pack", "chunk_plan"]
+
+logger = logging.getLogger(__name__)
+
+BUCKETS = (3, 4, 5, 6, 30)  # seconds (NPUSPER.md §3.4)
+WEIGHTS_FILE = "weights.bin"
+VOCAB_FILE = "tokens.json"
+
+
+@dataclass(frozen=True, slots=True)
+class BuildOptions:
+    """What to build.
+
+    Attributes:
+        precision: ``"fp32"`` or ``"fp16"``: type of the stored weights. fp16 halves the pack;
+            the graphs cast each weight to float32 where it is used, so compute and I/O stay fp32
+            (ORT's CPU provider has no complete fp16 kernel set; the QNN HTP runs float graphs in
+            fp16 anyway).
+        linear: ``"matmul"`` or ``"conv"`` (linear layers as 1×1 Conv, the QNN-friendly lowering).
+        buckets: encoder buckets in seconds.
+        heads: the first chunks of each schedule (they differ; everything after is shared).
+        tail_chunk: size K of the shared chunks after the heads (and of the long bucket's tail).
+        tail_positions: positions the shared chunks cover after the heads (20: 30 per round).
+        max_positions: the last decoder position the longest bucket's chunks consume (224).
+    """
+
+    precision: str = "fp32"
+    linear: str = "matmul"
+    buckets: tuple[int, ...] = BUCKETS
+    heads: dict[str, tuple[int, ...]] = field(default_factory=lambda: {"default": (4, 6), "prefixed": (6, 4)})
+    tail_chunk: int = 5
+    tail_positions: int = 20
+    max_positions: int = 224
+
+    def schedules(self) -> dict[str, tuple[int, ...]]:
+        """Chunk sizes per schedule: head + ⌈tail_positions / tail_chunk⌉ × tail_chunk."""
+        tail = (self.tail_chunk,) * math.ceil(self.tail_positions / self.tail_chunk)
+        return {name: (*head, *tail) for name, head in self.heads.items()}
+
+    def validate(self, n_text_ctx: int, n_audio_ctx: int) -> None:
+        """Raise PackBuildError for an impossible combination."""
+        if self.precision not in ("fp32", "fp16"):
+            raise PackBuildError(f"precision must be fp32 or fp16, not {self.precision!r}")
+        if self.linear not in ("matmul", "conv"):
+            raise PackBuildError(f"linear must be matmul or conv, not {self.linear!r}")
+        if not self.buckets or any(b <= 0 or 50 * b > n_audio_ctx for b in self.buckets):
+            raise PackBuildError(f"buckets must be between 1 and {n_audio_ctx // 50} seconds, not {self.buckets}")
+        if self.tail_chunk < 2 or any(k < 2 for h in self.heads.values() for k in h):
+            raise PackBuildError("every decoder chunk must run at least 2 steps")
+        starts = {sum(h) for h in self.heads.values()}
+        if len(starts) != 1:
+            raise PackBuildError(f"the schedule heads must cover the same positions to share the tail: {self.heads}")
+        if self.max_positions + 1 > n_text_ctx:
+            raise PackBuildError(f"max_positions {self.max_positions} exceeds the model's {n_text_ctx} positions")
+
+
+def chunk_plan(options: BuildOptions, full_window: int = 30) -> dict[int, list[tuple[int, int]]]:
+    """(start, size) of every chunk graph per bucket.
+
+    Each schedule contributes its chunks; the bucket of ``full_window`` seconds (the re-inference
+    fallback) continues with ``tail_chunk``-sized chunks while they consume positions ≤ max_positions.
+    """
+    plan: dict[int, list[tuple[int, int]]] = {}
+    schedules = options.schedules()
+    for bucket in options.buckets:
+        chunks: set[tuple[int, int]] = set()
+        end = 0
+        for sizes in schedules.values():
+            start = 0
+            for size in sizes:
+                chunks.add((start, size))
+                start += size
+            end = max(end, start)
+        if bucket == full_window:
+            start = end
+            while start + options.tail_chunk <= options.max_positions + 1:
+                chunks.add((start, options.tail_chunk))
+                start += options.tail_chunk
+        plan[bucket] = sorted(chunks)
+    return plan
+
+
+def _save(model: onnx.ModelProto, path: Path) -> None:
+    onnx.save_model(model, path)
+    onnx.checker.check_model(str(path))
+
+
+def build_pack(
+    checkpoint: Path | str | Checkpoint,
+    out: Path | str,
+    options: BuildOptions | None = None,
+    *,
+    name: str | None = None,
+    revision: str | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> Pack:
+    """Build a pack from a checkpoint directory into ``out`` (which must not exist).
+
+    Args:
+        checkpoint: the checkpoint directory (or an already parsed :class:`Checkpoint`).
+        out: the pack directory to create.
+        options: what to build (defaults: fp32, matmul, all buckets, the paper's schedules).
+        name, revision: source name/revision recorded in the manifest.
+        progress: called as ``progress(done, total, file_name)`` after each graph.
+
+    Returns:
+        the loaded pack.
+
+    Raises:
+        PackBuildError: a bad checkpoint (the file is named), bad options, or ``out`` exists.
+    """
+    options = options or BuildOptions()
+    out = Path(out)
+    if out.exists():
+        raise PackBuildError(f"{out} already exists: choose another output or remove it first")
+    if not out.parent.is_dir():
+        raise PackBuildError(f"{out.parent} does not exist")
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint, name=name, revision=revision)
+    options.validate(ckpt.dims.n_text_ctx, ckpt.dims.n_audio_ctx)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        _write_pack(ckpt, tmp, options, progress)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("built pack %s", out)
+    return Pack.load(out)
+
+
+def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
+                progress: Callable[[int, int, str], None] | None) -> None:
+    plan = chunk_plan(options, full_window=ckpt.dims.n_audio_ctx // 50)
+    total = len(plan) + sum(len(c) for c in plan.values())
+    done = 0
+    store = WeightStore(root / WEIGHTS_FILE, options.precision)
+    encoders: dict[str, str] = {}
+    decoders: list[dict] = []
+
+    def step(file: str) -> None:
+        nonlocal done
+        done += 1
+        logger.debug("wrote %s (%d/%d)", file, done, total)
+        if progress:
+            progress(done, total, file)
+
+    try:
+        for bucket in sorted(plan):
+            file = f"encoder_{bucket}s.onnx"
+            _save(build_encoder(ckpt, store, bucket, options.linear), root / file)
+            encoders[str(bucket)] = file
+            step(file)
+            for start, size in plan[bucket]:
+                file = f"decoder_{bucket}s_p{start}_k{size}.onnx"
+                _save(build_decoder_chunk(ckpt, store, bucket, start, size, options.linear), root / file)
+                decoders.append({"bucket": bucket, "start": start, "size": size, "file": file})
+                step(file)
+    finally:
+        store.close()
+    (root / VOCAB_FILE).write_text(json.dumps([t.hex() for t in ckpt.token_bytes]), encoding="utf-8")
+    files = {p.name: file_sha256(p) for p in sorted(root.iterdir()) if p.is_file()}
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "source": ckpt.source,
+        "dims": asdict(ckpt.dims),
+        "multilingual": ckpt.multilingual,
+        "vocabulary": VOCAB_FILE,
+        "special": {**asdict(ckpt.special), "languages": dict(ckpt.special.languages)},
+        "alignment_heads": [list(pair) for pair in ckpt.alignment_heads],
+        "alignment_heads_source": ckpt.alignment_heads_source,
+        "buckets": sorted(plan),
+        "schedules": {k: list(v) for k, v in options.schedules().items()},
+        "long_chunk": options.tail_chunk,
+        "max_positions": options.max_positions,
+        "precision": options.precision,
+        "linear": options.linear,
+        "weights": WEIGHTS_FILE,
+        "weights_index": store.index,
+        "encoders": encoders,
+        "decoders": decoders,
+        "files": files,
+        "builder": {"captioner": __version__, "onnx_opset": OPSET, "onnx": onnx.__version__},
+    }
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
+def parse_buckets(values: Iterable[str]) -> tuple[int, ...]:
+    """``["3", "30"]`` or ``["3,4"]`` -> (3, 30); PackBuildError on anything else."""
+    out: list[int] = []
+    for value in values:
+        for part in str(value).split(","):
+            if not part.strip():
+                continue
+            try:
+                out.append(int(part))
+            except ValueError:
+                raise PackBuildError(f"bucket {part!r} is not a whole number of seconds") from None
+    return tuple(sorted(set(out)))

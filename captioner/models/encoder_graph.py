@@ -1,0 +1,120 @@
+"""The encoder graph of one bucket (ARCHITECTURE.md §5.1).
+
+In: ``mel`` float32 [1, n_mels, 100·B] (2·n_frames real mel frames, then 0.0 padding in the
+normalised log-mel domain), ``n_frames`` int64 [1] (real encoder frames). Out: ``cross_k``,
+``cross_v`` float32 [decoder_layers, 1, heads, 50·B, head_dim], every decoder layer's cross-attention
+keys and values of the encoder output (values with their bias; keys have none in Whisper).
+
+Masking makes the real frames' outputs equal the encoder run on exactly the real length, whatever
+the padding holds: the mel input and conv1's output are zeroed beyond 2·n_frames (so both
+convolutions see the same zero padding as the exact run), and the
+self-attention adds −100 to the scores of keys at or beyond n_frames (finite, for fp16 NPUs).
+The attention scale head_dim^-0.5 is folded into the query weights at build time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from captioner.models.checkpoint import Checkpoint
+from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
+
+__all__ = ["MASK_BIAS", "build_encoder", "qkv_weights"]
+
+MASK_BIAS = -100.0  # additive attention bias of masked positions (paper's NPU choice)
+
+
+def qkv_weights(w: dict[str, np.ndarray], prefix: str, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Fused [3d, d] weight and [3d] bias of q (pre-multiplied by ``scale``), k (no bias) and v.
+
+    ``prefix`` names the attention block, e.g. ``encoder.layers.0.self_attn``.
+    """
+    d = w[f"{prefix}.q_proj.weight"].shape[0]
+    weight = np.concatenate(
+        [w[f"{prefix}.q_proj.weight"] * scale, w[f"{prefix}.k_proj.weight"], w[f"{prefix}.v_proj.weight"]]
+    ).astype(np.float32)
+    k_bias = w.get(f"{prefix}.k_proj.bias", np.zeros(d, np.float32))
+    bias = np.concatenate([w[f"{prefix}.q_proj.bias"] * scale, k_bias, w[f"{prefix}.v_proj.bias"]]).astype(np.float32)
+    return weight, bias
+
+
+def build_encoder(ckpt: Checkpoint, store: WeightStore, bucket: int, linear: str):
+    """The encoder ModelProto for ``bucket`` seconds (see module docstring for the I/O contract)."""
+    dims, w = ckpt.dims, ckpt.weights
+    d, heads, hd = dims.d_model, dims.encoder_heads, dims.head_dim
+    n_mel_frames, frames = 100 * bucket, 50 * bucket
+    if frames > dims.n_audio_ctx:
+        raise ValueError(f"bucket {bucket} s exceeds the model's {dims.n_audio_ctx // 50} s window")
+    scale = float(hd) ** -0.5
+    g = GraphBuilder(f"encoder_{bucket}s", store, linear)
+
+    def wt(name: str):
+        return lambda: w[name]
+
+    # conv1 + GELU, zeroed beyond the real mel frames
+    n_real = g.op("Cast", ["n_frames"], to=TensorProto.FLOAT)
+    mel_pos = g.const(np.arange(n_mel_frames), np.float32)
+    keep_mel = g.op("Cast", [g.op("Less", [mel_pos, g.op("Mul", [n_real, g.const([2.0], np.float32)])])],
+                    to=TensorProto.FLOAT)
+    mel = g.op("Mul", ["mel", keep_mel])  # whatever the host padded with, the graph sees 0.0
+    c1 = g.op("Conv", [mel, g.weight("encoder.conv1.weight", wt("encoder.conv1.weight")),
+                       g.weight("encoder.conv1.bias", wt("encoder.conv1.bias"))], pads=[1, 1], kernel_shape=[3])
+    c1 = g.op("Mul", [g.gelu(c1), keep_mel])
+    c2 = g.op("Conv", [c1, g.weight("encoder.conv2.weight", wt("encoder.conv2.weight")),
+                       g.weight("encoder.conv2.bias", wt("encoder.conv2.bias"))],
+              pads=[1, 1], kernel_shape=[3], strides=[2])
+    x = g.op("Transpose", [g.gelu(c2)], perm=[0, 2, 1])  # [1, T, d]
+    pos = g.weight("encoder.embed_positions.weight", wt("encoder.embed_positions.weight"))
+    x = g.op("Add", [x, g.op("Slice", [pos, g.const([0]), g.const([frames]), g.const([0])])])
+
+    # −100 on keys at or beyond n_frames, broadcast over [heads, T(query), T(key)]
+    frame_pos = g.const(np.arange(frames), np.float32)
+    key_bias = g.op("Mul", [g.op("Cast", [g.op("Not", [g.op("Less", [frame_pos, n_real])])], to=TensorProto.FLOAT),
+                            g.const([MASK_BIAS], np.float32)])
+
+    for i in range(dims.encoder_layers):
+        p = f"encoder.layers.{i}"
+        h = g.layer_norm(x, f"{p}.self_attn_layer_norm", w)
+        qkv = g.linear(h, f"{p}.self_attn.qkv", lambda p=p: qkv_weights(w, f"{p}.self_attn", scale)[0],
+                       lambda p=p: qkv_weights(w, f"{p}.self_attn", scale)[1], frames, d, 3 * d, batch=True)
+        q, k, v = g.op("Split", [qkv, g.const([d, d, d])], outputs=3, axis=-1)
+        split_heads = g.const([frames, heads, hd])
+        q = g.op("Transpose", [g.op("Reshape", [q, split_heads])], perm=[1, 0, 2])  # [H, T, hd]
+        kt = g.op("Transpose", [g.op("Reshape", [k, split_heads])], perm=[1, 2, 0])  # [H, hd, T]
+        v = g.op("Transpose", [g.op("Reshape", [v, split_heads])], perm=[1, 0, 2])
+        probs = g.op("Softmax", [g.op("Add", [g.op("MatMul", [q, kt]), key_bias])], axis=-1)
+        o = g.op("Transpose", [g.op("MatMul", [probs, v])], perm=[1, 0, 2])  # [T, H, hd]
+        o = g.op("Reshape", [o, g.const([1, frames, d])])
+        o = g.linear(o, f"{p}.self_attn.out_proj", wt(f"{p}.self_attn.out_proj.weight"),
+                     wt(f"{p}.self_attn.out_proj.bias"), frames, d, d, batch=True)
+        x = g.op("Add", [x, o])
+        h = g.layer_norm(x, f"{p}.final_layer_norm", w)
+        h = g.gelu(g.linear(h, f"{p}.fc1", wt(f"{p}.fc1.weight"), wt(f"{p}.fc1.bias"),
+                            frames, d, dims.encoder_ffn_dim, batch=True))
+        h = g.linear(h, f"{p}.fc2", wt(f"{p}.fc2.weight"), wt(f"{p}.fc2.bias"),
+                     frames, dims.encoder_ffn_dim, d, batch=True)
+        x = g.op("Add", [x, h])
+    x = g.layer_norm(x, "encoder.layer_norm", w)
+
+    n_layers = dims.decoder_layers
+    outs = {}
+    for kind, has_bias in (("k", False), ("v", True)):
+        names = [f"decoder.layers.{j}.encoder_attn.{kind}_proj" for j in range(n_layers)]
+
+        def weight(names=names):
+            return np.concatenate([w[f"{n}.weight"] for n in names])
+
+        def bias(names=names):
+            return np.concatenate([w[f"{n}.bias"] for n in names])
+
+        y = g.linear(x, f"decoder.cross_attn.{kind}_proj_all", weight, bias if has_bias else None,
+                     frames, d, n_layers * d, batch=True)  # [1, T, L·d]
+        y = g.op("Transpose", [g.op("Reshape", [y, g.const([frames, n_layers, heads, hd])])], perm=[1, 2, 0, 3])
+        outs[kind] = g.op("Reshape", [y, g.const([n_layers, 1, heads, frames, hd])],
+                          outputs=[f"cross_{kind}"])
+    return g.model(
+        [value_info("mel", TensorProto.FLOAT, [1, dims.n_mels, n_mel_frames]),
+         value_info("n_frames", TensorProto.INT64, [1])],
+        [value_info(f"cross_{kind}", TensorProto.FLOAT, [n_layers, 1, heads, frames, hd]) for kind in ("k", "v")],
+    )

@@ -1,0 +1,280 @@
+"""A model pack on disk: ``manifest.json``, the vocabulary, the shared weight file and the ONNX graphs.
+
+A pack is what ``captioner models build`` writes and what the engine reads. The manifest keys are a
+contract (ARCHITECTURE.md §5); :class:`Pack` is the only reader, validating them on load so that the
+engine never meets a half-formed pack. Layout of a pack directory::
+
+    manifest.json        format, source, dims, special ids, alignment heads, buckets, schedules, files
+    tokens.json          id -> hex of the token's raw bytes (byte-level BPE decoded)
+    weights.bin          every weight tensor once; each graph's initializers point into it by offset
+    encoder_3s.onnx ...  one encoder graph per bucket (seconds)
+    decoder_3s_p0_k4.onnx ...  one decoder chunk graph per (bucket, start position, size)
+
+Weight sharing contract for the runtime: every initializer stored in ``weights.bin`` (the ONNX
+``data_location == EXTERNAL`` ones) has the same name and the same bytes in every graph of the pack,
+so the runtime may load each once and hand the same OrtValue to every session
+(``SessionOptions.add_initializer``). Small graph-specific constants are stored inside the graphs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from captioner.errors import ModelError
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "Dims",
+    "Pack",
+    "SpecialTokens",
+    "file_sha256",
+]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "captioner-pack"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Dims:
+    """Model dimensions, as in the checkpoint's ``config.json``.
+
+    Attributes:
+        n_mels: mel bins of the input (80, or 128 for large-v3).
+        n_audio_ctx: encoder positions of a 30 s window (1500).
+        d_model: hidden width.
+        encoder_layers, encoder_heads, decoder_layers, decoder_heads: transformer depth and heads.
+        head_dim: ``d_model // heads`` (the same for encoder and decoder in every Whisper).
+        n_text_ctx: decoder positions (448).
+        n_vocab: vocabulary size (51865 multilingual, 51864 English-only, 51866 large-v3).
+        encoder_ffn_dim, decoder_ffn_dim: width of the feed-forward blocks.
+    """
+
+    n_mels: int
+    n_audio_ctx: int
+    d_model: int
+    encoder_layers: int
+    encoder_heads: int
+    decoder_layers: int
+    decoder_heads: int
+    head_dim: int
+    n_text_ctx: int
+    n_vocab: int
+    encoder_ffn_dim: int
+    decoder_ffn_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpecialTokens:
+    """Ids of Whisper's special tokens.
+
+    Attributes:
+        eot: ``<|endoftext|>``; every id ``>= eot`` is special or a timestamp.
+        sot: ``<|startoftranscript|>``.
+        transcribe, translate: task tokens (None for English-only models, whose prompt has no task).
+        notimestamps: ``<|notimestamps|>``.
+        first_timestamp: ``<|0.00|>``.
+        startofprev: ``<|startofprev|>`` if the vocabulary has it.
+        nospeech: ``<|nospeech|>`` (``<|nocaptions|>`` in older vocabularies) if present.
+        languages: language code -> token id (``"en"`` -> 50259); empty for English-only models.
+    """
+
+    eot: int
+    sot: int
+    transcribe: int | None
+    translate: int | None
+    notimestamps: int
+    first_timestamp: int
+    startofprev: int | None
+    nospeech: int | None
+    languages: Mapping[str, int] = field(default_factory=dict)
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _dataclass_from(cls: type, data: Any, what: str, manifest: Path) -> Any:
+    """Build ``cls`` from a manifest dict, naming the manifest and key on any mismatch."""
+    if not isinstance(data, dict):
+        raise ModelError(f"{manifest}: '{what}' must be an object")
+    names = [f.name for f in fields(cls)]
+    missing = [n for n in names if n not in data]
+    if missing:
+        raise ModelError(f"{manifest}: '{what}' lacks {', '.join(missing)}")
+    return cls(**{n: data[n] for n in names})
+
+
+@dataclass(frozen=True, slots=True)
+class Pack:
+    """A loaded, validated pack directory (read-only).
+
+    Attributes:
+        root: the pack directory.
+        manifest: the parsed ``manifest.json``.
+        dims: model dimensions.
+        special: special token ids.
+        multilingual: the model has language and task tokens.
+        alignment_heads: (decoder layer, head) pairs averaged into ``attn_align`` (for DTW).
+        buckets: encoder buckets in seconds, ascending, e.g. ``(3, 4, 5, 6, 30)``.
+        schedules: chunk sizes per schedule name: ``{"default": (4, 6, 5, 5, 5, 5),
+            "prefixed": (6, 4, 5, 5, 5, 5)}``.
+        long_chunk: chunk size with which the 30 s bucket continues after the schedule (5).
+        max_positions: decoder positions the longest bucket reaches (224).
+        precision: ``"fp32"`` or ``"fp16"`` (weights; graph I/O is always float32).
+        linear: ``"matmul"`` or ``"conv"`` (lowering of the linear layers).
+        token_bytes: id -> raw bytes of that single token (specials as their ``<|...|>`` text).
+        pack_hash: hex sha256 of ``manifest.json`` (key of EP-context caches).
+    """
+
+    root: Path
+    manifest: dict
+    dims: Dims
+    special: SpecialTokens
+    multilingual: bool
+    alignment_heads: tuple[tuple[int, int], ...]
+    buckets: tuple[int, ...]
+    schedules: Mapping[str, tuple[int, ...]]
+    long_chunk: int
+    max_positions: int
+    precision: str
+    linear: str
+    token_bytes: tuple[bytes, ...]
+    pack_hash: str
+    _encoders: Mapping[int, str] = field(repr=False)
+    _decoders: Mapping[tuple[int, int, int], str] = field(repr=False)
+
+    def encoder_file(self, bucket: int) -> Path:
+        """The encoder graph of ``bucket`` seconds; ModelError if the pack has no such bucket."""
+        try:
+            return self.root / self._encoders[int(bucket)]
+        except KeyError:
+            raise ModelError(f"pack {self.root} has no {bucket} s encoder (buckets: {self.buckets})") from None
+
+    def decoder_file(self, bucket: int, start: int, size: int) -> Path:
+        """The decoder chunk graph that starts at position ``start`` and runs ``size`` steps."""
+        try:
+            return self.root / self._decoders[(int(bucket), int(start), int(size))]
+        except KeyError:
+            raise ModelError(
+                f"pack {self.root} has no decoder chunk for bucket {bucket} s, start {start}, size {size}"
+            ) from None
+
+    def decoder_chunks(self, bucket: int) -> list[tuple[int, int]]:
+        """(start, size) of every chunk graph available for ``bucket``, sorted."""
+        return sorted((s, k) for (b, s, k) in self._decoders if b == int(bucket))
+
+    def weights_file(self) -> Path:
+        """The shared external-data file that every graph's initializers reference."""
+        return self.root / self.manifest["weights"]
+
+    def graph_files(self) -> list[Path]:
+        """Every ONNX graph of the pack (encoders first, then decoders in (bucket, start) order)."""
+        enc = [self.root / self._encoders[b] for b in sorted(self._encoders)]
+        dec = [self.root / self._decoders[key] for key in sorted(self._decoders)]
+        return enc + dec
+
+    @classmethod
+    def load(cls, root: Path | str, *, verify: bool = False) -> Pack:
+        """Read and validate the pack in ``root``.
+
+        Args:
+            root: the pack directory.
+            verify: also check the sha256 of every file listed in the manifest (slow for big packs).
+
+        Raises:
+            ModelError: a missing, unreadable or inconsistent file; the message names it.
+        """
+        root = Path(root)
+        mpath = root / MANIFEST
+        if not root.is_dir():
+            raise ModelError(f"model pack not found: {root}")
+        try:
+            raw = mpath.read_bytes()
+            manifest = json.loads(raw)
+        except FileNotFoundError:
+            raise ModelError(f"{mpath} is missing: {root} is not a model pack") from None
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"{mpath} is unreadable or not JSON: {exc}") from exc
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise ModelError(f"{mpath} is not a captioner pack manifest")
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise ModelError(
+                f"{mpath} has format_version {manifest.get('format_version')!r}; this captioner reads "
+                f"{FORMAT_VERSION}: rebuild the pack with 'captioner models build'"
+            )
+        try:
+            return cls._from_manifest(root, manifest, hashlib.sha256(raw).hexdigest(), verify)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"{mpath} is inconsistent: {exc!r}") from exc
+
+    @classmethod
+    def _from_manifest(cls, root: Path, manifest: dict, pack_hash: str, verify: bool) -> Pack:
+        mpath = root / MANIFEST
+        dims = _dataclass_from(Dims, manifest["dims"], "dims", mpath)
+        sp = dict(manifest["special"])
+        sp["languages"] = MappingProxyType({str(k): int(v) for k, v in sp.get("languages", {}).items()})
+        special = _dataclass_from(SpecialTokens, sp, "special", mpath)
+        files: dict[str, str] = manifest["files"]
+        for name in files:
+            if not (root / name).is_file():
+                raise ModelError(f"{root / name} is missing (listed in {mpath})")
+        encoders = {int(b): str(f) for b, f in manifest["encoders"].items()}
+        decoders = {(int(d["bucket"]), int(d["start"]), int(d["size"])): str(d["file"]) for d in manifest["decoders"]}
+        for name in [*encoders.values(), *decoders.values(), manifest["weights"], manifest["vocabulary"]]:
+            if name not in files:
+                raise ModelError(f"{mpath} does not list {name} in 'files'")
+        buckets = tuple(sorted(int(b) for b in manifest["buckets"]))
+        if set(buckets) != set(encoders):
+            raise ModelError(f"{mpath}: buckets {buckets} do not match the encoders {sorted(encoders)}")
+        if verify:
+            for name, digest in files.items():
+                if file_sha256(root / name) != digest:
+                    raise ModelError(f"{root / name} is corrupt (sha256 differs from {mpath})")
+        token_bytes = _load_vocabulary(root / manifest["vocabulary"], dims.n_vocab)
+        return cls(
+            root=root,
+            manifest=manifest,
+            dims=dims,
+            special=special,
+            multilingual=bool(manifest["multilingual"]),
+            alignment_heads=tuple((int(l_), int(h)) for l_, h in manifest["alignment_heads"]),
+            buckets=buckets,
+            schedules=MappingProxyType({str(k): tuple(int(x) for x in v) for k, v in manifest["schedules"].items()}),
+            long_chunk=int(manifest["long_chunk"]),
+            max_positions=int(manifest["max_positions"]),
+            precision=str(manifest["precision"]),
+            linear=str(manifest["linear"]),
+            token_bytes=token_bytes,
+            pack_hash=pack_hash,
+            _encoders=MappingProxyType(encoders),
+            _decoders=MappingProxyType(decoders),
+        )
+
+
+def _load_vocabulary(path: Path, n_vocab: int) -> tuple[bytes, ...]:
+    """Read ``tokens.json`` (a JSON list of hex strings, index = token id)."""
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+        token_bytes = tuple(bytes.fromhex(h) for h in table)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ModelError(f"{path} is unreadable or malformed: {exc}") from exc
+    if len(token_bytes) != n_vocab:
+        raise ModelError(f"{path} has {len(token_bytes)} tokens, the model has {n_vocab}")
+    return token_bytes

@@ -1,0 +1,327 @@
+"""Words → subtitle cues: readable line lengths, sane durations, times that players accept.
+
+A cue holds at most ``max_lines`` lines of at most ``max_line_chars`` characters and lasts 1–7 s.
+Cues end at sentence ends, at a change of source and after a long silence; when a cue would grow
+past its limits it is split at the last comma, else at the longest pause of at least 0.5 s, else
+just before the word that does not fit. Times are integer milliseconds on the audio clock (0 = the
+first captured sample): monotonic, non-overlapping, never ending before they start. A cue is
+stretched to ``min_duration_ms`` where the next cue leaves room.
+
+The :class:`CueSegmenter` decides every break when a word arrives, looking at that word only, so
+the cues it has closed never change when more words come: the batch export
+(:func:`build_cues`) and the live subtitle file (``live.py``) produce the same cues.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from captioner.core import Source, Word
+from captioner.storage.settings import TranscriptConfig
+
+__all__ = ["Cue", "CueOptions", "CueSegmenter", "build_cues", "merge_sources", "normalize_text"]
+
+SENTENCE_END = (".", "!", "?", "…", "。", "！", "？", "؟", "।")
+CLAUSE_END = (",", ";", ":", "，", "、", "；", "：", "،", "—", "–")
+CLOSING = "\"')]}»”’」』"  # closing quotes/brackets after the punctuation: 'end."'
+
+
+@dataclass(frozen=True, slots=True)
+class CueOptions:
+    """Limits and labels of the cue layout.
+
+    Attributes:
+        max_line_chars: characters per line (a source label counts on the first line).
+        max_lines: lines per cue.
+        min_duration_ms, max_duration_ms: a cue lasts at least / at most this long (ms); the
+            minimum yields to the next cue's start.
+        pause_ms: a gap between words of at least this long is a split point (ms).
+        silence_ms: a gap at least this long always ends the cue (ms).
+        label_mic, label_system: labels per source when labels are shown.
+    """
+
+    max_line_chars: int = 42
+    max_lines: int = 2
+    min_duration_ms: int = 1000
+    max_duration_ms: int = 7000
+    pause_ms: int = 500
+    silence_ms: int = 2000
+    label_mic: str = "You"
+    label_system: str = "Others"
+
+    def __post_init__(self) -> None:
+        if self.max_line_chars < 8 or self.max_lines < 1:
+            raise ValueError("CueOptions: max_line_chars must be >= 8 and max_lines >= 1")
+        if not 0 < self.min_duration_ms <= self.max_duration_ms:
+            raise ValueError("CueOptions: need 0 < min_duration_ms <= max_duration_ms")
+
+    @classmethod
+    def from_config(cls, config: TranscriptConfig) -> CueOptions:
+        """The options the user chose in the settings."""
+        return cls(
+            max_line_chars=config.max_line_chars,
+            max_lines=config.max_lines,
+            label_mic=config.label_mic,
+            label_system=config.label_system,
+        )
+
+    def label(self, source: Source) -> str:
+        """The label shown for ``source``, cut so that it leaves half of the first line for words."""
+        label = normalize_text(self.label_mic if source == "mic" else self.label_system)
+        return label[: max(1, self.max_line_chars // 2 - 2)]
+
+
+@dataclass(frozen=True, slots=True)
+class Cue:
+    """One subtitle.
+
+    Attributes:
+        start_ms, end_ms: audio-clock milliseconds, ``end_ms > start_ms``.
+        lines: the text lines (without the label), each within the line limit.
+        source: the source of every word in the cue.
+        label: source label to show ("" = none).
+        words: the words in the cue, in order (a word longer than a line appears as pieces).
+    """
+
+    start_ms: int
+    end_ms: int
+    lines: tuple[str, ...]
+    source: Source
+    label: str = ""
+    words: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The lines joined with newlines (no label)."""
+        return "\n".join(self.lines)
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A word ready for layout: normalised text, integer ms, and whether it glues to the previous
+    piece (the 2nd+ piece of a word longer than a line)."""
+
+    text: str
+    start: int
+    end: int
+    source: Source
+    glued: bool = False
+
+
+def normalize_text(text: str) -> str:
+    """Collapse every run of whitespace (newlines, tabs, U+2028, ...) into one space and strip."""
+    return " ".join(text.split())
+
+
+def _ms(seconds: float, fallback: int) -> int:
+    if not math.isfinite(seconds):
+        return fallback
+    return max(0, round(seconds * 1000))
+
+
+def _ends_with(text: str, marks: tuple[str, ...]) -> bool:
+    return text.rstrip(CLOSING).endswith(marks)
+
+
+def merge_sources(words: Iterable[Word]) -> list[Word]:
+    """Interleave the words of each source by start time, keeping each source's own order.
+
+    Args:
+        words: words of one or more sources; within a source in emission order.
+    """
+    by_source: dict[str, list[Word]] = {}
+    for word in words:
+        by_source.setdefault(word.source, []).append(word)
+    if len(by_source) <= 1:
+        return [w for ws in by_source.values() for w in ws]
+    # A fixed source order makes ties (same start) come out the same wherever the words came from.
+    ordered = [by_source[s] for s in sorted(by_source)]
+    return list(heapq.merge(*ordered, key=lambda w: w.start))
+
+
+class CueSegmenter:
+    """Turns a stream of committed words into cues, one word at a time.
+
+    Args:
+        options: limits and labels.
+        labelled: show the source label on every cue (sessions with two sources).
+    """
+
+    def __init__(self, options: CueOptions | None = None, *, labelled: bool = False) -> None:
+        self.options = options or CueOptions()
+        self.labelled = labelled
+        self._open: list[_Piece] = []
+        self._prev_end = 0  # end of the last closed cue, ms
+        self._last_end = 0  # end of the last word seen, ms (fallback for non-finite times)
+
+    def push(self, word: Word) -> list[Cue]:
+        """Add one committed word; returns the cues this closed (often none)."""
+        closed: list[Cue] = []
+        for piece in self._pieces(word):
+            closed += self._push_piece(piece)
+        return closed
+
+    def flush(self) -> list[Cue]:
+        """Close the open cue (end of the session)."""
+        if not self._open:
+            return []
+        cue = self._close(self._open, None)
+        self._open = []
+        return [cue]
+
+    def _pieces(self, word: Word) -> list[_Piece]:
+        text = normalize_text(word.text)
+        if not text:
+            return []
+        start = _ms(word.start, self._last_end)
+        end = max(start, _ms(word.end, start))
+        self._last_end = end
+        width = self.options.max_line_chars - (self._label_width(word.source) if self.labelled else 0)
+        if len(text) <= width:
+            return [_Piece(text, start, end, word.source)]
+        # A word longer than a line (a URL, a run-on token) is cut into line-sized pieces whose
+        # times share the word's duration.
+        chunks = [text[i : i + width] for i in range(0, len(text), width)]
+        span = end - start
+        return [
+            _Piece(
+                chunk,
+                start + span * i // len(chunks),
+                start + span * (i + 1) // len(chunks),
+                word.source,
+                glued=i > 0,
+            )
+            for i, chunk in enumerate(chunks)
+        ]
+
+    def _push_piece(self, piece: _Piece) -> list[Cue]:
+        closed: list[Cue] = []
+        if self._open:
+            last = self._open[-1]
+            gap = piece.start - last.end
+            if (
+                piece.source != last.source
+                or (not piece.glued and _ends_with(last.text, SENTENCE_END))
+                or gap >= self.options.silence_ms
+            ):
+                closed.append(self._close(self._open, piece.start))
+                self._open = []
+        while self._open and not self._fits([*self._open, piece]):
+            cut = self._split_point(piece)
+            rest = self._open[cut:]
+            closed.append(self._close(self._open[:cut], rest[0].start if rest else piece.start))
+            self._open = rest
+        self._open.append(piece)
+        return closed
+
+    def _split_point(self, incoming: _Piece) -> int:
+        """How many open pieces to close: after the last clause end, else after the longest
+        pause >= pause_ms, else all of them. Never splits a glued word."""
+        candidates = range(len(self._open), 0, -1)
+        for n in candidates:
+            nxt = self._open[n] if n < len(self._open) else incoming
+            if not nxt.glued and _ends_with(self._open[n - 1].text, SENTENCE_END + CLAUSE_END):
+                return n
+        best, best_gap = len(self._open), -1
+        for n in candidates:
+            nxt = self._open[n] if n < len(self._open) else incoming
+            gap = nxt.start - self._open[n - 1].end
+            if not nxt.glued and gap >= self.options.pause_ms and gap > best_gap:
+                best, best_gap = n, gap
+        return best
+
+    def _label_width(self, source: Source) -> int:
+        return len(self.options.label(source)) + 2  # "You: "
+
+    def _fits(self, pieces: Sequence[_Piece]) -> bool:
+        if pieces[-1].end - pieces[0].start > self.options.max_duration_ms:
+            return False
+        return self._layout(pieces, self.options.max_line_chars) is not None
+
+    def _layout(self, pieces: Sequence[_Piece], width: int) -> list[str] | None:
+        """Greedy line fill at ``width``; None when it needs more than ``max_lines`` lines."""
+        first = width - (self._label_width(pieces[0].source) if self.labelled else 0)
+        lines: list[str] = []
+        current = ""
+        for piece in pieces:
+            cap = first if not lines else width
+            joined = current + piece.text if (piece.glued or not current) else f"{current} {piece.text}"
+            if len(joined) <= cap:
+                current = joined
+                continue
+            if current:
+                lines.append(current)
+            current = piece.text
+            if len(current) > width:  # cannot happen for pieces cut to width; guard the invariant
+                return None
+        lines.append(current)
+        if len(lines) > self.options.max_lines or len(lines[0]) > first:
+            return None
+        return lines
+
+    def _balanced(self, pieces: Sequence[_Piece]) -> list[str]:
+        """The narrowest layout that still fits in ``max_lines`` lines (balanced line lengths)."""
+        best = self._layout(pieces, self.options.max_line_chars)
+        assert best is not None  # _fits was checked before the piece joined the cue
+        lo, hi = 1, self.options.max_line_chars
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._layout(pieces, mid) is not None:
+                hi = mid
+            else:
+                lo = mid + 1
+        narrow = self._layout(pieces, lo)
+        return narrow if narrow is not None and len(narrow) == len(best) else best
+
+    def _close(self, pieces: Sequence[_Piece], next_start: int | None) -> Cue:
+        opts = self.options
+        start = max(pieces[0].start, self._prev_end)
+        natural_end = min(max(pieces[-1].end, start), start + opts.max_duration_ms)
+        end = min(max(natural_end, start + opts.min_duration_ms), start + opts.max_duration_ms)
+        if next_start is not None and end > next_start:
+            end = max(next_start, natural_end)  # the minimum yields; the words' own end does not
+        end = max(end, start + 1)
+        self._prev_end = end
+        words: list[str] = []
+        for piece in pieces:
+            if piece.glued and words:
+                words[-1] += piece.text
+            else:
+                words.append(piece.text)
+        source = pieces[0].source
+        return Cue(
+            start_ms=start,
+            end_ms=end,
+            lines=tuple(self._balanced(pieces)),
+            source=source,
+            label=opts.label(source) if self.labelled else "",
+            words=tuple(words),
+        )
+
+
+def build_cues(
+    words: Iterable[Word], options: CueOptions | None = None, *, labelled: bool | None = None
+) -> list[Cue]:
+    """Cues for a whole session.
+
+    Args:
+        words: the session's words, each source in emission order; speculative words are skipped.
+        options: limits and labels.
+        labelled: show source labels; None = when the words come from more than one source.
+
+    Returns:
+        Cues in time order, monotonic and non-overlapping.
+    """
+    committed = [w for w in words if not w.speculative]
+    merged = merge_sources(committed)
+    if labelled is None:
+        labelled = len({w.source for w in merged}) > 1
+    segmenter = CueSegmenter(options, labelled=labelled)
+    cues: list[Cue] = []
+    for word in merged:
+        cues += segmenter.push(word)
+    cues += segmenter.flush()
+    return cues

@@ -1,0 +1,267 @@
+"""Transcript files: SRT, WebVTT, plain text and JSON, written atomically.
+
+Every writer renders the whole file in memory and hands it to :func:`atomic_write_text`, which
+writes a temporary file next to the target, fsyncs it and renames it over the target. A read-only
+folder or a full disk gives a :class:`StorageError` and leaves the target as it was (no temporary
+file behind either). Speculative words are never written.
+
+Text handling: whitespace runs inside words (newlines too) become one space, so no word can end a
+cue block early. WebVTT forbids ``-->`` in cue text: it is written ``--&gt;`` (shown as ``-->``),
+and ``<``, ``>``, ``&`` are escaped as entities. SRT has no escapes; readers (the ``srt`` package,
+ffmpeg) take ``-->`` inside text as text, so it is kept, except in a line that would itself look
+like a timing line (``00:00:01,000 --> ...``), where it becomes ``→``. Right-to-left scripts and
+emoji are written as they are, in UTF-8 without a BOM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from captioner.core import Word
+from captioner.errors import StorageError
+from captioner.transcript.cues import Cue, CueOptions, build_cues, merge_sources, normalize_text
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "ExportFormat",
+    "atomic_write_text",
+    "export_words",
+    "format_from_path",
+    "render_json",
+    "render_srt",
+    "render_txt",
+    "render_vtt",
+    "srt_cue",
+    "srt_time",
+    "vtt_cue",
+    "vtt_time",
+    "word_to_json",
+]
+
+logger = logging.getLogger(__name__)
+
+ExportFormat = Literal["srt", "vtt", "txt", "json"]
+EXPORT_FORMATS: tuple[ExportFormat, ...] = ("srt", "vtt", "txt", "json")
+PARAGRAPH_PAUSE_MS = 2000  # a silence this long starts a new paragraph in plain text
+VTT_HEADER = "WEBVTT\n\n"
+
+
+def _clock(ms: int, sep: str) -> str:
+    hours, rest = divmod(max(0, int(ms)), 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    seconds, millis = divmod(rest, 1000)
+    return f"{hours:02d}:{minutes:02d}:{seconds:02d}{sep}{millis:03d}"
+
+
+def srt_time(ms: int) -> str:
+    """``HH:MM:SS,mmm`` for an audio-clock time in milliseconds."""
+    return _clock(ms, ",")
+
+
+def vtt_time(ms: int) -> str:
+    """``HH:MM:SS.mmm`` for an audio-clock time in milliseconds."""
+    return _clock(ms, ".")
+
+
+_TIMING_LIKE = re.compile(r"^\s*\d+:\d+:\d+[,.]\d+\s*-->")
+
+
+def _srt_text(text: str) -> str:
+    return text.replace("-->", "→") if _TIMING_LIKE.match(text) else text
+
+
+def _vtt_text(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def srt_cue(index: int, cue: Cue) -> str:
+    """One SRT block (``index`` counts from 1), ending with the blank separator line."""
+    lines = [_srt_text(line) for line in cue.lines]
+    if cue.label:
+        lines[0] = f"{_srt_text(cue.label)}: {lines[0]}"
+    body = "\n".join(lines)
+    return f"{index}\n{srt_time(cue.start_ms)} --> {srt_time(cue.end_ms)}\n{body}\n\n"
+
+
+def vtt_cue(cue: Cue) -> str:
+    """One WebVTT cue block; the label becomes a voice span (``<v You>``)."""
+    body = "\n".join(_vtt_text(line) for line in cue.lines)
+    if cue.label:
+        body = f"<v {_vtt_text(cue.label)}>{body}"
+    return f"{vtt_time(cue.start_ms)} --> {vtt_time(cue.end_ms)}\n{body}\n\n"
+
+
+def render_srt(cues: Iterable[Cue]) -> str:
+    """A complete SRT file."""
+    return "".join(srt_cue(i, cue) for i, cue in enumerate(cues, start=1))
+
+
+def render_vtt(cues: Iterable[Cue]) -> str:
+    """A complete WebVTT file."""
+    return VTT_HEADER + "".join(vtt_cue(cue) for cue in cues)
+
+
+def render_txt(
+    words: Iterable[Word],
+    *,
+    timestamps: bool = False,
+    labels: Mapping[str, str] | None = None,
+) -> str:
+    """Plain text in paragraphs: a new paragraph after a silence of 2 s or a change of source.
+
+    Args:
+        words: the session's words (speculative ones are skipped).
+        timestamps: start each paragraph with ``[HH:MM:SS]`` (audio clock).
+        labels: source -> label; None = label only when there are two sources ("You"/"Others").
+    """
+    merged = merge_sources(w for w in words if not w.speculative)
+    if labels is None:
+        sources = {w.source for w in merged}
+        opts = CueOptions()
+        labels = {s: opts.label(s) for s in sources} if len(sources) > 1 else {}
+    paragraphs: list[str] = []
+    para: list[str] = []
+    prev: Word | None = None
+    for word in merged:
+        text = normalize_text(word.text)
+        if not text:
+            continue
+        if prev is None or word.source != prev.source or (word.start - prev.end) * 1000 >= PARAGRAPH_PAUSE_MS:
+            if para:
+                paragraphs.append(" ".join(para))
+            para = [f"[{_clock(round(word.start * 1000), ',')[:8]}]"] if timestamps else []
+            if labels.get(word.source):
+                para.append(f"{labels[word.source]}:")
+        para.append(text)
+        prev = word
+    if para:
+        paragraphs.append(" ".join(para))
+    return "\n\n".join(paragraphs) + ("\n" if paragraphs else "")
+
+
+def word_to_json(word: Word) -> dict[str, Any]:
+    """The word shape shared with ``captioner transcribe --json``: seconds on the audio clock."""
+    return {
+        "text": word.text,
+        "start": round(word.start, 3),
+        "end": round(word.end, 3),
+        "emitted_at": round(word.emitted_at, 3),
+        "source": word.source,
+    }
+
+
+def render_json(words: Iterable[Word], session: Mapping[str, Any] | None = None) -> str:
+    """``{"version": 1, "session": {...}, "words": [...]}``; committed words only, in time order."""
+    merged = merge_sources(w for w in words if not w.speculative)
+    doc: dict[str, Any] = {"version": 1}
+    if session is not None:
+        doc["session"] = dict(session)
+    doc["words"] = [word_to_json(w) for w in merged]
+    return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
+
+
+def format_from_path(path: Path) -> ExportFormat:
+    """The export format named by the file's suffix (``.srt``, ``.vtt``, ``.txt``, ``.json``)."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix in EXPORT_FORMATS:
+        return suffix  # type: ignore[return-value]
+    raise StorageError(
+        f"cannot tell the export format of {path}: use one of {', '.join('.' + f for f in EXPORT_FORMATS)}"
+    )
+
+
+def export_words(
+    words: Sequence[Word],
+    path: Path,
+    fmt: ExportFormat | None = None,
+    *,
+    options: CueOptions | None = None,
+    timestamps: bool = False,
+    session: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``words`` to ``path`` in ``fmt`` (default: from the suffix), atomically.
+
+    Args:
+        words: the session's words, each source in emission order (``SessionStore.session_words``).
+        path: target file; its folder must exist.
+        fmt: "srt", "vtt", "txt" or "json".
+        options: cue limits and labels (SRT/VTT; labels for TXT too).
+        timestamps: TXT only: a timestamp before each paragraph.
+        session: JSON only: metadata to include under ``"session"``.
+
+    Raises:
+        StorageError: the file cannot be written (the target is left as it was).
+    """
+    fmt = fmt or format_from_path(path)
+    if fmt == "srt":
+        text = render_srt(build_cues(words, options))
+    elif fmt == "vtt":
+        text = render_vtt(build_cues(words, options))
+    elif fmt == "txt":
+        labels = None
+        if options is not None and len({w.source for w in words if not w.speculative}) > 1:
+            labels = {"mic": options.label("mic"), "system": options.label("system")}
+        text = render_txt(words, timestamps=timestamps, labels=labels)
+    elif fmt == "json":
+        text = render_json(words, session)
+    else:
+        raise StorageError(f"unknown export format {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
+    atomic_write_text(Path(path), text)
+    logger.info("exported %d words to %s (%s)", len(words), path, fmt)
+    return Path(path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd`` (the seam tests use to simulate a full disk)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) so that readers see the old or the new file, never half.
+
+    The temporary file is created in the target's folder (same file system, so the rename is
+    atomic) with user-only permissions, fsynced, then renamed; the folder is fsynced after.
+
+    Raises:
+        StorageError: the folder is missing or read-only, the disk is full, or the target is a
+            folder; the target is untouched and the temporary file removed.
+    """
+    path = Path(path)
+    data = text.encode("utf-8")
+    tmp: str | None = None
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory", str(path))
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+        try:
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        tmp = None
+        if os.name == "posix":
+            dir_fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StorageError(f"cannot write {path}: {reason}; nothing was written") from exc
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                logger.warning("could not remove the temporary file %s", tmp, exc_info=True)

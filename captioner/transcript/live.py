@@ -1,0 +1,145 @@
+"""Live subtitle files: an SRT or WebVTT file that grows as the session is transcribed.
+
+A word is *final* once no retraction can reach it. Following the engine's emission rules
+(NPUSPER.md §11.4, §11.8): a retraction removes the previous round's speculative words and at
+most the last committed word before them, so every committed word except the last
+``hold_back_words`` of its source, and everything before them, is final. Final words go through
+the same :class:`~captioner.transcript.cues.CueSegmenter` as the batch export; each cue it closes
+is appended in one ``write`` and fsynced, so a crash at any moment leaves a file that parses (at
+worst without the cues that were not final yet). :meth:`LiveSubtitleWriter.close` writes the
+rest. The session store stays the reference: if an engine ever retracted further than the rule
+above, the live file keeps the old text (with a warning) while the store and later exports are
+exact.
+
+With two sources the live file takes words in the order they became final, so its cue times may
+be nudged forward where the sources overlap; the exported file interleaves them by time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Literal
+
+from captioner.core import EngineUpdate, Word, apply_update
+from captioner.errors import StorageError
+from captioner.transcript.cues import Cue, CueOptions, CueSegmenter
+from captioner.transcript.export import VTT_HEADER, srt_cue, vtt_cue
+
+__all__ = ["LiveFormat", "LiveSubtitleWriter"]
+
+logger = logging.getLogger(__name__)
+
+LiveFormat = Literal["srt", "vtt"]
+
+
+class LiveSubtitleWriter:
+    """Appends cues to ``path`` as they become final.
+
+    Args:
+        path: the subtitle file; created (or truncated) with user-only permissions.
+        fmt: "srt" or "vtt".
+        options: cue limits and labels.
+        labelled: label each cue with its source (sessions with two sources).
+        hold_back_words: committed words per source kept back because a retraction may still
+            reach them (1 for the NPUsper engine).
+
+    Raises:
+        StorageError: the file cannot be created.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        fmt: LiveFormat = "srt",
+        *,
+        options: CueOptions | None = None,
+        labelled: bool = False,
+        hold_back_words: int = 1,
+    ) -> None:
+        if fmt not in ("srt", "vtt"):
+            raise ValueError(f"live export format must be 'srt' or 'vtt', not {fmt!r}")
+        self.path = Path(path)
+        self.fmt = fmt
+        self.hold_back_words = max(0, hold_back_words)
+        self.cues_written = 0
+        self._segmenter = CueSegmenter(options, labelled=labelled)
+        self._pending: dict[str, list[Word]] = {}  # per source: emitted words not yet final
+        self._fd: int | None = None
+        try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot create the live subtitle file {self.path}: {exc.strerror or exc}"
+            ) from exc
+        if fmt == "vtt":
+            self._append(VTT_HEADER)
+
+    def feed(self, update: EngineUpdate) -> int:
+        """Apply one engine update; returns how many cues were appended to the file.
+
+        Raises:
+            StorageError: the file cannot be written (disk full, removed medium).
+        """
+        if self._fd is None:
+            raise StorageError(f"the live subtitle file {self.path} is closed")
+        pending = self._pending.setdefault(update.source, [])
+        if update.retract > len(pending):
+            logger.warning(
+                "a retraction of %d words reached words already written to %s; the live file keeps "
+                "them, the saved session has the corrected text",
+                update.retract,
+                self.path,
+            )
+            update = EngineUpdate(len(pending), update.words, update.stats, update.source)
+        apply_update(pending, update)
+        committed = next((i for i, w in enumerate(pending) if w.speculative), len(pending))
+        final = max(0, committed - self.hold_back_words)
+        return self._finalize(pending, final)
+
+    def close(self) -> None:
+        """Write every committed word still held back, close the last cue and the file."""
+        if self._fd is None:
+            return
+        try:
+            for pending in self._pending.values():
+                committed = next((i for i, w in enumerate(pending) if w.speculative), len(pending))
+                self._finalize(pending, committed)
+            self._write_cues(self._segmenter.flush())
+        finally:
+            os.close(self._fd)
+            self._fd = None
+        logger.info("live subtitle file %s: %d cues", self.path, self.cues_written)
+
+    def __enter__(self) -> LiveSubtitleWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _finalize(self, pending: list[Word], count: int) -> int:
+        cues: list[Cue] = []
+        for word in pending[:count]:
+            cues += self._segmenter.push(word)
+        del pending[:count]
+        return self._write_cues(cues)
+
+    def _write_cues(self, cues: list[Cue]) -> int:
+        for cue in cues:
+            self.cues_written += 1
+            self._append(srt_cue(self.cues_written, cue) if self.fmt == "srt" else vtt_cue(cue))
+        return len(cues)
+
+    def _append(self, text: str) -> None:
+        """One write per cue, then fsync: a kill between two cues leaves whole cues only."""
+        assert self._fd is not None
+        data = memoryview(text.encode("utf-8"))
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot write the live subtitle file {self.path}: {exc.strerror or exc}"
+            ) from exc

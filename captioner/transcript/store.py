@@ -1,0 +1,566 @@
+"""The session store: every session and its words in SQLite, written as they are shown.
+
+Layout (``PRAGMA user_version`` = schema version, upgraded by :data:`_MIGRATIONS`):
+
+* ``sessions``: id, started_at (UTC ISO 8601 wall time), ended_at, duration_ms (audio clock),
+  sources ("system", "mic" or "mic,system"), model, provider, language, settings (JSON snapshot),
+  title.
+* ``words``: (session_id, source, seq) -> text, start_ms, end_ms, emitted_at_ms, speculative.
+  ``seq`` counts the words of one source in emission order from 0; retraction deletes the highest
+  ``seq`` values, so the rows of a source are always ``0..n-1``.
+* ``words_fts``: an FTS5 index over committed words (when SQLite has FTS5; else ``LIKE``).
+
+Durability: WAL journal. Each :meth:`SessionStore.apply` is one transaction, so a killed process
+loses nothing that returned from ``apply`` (SQLite has written it to the WAL in the OS's cache).
+For power loss or an OS crash (a laptop running out of battery mid-meeting) the WAL must also be
+fsynced; doing that at every commit (``synchronous=FULL``) caps a bulk insert at the disk's fsync
+rate (~3 000 words/s here), and plain ``NORMAL`` only syncs at checkpoints (megabytes, i.e. hours
+of text, apart). So the store commits with ``NORMAL`` and switches a commit to ``FULL`` whenever
+``sync_interval_s`` (1 s) has passed since the last synced commit: power loss costs at most the
+last second of text, a killed process nothing; at the engine's real pace (one update per ~2 s per
+source) every commit is synced. Session begin/end and deletions always sync.
+
+Files are created with user-only permissions (0600; SQLite gives ``-wal``/``-shm`` the mode of the
+database). A file that is not a SQLite database is renamed aside
+(``sessions.sqlite3.corrupt-<timestamp>``), a new store is started, and a warning says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from captioner.core import SOURCES, EngineUpdate, Source, Word
+from captioner.errors import StorageError
+from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
+from captioner.transcript.cues import merge_sources, normalize_text
+
+__all__ = ["SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One recorded session.
+
+    Attributes:
+        id: store-assigned id.
+        started_at, ended_at: UTC ISO 8601 wall time; ``ended_at`` is None while recording (or
+            after a crash).
+        duration_ms: audio-clock length (end of the last word when not given at the end).
+        sources: the sources captured.
+        model, provider, language: what transcribed it.
+        settings: JSON snapshot of the settings used.
+        title: user title ("" = none).
+        word_count: committed (non-speculative) words.
+    """
+
+    id: int
+    started_at: str
+    ended_at: str | None
+    duration_ms: int | None
+    sources: tuple[Source, ...]
+    model: str
+    provider: str
+    language: str
+    settings: str
+    title: str
+    word_count: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The metadata as a JSON-ready dict (the settings snapshot parsed)."""
+        try:
+            settings = json.loads(self.settings)
+        except ValueError:
+            settings = {}
+        return {
+            "id": self.id,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "duration_ms": self.duration_ms,
+            "sources": list(self.sources),
+            "model": self.model,
+            "provider": self.provider,
+            "language": self.language,
+            "title": self.title,
+            "settings": settings,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A place in a session where the searched text was said.
+
+    Attributes:
+        session_id, source: where.
+        seq: index of the first matching word in its source's words.
+        start_ms, end_ms: audio-clock span of the match.
+        context: the match with a few words around it.
+    """
+
+    session_id: int
+    source: Source
+    seq: int
+    start_ms: int
+    end_ms: int
+    context: str
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def _fold(text: str) -> str:
+    """Case- and punctuation-insensitive form of a word for phrase matching."""
+    return "".join(ch for ch in text.casefold() if ch.isalnum())
+
+
+def _ms(seconds: float) -> int:
+    return max(0, round(seconds * 1000)) if seconds == seconds and abs(seconds) != float("inf") else 0
+
+
+class SessionStore:
+    """Sessions and their words in one SQLite database; safe to share between threads.
+
+    Open with :meth:`open` (a file) or :meth:`in_memory` (the "don't save this session" mode:
+    the same interface, nothing touches the disk, everything is gone when it is closed).
+
+    The recording API: :meth:`begin_session` -> id, :meth:`apply` per ``EngineUpdate``,
+    :meth:`end_session`. The reading API: :meth:`list_sessions`, :meth:`get_session`,
+    :meth:`session_words`, :meth:`search`; and :meth:`delete_session`, :meth:`purge_older_than`.
+    """
+
+    def __init__(
+        self, conn: sqlite3.Connection, path: Path | None, warnings: list[str], sync_interval_s: float = 1.0
+    ) -> None:
+        self._conn = conn
+        self.sync_interval_s = sync_interval_s
+        self._last_sync = -math.inf  # monotonic time of the last commit made with synchronous=FULL
+        self._full = True  # the connection's current synchronous mode is FULL
+        self.path = path
+        self.warnings = warnings  # one sentence per problem met while opening
+        self._lock = threading.RLock()
+        self._counts: dict[tuple[int, str], int] = {}  # (session, source) -> rows
+        self._active: set[int] = set()
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path, *, sync_interval_s: float = 1.0) -> SessionStore:
+        """Open (or create) the store at ``path``.
+
+        Args:
+            path: the database file (``AppPaths.sessions_db``).
+            sync_interval_s: fsync the log at least this often while recording (see module doc);
+                0 = at every commit.
+
+        A file that is not a SQLite database, or one that SQLite reports as malformed, is renamed
+        aside and a new store is created; :attr:`warnings` says so.
+
+        Raises:
+            StorageError: the folder cannot be created or written, or the store was written by a
+                newer captioner (schema too new).
+        """
+        path = Path(path)
+        warnings: list[str] = []
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            conn = cls._connect(path)
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
+                raise StorageError(f"cannot open the session store {path}: {exc}") from exc
+            backup = move_aside(path)
+            msg = (
+                f"the session store {path} is not a readable SQLite database ({exc}); "
+                f"it was kept as {backup.name} and a new, empty store was started"
+            )
+            logger.warning("%s", msg)
+            warnings.append(msg)
+            try:
+                conn = cls._connect(path)
+            except (sqlite3.Error, OSError) as exc2:
+                raise StorageError(f"cannot create a new session store at {path}: {exc2}") from exc2
+        except OSError as exc:
+            raise StorageError(f"cannot open the session store {path}: {exc.strerror or exc}") from exc
+        return cls(conn, path, warnings, sync_interval_s)
+
+    @classmethod
+    def in_memory(cls) -> SessionStore:
+        """A store that lives only in memory (sessions the user chose not to save)."""
+        conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA foreign_keys = ON")
+        upgrade(conn, Path(":memory:"))
+        return cls(conn, None, [])
+
+    @staticmethod
+    def _connect(path: Path) -> sqlite3.Connection:
+        if not path.exists():
+            # Create the file ourselves so that it (and the -wal/-shm SQLite derives from it)
+            # is user-only from the first byte.
+            os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=10.0)
+        try:
+            check_version(conn, path)  # before WAL mode rewrites the header of a file we must not touch
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            upgrade(conn, path)
+            conn.execute("SELECT count(*) FROM sessions").fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def close(self) -> None:
+        """Close the database (a WAL checkpoint folds the log back into the file)."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def has_fts(self) -> bool:
+        """True when search uses the FTS5 index."""
+        row = self._query("SELECT 1 FROM sqlite_master WHERE name = 'words_fts'")
+        return bool(row)
+
+    # -- recording -----------------------------------------------------------------------------
+
+    def begin_session(
+        self,
+        *,
+        sources: Sequence[Source] = ("system",),
+        model: str = "",
+        provider: str = "",
+        language: str = "",
+        settings: Mapping[str, Any] | None = None,
+        title: str = "",
+        started_at: str | None = None,
+    ) -> int:
+        """Start recording a session; returns its id.
+
+        Args:
+            sources: the sources that will be captured ("system", "mic" or both).
+            model, provider, language: what transcribes it (for the history window).
+            settings: JSON-serialisable snapshot (``storage.settings.to_dict(settings)``).
+            title: optional title.
+            started_at: UTC ISO 8601 time; default now.
+        """
+        bad = [s for s in sources if s not in SOURCES]
+        if bad or not sources:
+            raise ValueError(f"sources must be a non-empty subset of {SOURCES}, not {tuple(sources)!r}")
+        snapshot = json.dumps(dict(settings or {}), ensure_ascii=False, sort_keys=True)
+        with self._transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO sessions (started_at, sources, model, provider, language, settings, title)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    started_at or _now_iso(),
+                    ",".join(sorted(set(sources))),
+                    model,
+                    provider,
+                    language,
+                    snapshot,
+                    title,
+                ),
+            )
+            session_id = int(cur.lastrowid or 0)
+        self._active.add(session_id)
+        logger.info("recording session %d (%s)", session_id, ",".join(sources))
+        return session_id
+
+    def apply(self, session_id: int, update: EngineUpdate) -> None:
+        """Apply one engine update to the words of ``update.source``: retract, then append.
+
+        One transaction: after this returns, the update is on disk; if the process dies inside
+        it, none of it is.
+
+        Raises:
+            ValueError: the update retracts more words than the source has.
+            StorageError: the database cannot be written (disk full, file gone).
+        """
+        if update.is_empty:
+            return
+        source = update.source
+        with self._transaction(durable=False) as conn:
+            count = self._count(conn, session_id, source)
+            if update.retract < 0 or update.retract > count:
+                raise ValueError(f"cannot retract {update.retract} of {count} {source} words")
+            first = count - update.retract
+            if update.retract:
+                conn.execute(
+                    "DELETE FROM words WHERE session_id = ? AND source = ? AND seq >= ?",
+                    (session_id, source, first),
+                )
+            conn.executemany(
+                "INSERT INTO words (session_id, source, seq, text, start_ms, end_ms, emitted_at_ms,"
+                " speculative) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        session_id,
+                        source,
+                        first + i,
+                        w.text,
+                        _ms(w.start),
+                        max(_ms(w.start), _ms(w.end)),
+                        _ms(w.emitted_at),
+                        int(w.speculative),
+                    )
+                    for i, w in enumerate(update.words)
+                ],
+            )
+        self._counts[(session_id, source)] = first + len(update.words)
+
+    def end_session(self, session_id: int, *, duration_ms: int | None = None) -> None:
+        """Mark the session finished; ``duration_ms`` defaults to the end of its last word."""
+        with self._transaction() as conn:
+            if duration_ms is None:
+                row = conn.execute(
+                    "SELECT max(end_ms) FROM words WHERE session_id = ? AND speculative = 0", (session_id,)
+                ).fetchone()
+                duration_ms = int(row[0] or 0)
+            conn.execute(
+                "UPDATE sessions SET ended_at = ?, duration_ms = ? WHERE id = ?",
+                (_now_iso(), duration_ms, session_id),
+            )
+        self._active.discard(session_id)
+
+    def set_title(self, session_id: int, title: str) -> None:
+        """Rename a session."""
+        self.get_session(session_id)
+        with self._transaction() as conn:
+            conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+
+    # -- reading -------------------------------------------------------------------------------
+
+    _SESSION_COLUMNS = (
+        "s.id, s.started_at, s.ended_at, s.duration_ms, s.sources, s.model, s.provider, s.language,"
+        " s.settings, s.title,"
+        " (SELECT count(*) FROM words w WHERE w.session_id = s.id AND w.speculative = 0)"
+    )
+
+    @staticmethod
+    def _info(row: Sequence[Any]) -> SessionInfo:
+        sources = tuple(s for s in str(row[4]).split(",") if s)
+        return SessionInfo(
+            int(row[0]),
+            row[1],
+            row[2],
+            row[3],
+            sources,
+            row[5],
+            row[6],
+            row[7],
+            row[8],
+            row[9],
+            int(row[10]),  # type: ignore[arg-type]
+        )
+
+    def list_sessions(self, limit: int | None = None) -> list[SessionInfo]:
+        """Sessions, newest first."""
+        rows = self._query(
+            f"SELECT {self._SESSION_COLUMNS} FROM sessions s ORDER BY s.started_at DESC, s.id DESC LIMIT ?",
+            (-1 if limit is None else limit,),
+        )
+        return [self._info(r) for r in rows]
+
+    def get_session(self, session_id: int) -> SessionInfo:
+        """One session's metadata.
+
+        Raises:
+            StorageError: there is no session with this id.
+        """
+        rows = self._query(f"SELECT {self._SESSION_COLUMNS} FROM sessions s WHERE s.id = ?", (session_id,))
+        if not rows:
+            raise StorageError(f"there is no session {session_id} (see `captioner sessions list`)")
+        return self._info(rows[0])
+
+    def session_words(self, session_id: int, *, include_speculative: bool = False) -> list[Word]:
+        """The session's words: each source in emission order, sources interleaved by start time.
+
+        Times are the stored integer milliseconds as seconds. Speculative words are left out
+        unless asked for (exports never write them).
+        """
+        rows = self._query(
+            "SELECT text, start_ms, end_ms, emitted_at_ms, source, speculative FROM words"
+            " WHERE session_id = ? ORDER BY source, seq",
+            (session_id,),
+        )
+        words = [
+            Word(text, start / 1000, end / 1000, emitted / 1000, source, bool(spec))
+            for text, start, end, emitted, source, spec in rows
+            if include_speculative or not spec
+        ]
+        return merge_sources(words)
+
+    def search(self, text: str, *, limit: int = 100) -> list[SearchHit]:
+        """Where the words of ``text`` were said, in that order (case and punctuation ignored).
+
+        Committed words only. FTS5 narrows the candidate sessions; the phrase is then matched
+        word by word, so "new york" finds "New York," but not "York, new".
+        """
+        raw = [w for w in text.split() if _fold(w)]
+        terms = [_fold(w) for w in raw]
+        if not terms:
+            return []
+        rare = max(raw, key=lambda w: len(_fold(w)))  # the longest term narrows the candidates best
+        rows: list[Any] = []
+        if self.has_fts:
+            rows = self._query(
+                "SELECT DISTINCT w.session_id FROM words_fts f JOIN words w ON w.id = f.rowid"
+                " WHERE words_fts MATCH ? ORDER BY w.session_id DESC",
+                ('"' + rare.replace('"', '""') + '"*',),
+            )
+        if not rows:  # no FTS5, or a match inside a word (FTS matches whole tokens or prefixes)
+            needle = _fold(rare)
+            rows = self._query(
+                "SELECT DISTINCT session_id FROM words WHERE speculative = 0 AND text LIKE ? ESCAPE '\\'"
+                " ORDER BY session_id DESC",
+                ("%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",),
+            )
+        hits: list[SearchHit] = []
+        for (session_id,) in rows:
+            hits += self._phrase_hits(int(session_id), terms, limit - len(hits))
+            if len(hits) >= limit:
+                break
+        return hits
+
+    def _phrase_hits(self, session_id: int, terms: list[str], limit: int) -> list[SearchHit]:
+        """Matches of the folded ``terms`` in consecutive words: one term matches inside a word;
+        several match as a phrase whose first term may end a word and whose last may begin one."""
+        hits: list[SearchHit] = []
+        n = len(terms)
+        for source in SOURCES:
+            rows = self._query(
+                "SELECT seq, text, start_ms, end_ms FROM words WHERE session_id = ? AND source = ?"
+                " AND speculative = 0 ORDER BY seq",
+                (session_id, source),
+            )
+            folded = [_fold(r[1]) for r in rows]
+            for i in range(len(rows) - n + 1):
+                window = folded[i : i + n]
+                if n == 1:
+                    found = terms[0] in window[0]
+                else:
+                    found = (
+                        window[0].endswith(terms[0])
+                        and window[1:-1] == terms[1:-1]
+                        and window[-1].startswith(terms[-1])
+                    )
+                if not found:
+                    continue
+                context = " ".join(normalize_text(r[1]) for r in rows[max(0, i - 5) : i + n + 5])
+                hits.append(
+                    SearchHit(session_id, source, rows[i][0], rows[i][2], rows[i + n - 1][3], context)
+                )
+                if len(hits) >= limit:
+                    return hits
+        return hits
+
+    # -- deleting ------------------------------------------------------------------------------
+
+    def delete_session(self, session_id: int) -> None:
+        """Delete a session and its words.
+
+        Raises:
+            StorageError: there is no session with this id.
+        """
+        self.get_session(session_id)
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        self._counts = {k: v for k, v in self._counts.items() if k[0] != session_id}
+        logger.info("deleted session %d", session_id)
+
+    def purge_older_than(self, days: int, *, now: dt.datetime | None = None) -> int:
+        """Delete sessions that started more than ``days`` days ago (the retention setting).
+
+        ``days <= 0`` keeps everything. Sessions this store is recording are never deleted.
+
+        Returns:
+            How many sessions were deleted.
+        """
+        if days <= 0:
+            return 0
+        cutoff = ((now or dt.datetime.now(dt.UTC)) - dt.timedelta(days=days)).isoformat(timespec="seconds")
+        with self._transaction() as conn:
+            ids = [
+                int(r[0])
+                for r in conn.execute("SELECT id FROM sessions WHERE started_at < ?", (cutoff,)).fetchall()
+                if int(r[0]) not in self._active
+            ]
+            conn.executemany("DELETE FROM sessions WHERE id = ?", [(i,) for i in ids])
+        if ids:
+            self._counts = {k: v for k, v in self._counts.items() if k[0] not in ids}
+            logger.info("retention: deleted %d sessions older than %d days", len(ids), days)
+        return len(ids)
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` result ("ok" when the file is sound)."""
+        return "\n".join(str(r[0]) for r in self._query("PRAGMA integrity_check"))
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _count(self, conn: sqlite3.Connection, session_id: int, source: str) -> int:
+        key = (session_id, source)
+        if key not in self._counts:
+            row = conn.execute(
+                "SELECT count(*) FROM words WHERE session_id = ? AND source = ?", (session_id, source)
+            ).fetchone()
+            self._counts[key] = int(row[0])
+        return self._counts[key]
+
+    @contextlib.contextmanager
+    def _transaction(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction; ``durable=False`` syncs only when ``sync_interval_s`` has passed."""
+        with self._lock:
+            full = durable or time.monotonic() - self._last_sync >= self.sync_interval_s
+            try:
+                if full != self._full and self.path is not None:
+                    self._conn.execute(f"PRAGMA synchronous = {'FULL' if full else 'NORMAL'}")
+                    self._full = full
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot write the session store {self._where()}: {exc}") from exc
+            try:
+                yield self._conn
+                self._conn.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback()
+                self._counts.clear()  # the cached counts may describe the rolled-back state
+                if isinstance(exc, sqlite3.Error):
+                    raise StorageError(f"cannot write the session store {self._where()}: {exc}") from exc
+                raise
+            if full:
+                self._last_sync = time.monotonic()
+
+    def _rollback(self) -> None:
+        try:
+            self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            logger.debug("rollback failed", exc_info=True)
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        with self._lock:
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot read the session store {self._where()}: {exc}") from exc
+
+    def _where(self) -> str:
+        return str(self.path) if self.path else "(in memory)"

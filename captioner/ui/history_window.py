@@ -1,0 +1,218 @@
+"""The history window: recorded sessions, full-text search, a session's transcript, export, delete.
+
+It reads the :class:`~captioner.transcript.store.SessionStore` directly (the store is safe to
+share between threads and every query is small) and writes exports with
+:func:`~captioner.transcript.export.export_words`; it never touches the engine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLineEdit,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from captioner.errors import CaptionerError
+from captioner.transcript.cues import CueOptions
+from captioner.transcript.export import export_words, render_txt
+from captioner.transcript.store import SessionInfo, SessionStore
+from captioner.ui.tray import ask_save_path_dialog
+
+__all__ = ["FIRST_WORDS", "HistoryWindow"]
+
+logger = logging.getLogger(__name__)
+
+FIRST_WORDS = 12  # words of a session shown in the list
+MAX_LISTED = 500  # sessions listed at most (newest first)
+COLUMNS = ("Date", "Duration", "Sources", "First words")
+
+
+def _date(iso: str) -> str:
+    try:
+        return dt.datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return iso
+
+
+def _duration(ms: int | None) -> str:
+    if ms is None:
+        return "recording…"
+    s = ms // 1000
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class HistoryWindow(QWidget):
+    """List, search, read, export and delete recorded sessions.
+
+    Args:
+        store: the session store.
+        cue_options: cue layout and labels for exports.
+        ask_save_path: asks where to export (``(fmt, suggested) -> path | None``).
+        confirm_delete: asks before deleting (``(SessionInfo) -> bool``); default a message box.
+        export_dir: folder the save dialog suggests.
+
+    Signals:
+        error(CaptionerError): an export or delete failed (the app shows it).
+    """
+
+    error = Signal(object)
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        cue_options: CueOptions | None = None,
+        ask_save_path: Callable[[str, str], str | None] = ask_save_path_dialog,
+        confirm_delete: Callable[[SessionInfo], bool] | None = None,
+        export_dir: Path | str = "",
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("captioner — History")
+        self.resize(860, 520)
+        self._store = store
+        self._cues = cue_options or CueOptions()
+        self._ask = ask_save_path
+        self._confirm = confirm_delete or self._confirm_dialog
+        self._export_dir = Path(export_dir) if export_dir else Path.home()
+        self.search_box = QLineEdit(self)
+        self.search_box.setPlaceholderText("Search all sessions…")
+        self.search_box.setClearButtonEnabled(True)
+        self.search_box.returnPressed.connect(self.refresh)
+        self.search_box.textChanged.connect(lambda t: self.refresh() if not t else None)
+        self.list = QTreeWidget(self)
+        self.list.setHeaderLabels(list(COLUMNS))
+        self.list.setRootIsDecorated(False)
+        self.list.setAlternatingRowColors(True)
+        self.list.currentItemChanged.connect(lambda *_: self._show_current())
+        self.text = QPlainTextEdit(self)
+        self.text.setReadOnly(True)
+        self.buttons: dict[str, QPushButton] = {}
+        row = QHBoxLayout()
+        for fmt in ("srt", "vtt", "txt", "json"):
+            b = QPushButton(f"Export {fmt.upper()}…", self)
+            b.clicked.connect(lambda _=False, f=fmt: self.export_current(f))
+            row.addWidget(b)
+            self.buttons[fmt] = b
+        row.addStretch(1)
+        delete = QPushButton("Delete", self)
+        delete.clicked.connect(self.delete_current)
+        row.addWidget(delete)
+        self.buttons["delete"] = delete
+        split = QSplitter(Qt.Orientation.Vertical, self)
+        split.addWidget(self.list)
+        split.addWidget(self.text)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.search_box)
+        layout.addWidget(split, 1)
+        layout.addLayout(row)
+        self.refresh()
+
+    # ------------------------------------------------------------ listing
+    def refresh(self) -> None:
+        """Reload the list (filtered by the search box when it holds text)."""
+        query = self.search_box.text().strip()
+        if query:
+            hit_ids: list[int] = []
+            for hit in self._store.search(query, limit=MAX_LISTED):
+                if hit.session_id not in hit_ids:
+                    hit_ids.append(hit.session_id)
+            sessions = [self._store.get_session(i) for i in hit_ids]
+        else:
+            sessions = self._store.list_sessions(limit=MAX_LISTED)
+        self.list.clear()
+        for info in sessions:
+            words = self._store.session_words(info.id)[:FIRST_WORDS]
+            first = " ".join(w.text for w in words) or "(no words)"
+            item = QTreeWidgetItem([_date(info.started_at), _duration(info.duration_ms),
+                                    ", ".join(info.sources), first])
+            item.setData(0, Qt.ItemDataRole.UserRole, info.id)
+            self.list.addTopLevelItem(item)
+        for c in range(len(COLUMNS) - 1):
+            self.list.resizeColumnToContents(c)
+        if self.list.topLevelItemCount():
+            self.list.setCurrentItem(self.list.topLevelItem(0))
+        else:
+            self.text.setPlainText("")
+
+    def session_ids(self) -> list[int]:
+        """Ids of the listed sessions, in list order."""
+        return [self.list.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole)
+                for i in range(self.list.topLevelItemCount())]
+
+    def current_session(self) -> int | None:
+        """Id of the selected session, or None."""
+        item = self.list.currentItem()
+        return None if item is None else int(item.data(0, Qt.ItemDataRole.UserRole))
+
+    def select_session(self, session_id: int) -> None:
+        """Select (open) a session in the list."""
+        for i in range(self.list.topLevelItemCount()):
+            item = self.list.topLevelItem(i)
+            if item.data(0, Qt.ItemDataRole.UserRole) == session_id:
+                self.list.setCurrentItem(item)
+                return
+
+    def _show_current(self) -> None:
+        sid = self.current_session()
+        if sid is None:
+            self.text.setPlainText("")
+            return
+        words = self._store.session_words(sid)
+        labels = None
+        if len({w.source for w in words}) > 1:
+            labels = {"mic": self._cues.label_mic, "system": self._cues.label_system}
+        self.text.setPlainText(render_txt(words, timestamps=True, labels=labels))
+
+    # ------------------------------------------------------------ actions
+    def export_current(self, fmt: str) -> Path | None:
+        """Export the selected session after asking where; returns the written path."""
+        sid = self.current_session()
+        if sid is None:
+            return None
+        path = self._ask(fmt, str(self._export_dir / f"session-{sid}.{fmt}"))
+        if not path:
+            return None
+        try:
+            info = self._store.get_session(sid)
+            return export_words(self._store.session_words(sid), Path(path), fmt,  # type: ignore[arg-type]
+                                options=self._cues, session=info.to_json())
+        except CaptionerError as exc:
+            self.error.emit(exc)
+            return None
+
+    def delete_current(self) -> bool:
+        """Delete the selected session after confirmation; True when deleted."""
+        sid = self.current_session()
+        if sid is None:
+            return False
+        info = self._store.get_session(sid)
+        if not self._confirm(info):
+            return False
+        try:
+            self._store.delete_session(sid)
+        except CaptionerError as exc:
+            self.error.emit(exc)
+            return False
+        self.refresh()
+        return True
+
+    def _confirm_dialog(self, info: SessionInfo) -> bool:
+        answer = QMessageBox.question(
+            self, "Delete session", f"Delete the session of {_date(info.started_at)}? This cannot be undone."
+        )
+        return answer == QMessageBox.StandardButton.Yes

@@ -1,0 +1,239 @@
+"""The settings dialog: every field of :class:`~captioner.storage.settings.Settings`, in four tabs.
+
+The editors are generated from the settings dataclasses (their ``Literal`` choices and numeric
+ranges, via :func:`~captioner.storage.settings.choices` and
+:func:`~captioner.storage.settings.limits`), so a new setting appears here without UI code.
+Every edit rebuilds the section with the dataclass's own validation: a valid change is emitted
+at once as ``settings_changed`` (the app applies it live where it can), an invalid one shows
+the validator's message under the tabs and disables OK.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Sequence
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QColorDialog,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFontComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from captioner.storage.settings import Settings, choices, limits
+
+__all__ = ["SECTIONS", "SettingsDialog"]
+
+SECTIONS = {"captions": "Captions", "audio": "Audio", "engine": "Model", "transcripts": "Transcripts"}
+
+LABELS = {
+    "lines": "Lines",
+    "font_family": "Font",
+    "font_size": "Font size (pt)",
+    "text_color": "Text colour",
+    "background_color": "Background colour",
+    "background_opacity": "Background opacity",
+    "outline": "Outline around text",
+    "dock": "Position",
+    "locked": "Lock position and size",
+    "click_through": "Click-through (mouse passes through)",
+    "stable_only": "Stable words only (hide speculative words)",
+    "min_dwell_s": "Minimum time a line stays (s)",
+    "clear_after_silence_s": "Clear after silence (s, 0 = keep last line)",
+    "show_source_labels": "Label and colour sources in “both” mode",
+    "mic_color": "Microphone colour",
+    "system_color": "System audio colour",
+    "theme": "Theme",
+    "source": "Source",
+    "mic_device": "Microphone device (empty = default)",
+    "mix_both": "Mix both sources into one stream",
+    "model": "Model pack",
+    "provider": "Provider",
+    "language": "Language (code or “auto”)",
+    "task": "Task",
+    "step_s": "Step (s of audio per round)",
+    "silence_floor_dbfs": "Silence floor (dBFS)",
+    "save_sessions": "Save sessions",
+    "retention_days": "Keep sessions for (days, 0 = forever)",
+    "export_dir": "Export folder (empty = default)",
+    "live_export": "Live subtitle file",
+    "label_mic": "Label for the microphone",
+    "label_system": "Label for system audio",
+    "max_line_chars": "Characters per subtitle line",
+    "max_lines": "Lines per subtitle cue",
+}
+
+
+class SettingsDialog(QDialog):
+    """Edit a :class:`Settings` value.
+
+    Args:
+        settings: the settings to start from.
+        models: installed model pack names offered for ``engine.model``.
+        parent: parent widget.
+
+    Signals:
+        settings_changed(Settings): a valid edit (for live application).
+    """
+
+    settings_changed = Signal(object)
+
+    def __init__(self, settings: Settings, models: Sequence[str] = (), parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("captioner — Settings")
+        self._settings = settings
+        self._models = list(models)
+        self._getters: dict[tuple[str, str], typing.Callable[[], Any]] = {}
+        self.editors: dict[tuple[str, str], QWidget] = {}
+        self.tabs = QTabWidget(self)
+        for section, title in SECTIONS.items():
+            self.tabs.addTab(self._build_section(section), title)
+        self.message = QLabel("", self)
+        self.message.setWordWrap(True)
+        self.message.setStyleSheet("color: #c0392b;")
+        self.buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
+        )
+        self.buttons.accepted.connect(self.accept)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.tabs)
+        layout.addWidget(self.message)
+        layout.addWidget(self.buttons)
+
+    # ------------------------------------------------------------ public API
+    def current_settings(self) -> Settings:
+        """The settings as edited so far (the last valid state of every section)."""
+        return self._settings
+
+    @property
+    def valid(self) -> bool:
+        """False while an editor holds a value its section rejects."""
+        return not self.message.text()
+
+    # ------------------------------------------------------------- building
+    def _build_section(self, section: str) -> QWidget:
+        page = QWidget()
+        form = QFormLayout(page)
+        value = getattr(self._settings, section)
+        for f in dataclasses.fields(value):
+            editor, getter = self._editor(section, type(value), f.name, getattr(value, f.name))
+            self.editors[(section, f.name)] = editor
+            self._getters[(section, f.name)] = getter
+            form.addRow(LABELS.get(f.name, f.name.replace("_", " ").capitalize()), editor)
+        return page
+
+    def _editor(self, section: str, cls: type, name: str, value: Any) -> tuple[QWidget, Any]:
+        hint = typing.get_type_hints(cls)[name]
+        changed = self._on_editor_changed
+        options = choices(cls, name)
+        if section == "engine" and name == "model":
+            combo = QComboBox()
+            combo.setEditable(True)
+            combo.addItem("")  # "" = the first installed pack
+            combo.addItems(self._models)
+            combo.setCurrentText(value)
+            combo.currentTextChanged.connect(changed)
+            return combo, combo.currentText
+        if options is not None:
+            combo = QComboBox()
+            combo.addItems(list(options))
+            combo.setCurrentText(value)
+            combo.currentTextChanged.connect(changed)
+            return combo, combo.currentText
+        if hint is bool:
+            box = QCheckBox()
+            box.setChecked(value)
+            box.toggled.connect(changed)
+            return box, box.isChecked
+        if hint is int:
+            spin = QSpinBox()
+            lo, hi = limits(cls, name) or (-(2**31), 2**31 - 1)
+            spin.setRange(int(lo), int(hi))
+            spin.setValue(int(value))
+            spin.valueChanged.connect(changed)
+            return spin, spin.value
+        if hint is float:
+            dspin = QDoubleSpinBox()
+            lo, hi = limits(cls, name) or (-1e9, 1e9)
+            dspin.setRange(float(lo), float(hi))
+            dspin.setDecimals(2)
+            dspin.setSingleStep(0.05 if hi <= 1.0 else 0.5)
+            dspin.setValue(float(value))
+            dspin.valueChanged.connect(changed)
+            return dspin, dspin.value
+        if name == "font_family":
+            font = QFontComboBox()
+            font.setEditable(True)
+            font.setCurrentText(value)
+            font.currentTextChanged.connect(changed)
+            return font, font.currentText
+        line = QLineEdit(value)
+        line.textChanged.connect(changed)
+        if name.endswith("_color"):
+            return self._with_button(line, "…", lambda: self._pick_color(line)), line.text
+        if name.endswith("_dir"):
+            return self._with_button(line, "Browse…", lambda: self._pick_dir(line)), line.text
+        return line, line.text
+
+    def _with_button(self, line: QLineEdit, text: str, slot: typing.Callable[[], None]) -> QWidget:
+        box = QWidget()
+        row = QHBoxLayout(box)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(line)
+        button = QPushButton(text)
+        button.clicked.connect(slot)
+        row.addWidget(button)
+        box.line_edit = line  # type: ignore[attr-defined]  # for tests and accessibility
+        return box
+
+    def _pick_color(self, line: QLineEdit) -> None:
+        color = QColorDialog.getColor(QColor(line.text()), self, "Choose a colour")
+        if color.isValid():
+            line.setText(color.name().upper())
+
+    def _pick_dir(self, line: QLineEdit) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Export folder", line.text())
+        if path:
+            line.setText(path)
+
+    # ----------------------------------------------------------- validation
+    def _on_editor_changed(self, *_: Any) -> None:
+        problems = []
+        new = self._settings
+        for section in SECTIONS:
+            old = getattr(new, section)
+            values = {f.name: self._getters[(section, f.name)]() for f in dataclasses.fields(old)}
+            try:
+                new = dataclasses.replace(new, **{section: dataclasses.replace(old, **values)})
+            except ValueError as exc:
+                problems.append(_human(str(exc)))
+        self.message.setText("\n".join(problems))
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(not problems)
+        if new != self._settings:
+            self._settings = new
+            self.settings_changed.emit(new)
+
+
+def _human(message: str) -> str:
+    """``"CaptionStyle.text_color: 'x' does not match ..."`` → ``"Text colour: 'x' does not match ..."``."""
+    where, _, what = message.partition(": ")
+    name = where.rpartition(".")[2]
+    return f"{LABELS.get(name, name)}: {what}" if what else message

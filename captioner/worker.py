@@ -1,0 +1,255 @@
+"""The engine worker: one QObject, moved to its own QThread, that owns the capture and the streams.
+
+Data flow (ARCHITECTURE.md §3): the worker blocks on the capture's ``read(timeout)`` (no sleep
+polling), feeds each block to the stream of its source (one :class:`StreamLike` per source in
+"both" mode), runs every round that is due and emits the resulting
+:class:`~captioner.core.EngineUpdate` values. Cross-thread signal connections are queued, so the
+GUI receives them in order and never waits on the engine.
+
+Shutdown is cooperative: :meth:`CaptionWorker.request_stop` (thread-safe) sets an event; the loop
+notices it within one read timeout, calls ``finish()`` on every stream and emits those last
+updates *before* ``finished``, so a receiver that ends the session on ``finished`` has every
+committed word. While paused the capture is stopped and the thread sleeps on an event: an idle
+app uses no CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal, Slot
+
+from captioner.core import AudioBlock, AudioEvent, EngineUpdate, Source
+from captioner.errors import AudioDeviceError, CaptionerError
+
+__all__ = ["CaptionWorker", "CaptureLike", "StreamLike"]
+
+logger = logging.getLogger(__name__)
+
+READ_TIMEOUT_S = 0.25  # longest wait for audio before checking the stop/pause flags
+LEVEL_INTERVAL_S = 0.1  # level signals at most 10 per second per source
+REOPEN_WAIT_S = 2.0  # pause before reopening a capture whose device failed
+
+
+class CaptureLike(Protocol):
+    """What the worker needs of a capture (``audio.AudioCapture`` and ``audio.FileSource``).
+
+    ``read`` blocks up to ``timeout`` seconds and returns the next 16 kHz block, or None.
+    ``finished`` turns True when nothing more will come (a file ran out); ``events()`` returns
+    the device events since the last call without blocking. A stopped capture is not restarted:
+    the worker asks its factory for a new one.
+    """
+
+    @property
+    def finished(self) -> bool: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def read(self, timeout: float) -> AudioBlock | None: ...
+
+    def events(self) -> list[AudioEvent]: ...
+
+
+class StreamLike(Protocol):
+    """The engine's streaming session for one source (``captioner.engine`` ``Stream``)."""
+
+    def feed(self, samples: np.ndarray) -> None: ...
+
+    def step(self) -> EngineUpdate | None: ...
+
+    def finish(self) -> EngineUpdate: ...
+
+
+class CaptionWorker(QObject):
+    """Runs capture → engine in its thread and reports through signals.
+
+    Args:
+        open_capture: builds and returns the capture (called in the worker thread, again after
+            a device failure).
+        streams: the engine stream of each captured source.
+        read_timeout_s: longest blocking read before the flags are checked again.
+        reopen_wait_s: pause before reopening a capture that failed (never a busy retry loop).
+        paused: start paused.
+
+    Signals:
+        started(); update(EngineUpdate); level(str source, float rms 0..1);
+        lag(float seconds); event(AudioEvent); error(CaptionerError); status(str) with
+        "listening", "paused", "ended" (a file source ran out) or "stopped"; finished().
+    """
+
+    started = Signal()
+    update = Signal(object)
+    level = Signal(str, float)
+    lag = Signal(float)
+    event = Signal(object)
+    error = Signal(object)
+    status = Signal(str)
+    finished = Signal()
+
+    def __init__(
+        self,
+        open_capture: Callable[[], CaptureLike],
+        streams: Mapping[Source, StreamLike],
+        *,
+        read_timeout_s: float = READ_TIMEOUT_S,
+        reopen_wait_s: float = REOPEN_WAIT_S,
+        paused: bool = False,
+    ) -> None:
+        super().__init__()
+        self._open_capture = open_capture
+        self._streams = dict(streams)
+        self._timeout = read_timeout_s
+        self._reopen_wait = reopen_wait_s
+        self._stop = threading.Event()
+        self._wake = threading.Event()  # set on resume and on stop
+        self._paused = paused
+        self._finished_streams = False
+        self._last_level = dict.fromkeys(self._streams, 0.0)
+
+    # -------------------------------------------------------- thread-safe intents
+    def request_stop(self) -> None:
+        """Ask the loop to finish the streams and end (returns at once; any thread)."""
+        self._stop.set()
+        self._wake.set()
+
+    def set_paused(self, paused: bool) -> None:
+        """Pause (stop capturing, sleep) or resume; any thread."""
+        self._paused = paused
+        if not paused:
+            self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested."""
+        return self._stop.is_set()
+
+    # -------------------------------------------------------------- the loop
+    @Slot()
+    def run(self) -> None:
+        """The thread's body: capture, feed, step, emit; until :meth:`request_stop`."""
+        self.started.emit()
+        capture: CaptureLike | None = None
+        try:
+            while not self._stop.is_set():
+                if self._paused:
+                    capture = self._close(capture)
+                    self.status.emit("paused")
+                    self._wait_for_wake()
+                    continue
+                if capture is None:
+                    capture = self._open()
+                    if capture is None:
+                        continue
+                    self.status.emit("listening")
+                outcome = self._pump(capture)
+                if outcome == "failed":
+                    capture = None  # closed by _pump; reopened on the next turn
+                elif outcome == "ended":
+                    self._flush()
+                    self.status.emit("ended")
+                    capture = self._close(capture)
+                    while not self._stop.is_set():  # a file ran out: keep the captions, idle
+                        self._wait_for_wake()
+        except Exception as exc:  # never let the thread die silently
+            logger.exception("engine worker failed")
+            err = exc if isinstance(exc, CaptionerError) else CaptionerError(f"the caption engine stopped: {exc}")
+            if err is not exc:
+                err.__cause__ = exc
+            self.error.emit(err)
+        finally:
+            self._close(capture)
+            try:
+                self._flush()
+            except Exception as exc:
+                logger.exception("finishing the engine streams failed")
+                self.error.emit(exc if isinstance(exc, CaptionerError) else CaptionerError(str(exc)))
+            self.status.emit("stopped")
+            self.finished.emit()
+
+    def _wait_for_wake(self) -> None:
+        self._wake.wait()
+        self._wake.clear()
+
+    def _open(self) -> CaptureLike | None:
+        try:
+            capture = self._open_capture()
+            capture.start()
+            return capture
+        except CaptionerError as exc:
+            self.error.emit(exc)
+            self._stop.wait(self._reopen_wait)  # retry later, without spinning
+            return None
+
+    def _close(self, capture: CaptureLike | None) -> None:
+        if capture is not None:
+            try:
+                capture.stop()
+            except CaptionerError as exc:
+                logger.warning("closing the capture: %s", exc)
+        return None
+
+    def _pump(self, capture: CaptureLike) -> str:
+        """Read one block (or time out) and run the due rounds.
+
+        Returns:
+            "ok"; "ended" when a file source has nothing more; "failed" when the device failed
+            (the capture is then closed, and reopened by the loop after a pause).
+        """
+        try:
+            block = capture.read(self._timeout)
+        except AudioDeviceError as exc:
+            self.error.emit(exc)
+            self._close(capture)
+            self._stop.wait(self._reopen_wait)
+            return "failed"
+        self._drain_events(capture)
+        if block is None:
+            return "ended" if capture.finished else "ok"
+        stream = self._streams.get(block.source)
+        if stream is None:
+            logger.debug("block from %s ignored: no stream for it", block.source)
+            return "ok"
+        stream.feed(block.samples)
+        self._emit_level(block)
+        while not self._stop.is_set():
+            upd = stream.step()
+            if upd is None:
+                break
+            self._emit(upd)
+        return "ok"
+
+    def _drain_events(self, capture: CaptureLike) -> None:
+        for ev in capture.events():
+            self.event.emit(ev)
+
+    def _emit_level(self, block: AudioBlock) -> None:
+        now = time.monotonic()
+        if now - self._last_level.get(block.source, 0.0) < LEVEL_INTERVAL_S or not len(block.samples):
+            return
+        self._last_level[block.source] = now
+        rms = float(np.sqrt(np.mean(np.square(block.samples, dtype=np.float64))))
+        self.level.emit(block.source, min(1.0, rms))
+
+    def _emit(self, upd: EngineUpdate) -> None:
+        if upd.stats is not None:
+            self.lag.emit(float(upd.stats.lag_s))
+        if not upd.is_empty:
+            self.update.emit(upd)
+
+    def _flush(self) -> None:
+        """Finish every stream once, emitting what it still held (committed at the end)."""
+        if self._finished_streams:
+            return
+        self._finished_streams = True
+        for source, stream in self._streams.items():
+            upd = stream.finish()
+            logger.debug("stream %s finished: retract %d, %d words", source, upd.retract, len(upd.words))
+            self._emit(upd)
+

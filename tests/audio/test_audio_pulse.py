@@ -1,0 +1,169 @@
+"""End to end through a real PulseAudio server: ``captioner listen`` records what ``paplay`` plays.
+
+Measurements (both computed on the 16 kHz mono recording and a reference made by sox, an
+independent resampler, from the file that was played):
+
+* similarity: the lag maximising the cross-correlation aligns the reference in the recording; the
+  normalised cross-correlation of the aligned segment must be >= 0.9;
+* duration: the *active span* (first to last 20 ms frame within 35 dB of the loudest frame) of
+  the recording must be within ±5 % of the reference's active span.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import PulseServer
+
+from captioner.audio import read_wav
+
+pytestmark = pytest.mark.pulse
+
+SPEECH = "Captions for everyone. The quick brown fox jumps over the lazy dog, twice."
+LISTEN_TIMEOUT_S = 60.0
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cli_env(server: PulseServer) -> dict[str, str]:
+    """The server's environment, with this checkout importable even if it is not installed."""
+    path = server.env.get("PYTHONPATH")
+    return dict(server.env, PYTHONPATH=f"{REPO}{':' + path if path else ''}")
+
+
+@pytest.fixture(scope="module")
+def signals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """``speech``: espeak-ng speech (22.05 kHz); ``chirp``: a 200 Hz → 6 kHz sweep (44.1 kHz stereo)."""
+    out = tmp_path_factory.mktemp("signals")
+    speech = out / "speech.wav"
+    if shutil.which("espeak-ng") is None:
+        pytest.fail("espeak-ng is not installed (scripts/setup --dev installs it)")
+    subprocess.run(["espeak-ng", "-w", str(speech), SPEECH], check=True, timeout=60)
+    chirp = out / "chirp.wav"
+    subprocess.run(
+        ["sox", "-n", "-r", "44100", "-c", "2", "-b", "16", str(chirp), "synth", "3", "sine", "200-6000",
+         "vol", "0.5", "fade", "0.02", "3", "0.02"],
+        check=True, timeout=60,
+    )  # fmt: skip
+    return {"speech": speech, "chirp": chirp}
+
+
+def _reference16k(path: Path) -> np.ndarray:
+    raw = subprocess.run(["sox", str(path), "-t", "f32", "-c", "1", "-r", "16000", "-"], check=True, capture_output=True).stdout
+    return np.frombuffer(raw, "<f4").astype(np.float64)
+
+
+def _active_span_s(x: np.ndarray, floor_db: float = 35.0) -> float:
+    frames = x[: len(x) // 320 * 320].reshape(-1, 320)
+    rms = np.sqrt(np.mean(frames**2, axis=1))
+    on = np.flatnonzero(rms > rms.max() * 10 ** (-floor_db / 20))
+    return (on[-1] - on[0] + 1) * 320 / 16_000
+
+
+def _aligned_ncc(rec: np.ndarray, ref: np.ndarray) -> tuple[float, int]:
+    """(normalised cross-correlation at the best lag, lag in samples) with ref inside rec."""
+    n = 1 << int(np.ceil(np.log2(len(rec) + len(ref))))
+    corr = np.fft.irfft(np.fft.rfft(rec, n) * np.conj(np.fft.rfft(ref, n)), n)[: len(rec) - len(ref) + 1]
+    lag = int(np.argmax(corr))
+    seg = rec[lag : lag + len(ref)]
+    return float(seg @ ref / (np.linalg.norm(seg) * np.linalg.norm(ref) + 1e-12)), lag
+
+
+def _listen(server: PulseServer, tmp: Path, args: list[str], play: list[tuple[str, Path]]) -> tuple[str, float]:
+    """Run ``captioner listen ARGS``; once it reports its first level line, play each (sink, file)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "captioner", "listen", *args],
+        env=_cli_env(server), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    first_level = threading.Event()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("level"):
+                first_level.set()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not first_level.wait(0.2):  # also notice a listen that died early
+            assert proc.poll() is None and time.monotonic() < deadline, "listen produced no audio: " + "".join(lines)
+        t_play = time.monotonic()
+        players = [subprocess.Popen(["paplay", "-d", sink, str(f)], env=server.env) for sink, f in play]
+        for p in players:
+            assert p.wait(timeout=30) == 0
+        proc.wait(timeout=LISTEN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(timeout=5)
+    out = "".join(lines)
+    assert proc.returncode == 0, out
+    return out, time.monotonic() - t_play
+
+
+def _check(rec_path: Path, played: Path) -> tuple[float, float, float]:
+    data, info = read_wav(rec_path)
+    assert info.rate == 16_000 and info.channels == 1 and info.is_float
+    rec, ref = data[:, 0].astype(np.float64), _reference16k(played)
+    ncc, lag = _aligned_ncc(rec, ref)
+    span_rec, span_ref = _active_span_s(rec), _active_span_s(ref)
+    assert lag + len(ref) <= len(rec), "the recording must contain the whole signal"
+    assert ncc >= 0.9, f"normalised cross-correlation {ncc:.3f}"
+    assert abs(span_rec / span_ref - 1) <= 0.05, f"active span {span_rec:.3f} s vs played {span_ref:.3f} s"
+    return ncc, span_rec, span_ref
+
+
+def test_listen_system_records_what_the_sink_plays(pulse_server: PulseServer, signals: dict[str, Path], tmp_path: Path) -> None:
+    out, _ = _listen(pulse_server, tmp_path, ["--source", "system", "--seconds", "9", "--record", "out.wav"],
+                     [("testsink", signals["speech"])])  # fmt: skip
+    assert "system ← testsink.monitor" in out
+    ncc, span_rec, span_ref = _check(tmp_path / "out.wav", signals["speech"])
+    print(f"system: ncc {ncc:.4f}, active span {span_rec:.3f} s vs {span_ref:.3f} s")
+
+
+def test_listen_mic_records_the_virtual_source(pulse_server: PulseServer, signals: dict[str, Path], tmp_path: Path) -> None:
+    out, _ = _listen(pulse_server, tmp_path, ["--source", "mic", "--seconds", "7", "--record", "out.wav"],
+                     [("micsink", signals["chirp"])])  # fmt: skip
+    ncc, span_rec, span_ref = _check(tmp_path / "out.wav", signals["chirp"])
+    print(f"mic: ncc {ncc:.4f}, active span {span_rec:.3f} s vs {span_ref:.3f} s")
+
+
+def test_listen_both_keeps_sources_apart(pulse_server: PulseServer, signals: dict[str, Path], tmp_path: Path) -> None:
+    out, _ = _listen(pulse_server, tmp_path, ["--source", "both", "--seconds", "9", "--record", "out.wav"],
+                     [("testsink", signals["speech"]), ("micsink", signals["chirp"])])  # fmt: skip
+    assert "recorded" in out and (tmp_path / "out.system.wav").exists() and (tmp_path / "out.mic.wav").exists()
+    _check(tmp_path / "out.system.wav", signals["speech"])
+    _check(tmp_path / "out.mic.wav", signals["chirp"])
+    # no cross-talk: PULSE_SOURCE for the monitor must not leak into the microphone stream
+    mic = read_wav(tmp_path / "out.mic.wav")[0][:, 0].astype(np.float64)
+    system = read_wav(tmp_path / "out.system.wav")[0][:, 0].astype(np.float64)
+    assert _aligned_ncc(mic, _reference16k(signals["speech"]))[0] < 0.3
+    assert _aligned_ncc(system, _reference16k(signals["chirp"]))[0] < 0.3
+    assert abs(len(mic) - len(system)) <= 16  # both clocks ran the requested 9 s
+
+
+def test_devices_lists_the_monitor_and_defaults(pulse_server: PulseServer) -> None:
+    done = subprocess.run([sys.executable, "-m", "captioner", "devices"], env=_cli_env(pulse_server),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "*     testsink.monitor" in done.stdout and "micsink.monitor" in done.stdout
+    assert "default" in done.stdout
+
+
+def test_no_server_is_a_clear_cli_error(pulse_server: PulseServer, tmp_path: Path) -> None:
+    env = dict(_cli_env(pulse_server), PULSE_SERVER=f"unix:{tmp_path}/none", XDG_RUNTIME_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "captioner", "listen", "--source", "system", "--seconds", "1"],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    assert "PulseAudio or PipeWire" in done.stderr and "Traceback" not in done.stderr

@@ -1,0 +1,241 @@
+"""Execution-provider selection, lazy sessions, shared weights and EP-context caches."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from captioner.engine import _providers
+from captioner.engine._providers import Attempt, Candidate, Host, plan_candidates
+from captioner.engine.onnx_model import OnnxAcousticModel
+from captioner.engine.runtime import Runtime, default_threads
+from captioner.errors import ProviderError
+
+LINUX = Host("linux", "x86_64")
+WIN_ARM = Host("win32", "arm64")
+WIN_X64 = Host("win32", "x86_64")
+CPU_ONLY = ["CPUExecutionProvider"]
+
+
+def _probe(devices=("qnn-device",), available=CPU_ONLY):
+    return lambda: (tuple(devices), "2.7.0", "" if devices else "onnxruntime-qnn is not installed", available)
+
+
+def _labels(plan):
+    return [(p.label, isinstance(p, Candidate)) for p in plan]
+
+
+def test_auto_on_linux_never_picks_the_htp_emulator() -> None:
+    plan = plan_candidates("auto", LINUX, _probe())
+    assert _labels(plan) == [("QNN-HTP", False), ("QNN-GPU", False), ("DirectML", False), ("CPU", True)]
+    assert "emulator" in plan[0].reason
+
+
+def test_forced_qnn_on_linux_uses_the_emulator_with_an_emulated_soc() -> None:
+    plan = plan_candidates("qnn", LINUX, _probe())
+    assert isinstance(plan[0], Candidate) and plan[0].label == "QNN-HTP"
+    assert plan[0].strict and plan[0].uses_ep_context
+    assert plan[0].options["backend_type"] == "htp" and plan[0].options["htp_arch"] == "73"
+    assert isinstance(plan[-1], Candidate) and plan[-1].label == "CPU"
+
+
+def test_snapdragon_order_npu_then_gpu_then_cpu() -> None:
+    plan = plan_candidates("auto", WIN_ARM, _probe())
+    assert _labels(plan) == [("QNN-HTP", True), ("QNN-GPU", True), ("DirectML", False), ("CPU", True)]
+    assert "soc_model" not in plan[0].options  # real devices detect their SoC
+    assert plan[1].options == {"backend_type": "gpu"}
+
+
+def test_windows_x64_uses_directml() -> None:
+    plan = plan_candidates("auto", WIN_X64, _probe(devices=(), available=["DmlExecutionProvider", *CPU_ONLY]))
+    assert _labels(plan) == [("QNN-HTP", False), ("QNN-GPU", False), ("DirectML", True), ("CPU", True)]
+    assert plan[0].reason == "onnxruntime-qnn is not installed"
+
+
+def test_forced_cpu_and_gpu() -> None:
+    assert _labels(plan_candidates("cpu", WIN_ARM, _probe())) == [("CPU", True)]
+    plan = plan_candidates("gpu", LINUX, _probe())
+    assert _labels(plan) == [("QNN-GPU", False), ("DirectML", False), ("CPU", True)]
+
+
+def test_unknown_provider_is_a_clear_error(tiny_pack) -> None:
+    with pytest.raises(ProviderError, match="auto, qnn, gpu, cpu"):
+        Runtime(tiny_pack, "npu")
+
+
+def test_forced_unavailable_provider_falls_back_with_reasons(tiny_pack) -> None:
+    rt = Runtime(tiny_pack, "gpu")
+    info = rt.info()
+    assert info.chosen == "CPU" and info.requested == "gpu"
+    assert [a.label for a in info.fallbacks] == ["QNN-GPU", "DirectML"]
+    assert all(a.reason for a in info.fallbacks)
+    assert "requested gpu" in info.summary() and "QNN-GPU:" in info.summary()
+
+
+def test_threads_are_bounded() -> None:
+    assert 1 <= default_threads() <= 4
+
+
+def test_sessions_are_lazy_and_share_one_ortvalue_per_weight(tiny_pack, tmp_path) -> None:
+    rt = Runtime(tiny_pack, "cpu", cache_dir=tmp_path)
+    model = OnnxAcousticModel(tiny_pack, rt)
+    assert rt.loaded() == []
+    model.encode(np.zeros(48000, np.float32))
+    assert rt.loaded() == [tiny_pack.encoder_file(3)]
+    model.preload(3)
+    loaded = {p.name for p in rt.loaded()}
+    assert not any("30s" in name for name in loaded)  # the 30 s bucket stays unloaded
+    assert len(loaded) == 1 + len(tiny_pack.decoder_chunks(3))
+    info = rt.info()
+    assert set(info.placement) == loaded
+    assert all(set(p) == {"CPUExecutionProvider"} for p in info.placement.values())
+    assert all(ms > 0 for ms in info.session_ms.values())
+    # one OrtValue per distinct weight, however many graphs use it
+    values = rt.weights._values
+    embed = next(n for n in values if "embed_tokens" in n)
+    first = values[embed][1]
+    rt.session(tiny_pack.decoder_file(3, 10, 5))
+    assert values[embed][1] is first
+    model.close()
+    assert rt.loaded() == []
+
+
+def test_a_failing_provider_falls_back_to_the_next(tiny_pack, monkeypatch) -> None:
+    """A provider whose session creation fails is recorded with the ORT reason; CPU takes over."""
+    # ORT refuses this one: the CPU EP added explicitly while CPU fallback is disabled
+    broken = Candidate("DirectML", "CPUExecutionProvider", strict=True)
+    monkeypatch.setattr("captioner.engine.runtime.plan_candidates",
+                        lambda requested: [broken, Candidate("CPU", "CPUExecutionProvider")])
+    rt = Runtime(tiny_pack, "auto")
+    rt.session(tiny_pack.encoder_file(3))
+    info = rt.info()
+    assert info.chosen == "CPU"
+    assert [a.label for a in info.fallbacks] == ["DirectML"]
+    assert "encoder_3s.onnx" in info.fallbacks[0].reason
+    assert info.placement["encoder_3s.onnx"] == {"CPUExecutionProvider": info.placement["encoder_3s.onnx"]
+                                                  ["CPUExecutionProvider"]}
+
+
+def test_only_cpu_failing_is_a_provider_error(tiny_pack, tmp_path) -> None:
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"not a graph")
+    rt = Runtime(tiny_pack, "cpu")
+    with pytest.raises(Exception, match="broken.onnx"):
+        rt.session(bad)
+
+
+_RSS_SCRIPT = textwrap.dedent("""
+    import json, sys, numpy as np, psutil
+    from captioner.models.pack import Pack
+    from captioner.engine.runtime import Runtime
+    from captioner.engine.onnx_model import OnnxAcousticModel
+    proc = psutil.Process()
+    pack = Pack.load(sys.argv[1])
+    rss0 = proc.memory_info().rss
+    model = OnnxAcousticModel(pack, Runtime(pack, "cpu"))
+    model.preload(3)
+    enc = model.encode(np.zeros(48000, np.float32))
+    run = model.decoder(enc)
+    sp = pack.special
+    seq = [sp.sot, sp.languages["en"], sp.transcribe, sp.notimestamps]
+    for start, size in model.chunk_plan(3, False):
+        out = run.run(start, size, seq[-1], np.full(size - 1, -1, np.int64))
+        seq += [int(t) for t in out.tokens]
+    rss1 = proc.memory_info().rss
+    print(json.dumps({"rss_mb": (rss1 - rss0) / 1e6, "weights_mb": model.runtime.weights.nbytes / 1e6,
+                      "sessions": len(model.runtime.loaded()),
+                      "session_ms": dict(model.runtime.info().session_ms)}))
+""")
+
+
+@pytest.fixture(scope="module")
+def wide_pack(tmp_path_factory) -> Path:
+    """A pack whose weights are large enough to count copies: d_model 384 (an 80 MB vocabulary
+    embedding), one layer, the 3 s bucket only."""
+    from captioner.models.build import BuildOptions, build_pack
+    from checkpoints import make_checkpoint
+
+    root = tmp_path_factory.mktemp("wide")
+    ckpt = make_checkpoint(root / "ckpt", d_model=384, layers=1, heads=6, ffn=768)
+    build_pack(ckpt, root / "pack", BuildOptions(buckets=(3,)))
+    return root / "pack"
+
+
+@pytest.mark.slow
+def test_a_loaded_pack_holds_one_copy_of_the_weights(wide_pack) -> None:
+    """All nine graphs of a bucket loaded and run: RSS grows by about one weight file, not nine.
+
+    Measured in a fresh interpreter from just before the first session to after a full round."""
+    out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(wide_pack)], capture_output=True, text=True,
+                         timeout=300, check=True)
+    stats = json.loads(out.stdout.strip().splitlines()[-1])
+    print("memory:", stats)
+    assert stats["sessions"] == 9
+    assert stats["weights_mb"] > 70
+    # one copy plus ORT's own overhead; a copy per session would be ~9 × the 80 MB embedding
+    assert stats["rss_mb"] < 2 * stats["weights_mb"], stats
+
+
+@pytest.mark.qnn
+def test_qnn_emulator_runs_the_pack_and_caches_contexts(tiny_pack, tmp_path) -> None:
+    """Forced QNN on the HTP emulator: every node on QNN, EP contexts cached, same tokens as CPU."""
+    pytest.importorskip("onnxruntime_qnn")
+    if not Host.current().qnn_emulated and not Host.current().snapdragon_windows:
+        pytest.skip("no QNN HTP backend on this platform")
+    rt = Runtime(tiny_pack, "qnn", cache_dir=tmp_path)
+    assert rt.provider == "QNN-HTP"
+    qnn = OnnxAcousticModel(tiny_pack, rt)
+    cpu = OnnxAcousticModel(tiny_pack, Runtime(tiny_pack, "cpu"))
+    audio = (0.1 * np.random.default_rng(0).standard_normal(48000)).astype(np.float32)
+    sp = tiny_pack.special
+    prompt = [sp.sot, sp.languages["en"], sp.transcribe, sp.notimestamps]
+    results = []
+    for model in (qnn, cpu):
+        enc = model.encode(audio)
+        run = model.decoder(enc)
+        seq = list(prompt)
+        for start, size in model.chunk_plan(3, False)[:2]:
+            forced = np.array([seq[p] if p < len(seq) else -1 for p in range(start + 1, start + size)], np.int64)
+            out = run.run(start, size, seq[start], forced)
+            seq += [int(t) for t in out.tokens[len(seq) - start - 1:]]
+        results.append(seq)
+    assert results[0] == results[1]
+    info = rt.info()
+    assert info.chosen == "QNN-HTP" and info.fallbacks == ()
+    assert all(set(p) == {"QNNExecutionProvider"} for p in info.placement.values())
+    contexts = list(tmp_path.glob("ep-context/*/*_ctx.onnx"))
+    assert {c.name for c in contexts} == {"encoder_3s_ctx.onnx", "decoder_3s_p0_k4_ctx.onnx",
+                                          "decoder_3s_p4_k6_ctx.onnx"}
+    compiled_ms = info.session_ms["encoder_3s.onnx"]
+    qnn.close()
+    again = Runtime(tiny_pack, "qnn", cache_dir=tmp_path)
+    again.session(tiny_pack.encoder_file(3))
+    print("QNN encoder session: compiled %.0f ms, from cache %.0f ms"
+          % (compiled_ms, again.info().session_ms["encoder_3s.onnx"]))
+    assert again.info().placement["encoder_3s.onnx"] == {"QNNExecutionProvider": 1}  # one EPContext node
+    again.close()
+    cpu.close()
+
+
+@pytest.mark.qnn
+def test_a_broken_qnn_backend_falls_back_to_cpu_with_the_reason(tiny_pack, monkeypatch) -> None:
+    """A real QNN failure (the wheel has no QNN CPU backend library) is caught, recorded, and CPU runs."""
+    devices, version, reason = _providers.qnn_devices()
+    if not devices:
+        pytest.skip(reason)
+    broken = Candidate("QNN-HTP", _providers.QNN_EP, {"backend_type": "cpu"}, devices, version, strict=True)
+    monkeypatch.setattr("captioner.engine.runtime.plan_candidates",
+                        lambda requested: [broken, Attempt("QNN-GPU", False, "n/a"),
+                                           Candidate("CPU", "CPUExecutionProvider")])
+    rt = Runtime(tiny_pack, "qnn")
+    rt.session(tiny_pack.encoder_file(3))
+    info = rt.info()
+    assert info.chosen == "CPU"
+    assert [a.label for a in info.fallbacks] == ["QNN-HTP", "QNN-GPU"]
+    rt.close()

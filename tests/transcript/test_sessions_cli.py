@@ -1,0 +1,145 @@
+"""``captioner sessions ...`` end to end on a real store in a temporary home."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import srt
+import webvtt
+
+from captioner import cli
+from captioner.core import EngineUpdate, Word
+from captioner.storage.paths import AppPaths
+from captioner.storage.settings import Settings, TranscriptConfig, save_settings
+from captioner.transcript.store import SessionStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> AppPaths:
+    paths = AppPaths.default(tmp_path / "home").ensure()
+    with SessionStore.open(paths.sessions_db) as store:
+        a = store.begin_session(
+            sources=("system",), model="tiny-en", provider="CPU", language="en", title="lecture"
+        )
+        store.apply(
+            a,
+            EngineUpdate(
+                0,
+                tuple(
+                    Word(t, i * 0.4, i * 0.4 + 0.3)
+                    for i, t in enumerate(
+                        ["Welcome", "to", "the", "course", "on", "signals.", "Today,", "Fourier."]
+                    )
+                ),
+            ),
+        )
+        store.end_session(a)
+        b = store.begin_session(sources=("mic", "system"), model="base")
+        store.apply(
+            b,
+            EngineUpdate(
+                0,
+                (
+                    Word("Can", 0, 0.3, source="mic"),
+                    Word("you", 0.3, 0.6, source="mic"),
+                    Word("hear?", 0.6, 1.0, source="mic"),
+                ),
+                source="mic",
+            ),
+        )
+        store.apply(b, EngineUpdate(0, (Word("Yes,", 1.5, 1.8), Word("Fourier", 1.8, 2.3))))
+    return paths
+
+
+def run(paths: AppPaths, *argv: str) -> int:
+    return cli.run(["sessions", *argv], paths)
+
+
+def test_list_and_show(home: AppPaths, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(home, "list") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["ID", "STARTED", "LENGTH"]
+    assert out[1].split()[0] == "2" and "(not ended)" in out[1] and "mic,system" in out[1]
+    assert out[2].split()[0] == "1" and "lecture" in out[2] and "0:00:03" in out[2]
+    assert run(home, "show", "1") == 0
+    out = capsys.readouterr().out
+    assert "session 1: lecture" in out and "tiny-en" in out
+    assert "[00:00:00] Welcome to the course on signals. Today, Fourier." in out
+    assert run(home, "show", "2", "--no-timestamps") == 0
+    assert "You: Can you hear?\n\nOthers: Yes, Fourier" in capsys.readouterr().out
+
+
+def test_export_every_format(home: AppPaths, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    save_settings(
+        Settings(transcripts=TranscriptConfig(label_mic="Me", label_system="Them")), home.settings_file
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [
+        "export",
+        "2",
+        "--srt",
+        str(out / "a.srt"),
+        "--vtt",
+        str(out / "a.vtt"),
+        "--txt",
+        str(out / "a.txt"),
+    ]
+    assert run(home, *argv, "--json", str(out / "a.json"), "--timestamps") == 0
+    assert capsys.readouterr().out.count("wrote ") == 4
+    subs = list(srt.parse((out / "a.srt").read_text(encoding="utf-8")))
+    assert [s.content for s in subs] == ["Me: Can you hear?", "Them: Yes, Fourier"]
+    assert [c.voice for c in webvtt.read(str(out / "a.vtt"))] == ["Me", "Them"]
+    assert (out / "a.txt").read_text(encoding="utf-8").startswith("[00:00:00] Me: Can you hear?")
+    doc = json.loads((out / "a.json").read_text(encoding="utf-8"))
+    assert doc["session"]["id"] == 2 and doc["session"]["sources"] == ["mic", "system"]
+    assert [w["text"] for w in doc["words"]] == ["Can", "you", "hear?", "Yes,", "Fourier"]
+
+
+def test_search_delete_purge(home: AppPaths, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(home, "search", "fourier") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == ["2", "1"]
+    assert run(home, "search", "on", "signals") == 0
+    assert "the course on signals. Today," in capsys.readouterr().out
+    assert run(home, "search", "nothing-like-this") == 0
+    assert "no session contains" in capsys.readouterr().out
+    assert run(home, "delete", "1") == 0
+    assert run(home, "list") == 0
+    assert "lecture" not in capsys.readouterr().out
+    assert run(home, "purge", "--older-than", "30") == 0
+    assert "deleted 0 session(s)" in capsys.readouterr().out
+
+
+def test_errors_are_one_line(home: AppPaths, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(home, "show", "99") == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "captioner: error: there is no session 99 (see `captioner sessions list`)"
+    assert run(home, "export", "1") == 2
+    assert "--srt FILE" in capsys.readouterr().err
+    assert run(home, "export", "1", "--srt", str(tmp_path / "no" / "dir" / "x.srt")) == 2
+    assert "No such file or directory; nothing was written" in capsys.readouterr().err
+
+
+def test_corrupt_store_through_the_real_entry_point(tmp_path: Path) -> None:
+    paths = AppPaths.default(tmp_path / "h").ensure()
+    paths.sessions_db.write_bytes(b"garbage, not sqlite" * 10)
+    env = {**os.environ, "CAPTIONER_HOME": str(tmp_path / "h"), "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "captioner", "sessions", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "no saved sessions"
+    assert "not a readable SQLite database" in done.stderr and "sessions.sqlite3.corrupt-" in done.stderr
+    assert len(list(paths.data.glob("sessions.sqlite3.corrupt-*"))) == 1

@@ -1,0 +1,217 @@
+"""Session store: transactional retract-then-append per source, search, retention, bad files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from captioner.core import EngineUpdate, Word
+from captioner.errors import StorageError
+from captioner.transcript._schema import SCHEMA_VERSION
+from captioner.transcript.cues import merge_sources
+from captioner.transcript.store import SessionStore
+
+from ._streams import engine_like_updates, replay
+
+
+def W(text: str, start: float, end: float, source: str = "system", spec: bool = False) -> Word:
+    return Word(text, start, end, 0.0, source, spec)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SessionStore:
+    s = SessionStore.open(tmp_path / "data" / "sessions.sqlite3")
+    yield s
+    s.close()
+
+
+def test_retract_then_append_per_source(store: SessionStore) -> None:
+    sid = store.begin_session(sources=("system", "mic"), model="tiny", provider="CPU", language="en")
+    store.apply(sid, EngineUpdate(0, (W("one", 0, 0.4), W("two", 0.5, 0.9), W("tree", 1.0, 1.3, spec=True))))
+    store.apply(sid, EngineUpdate(0, (W("hi", 0.2, 0.6, "mic"),), source="mic"))
+    # a system retraction must not touch the mic words
+    store.apply(sid, EngineUpdate(1, (W("three.", 1.0, 1.4),), source="system"))
+    words = store.session_words(sid)
+    assert [(w.text, w.source) for w in words] == [
+        ("one", "system"),
+        ("hi", "mic"),
+        ("two", "system"),
+        ("three.", "system"),
+    ]
+    assert words[1] == W("hi", 0.2, 0.6, "mic")
+    with pytest.raises(ValueError, match="cannot retract 2 of 1 mic words"):
+        store.apply(sid, EngineUpdate(2, (), source="mic"))
+    assert len(store.session_words(sid)) == 4  # the failed update changed nothing
+
+
+def test_speculative_words_are_stored_but_not_exported_or_searched(store: SessionStore) -> None:
+    sid = store.begin_session()
+    store.apply(sid, EngineUpdate(0, (W("solid", 0, 1), W("maybe", 1, 2, spec=True))))
+    assert [w.text for w in store.session_words(sid)] == ["solid"]
+    assert [w.speculative for w in store.session_words(sid, include_speculative=True)] == [False, True]
+    assert store.search("maybe") == [] and len(store.search("solid")) == 1
+    assert store.get_session(sid).word_count == 1
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), n=st.integers(0, 60), two=st.booleans())
+def test_store_equals_apply_update(tmp_path: Path, seed: int, n: int, two: bool) -> None:
+    sources = ("system", "mic") if two else ("system",)
+    updates = list(itertools.islice(engine_like_updates(seed, sources), n))
+    with SessionStore.in_memory() as store:
+        sid = store.begin_session(sources=sources)
+        for update in updates:
+            store.apply(sid, update)
+        expected = merge_sources(w for ws in replay(updates).values() for w in ws)
+        assert store.session_words(sid, include_speculative=True) == expected
+
+
+def test_sessions_list_get_end_title_delete(store: SessionStore) -> None:
+    a = store.begin_session(sources=("mic",), model="m1", settings={"engine": {"step_s": 2.0}})
+    b = store.begin_session(sources=("mic", "system"), title="standup")
+    store.apply(a, EngineUpdate(0, (W("x", 0, 3.25, "mic"),), source="mic"))
+    store.end_session(a)
+    info = store.get_session(a)
+    assert info.ended_at is not None and info.duration_ms == 3250 and info.sources == ("mic",)
+    assert info.to_json()["settings"] == {"engine": {"step_s": 2.0}}
+    assert [s.id for s in store.list_sessions()] == [b, a]
+    assert store.get_session(b).sources == ("mic", "system") and store.get_session(b).ended_at is None
+    store.set_title(a, "renamed")
+    assert store.get_session(a).title == "renamed"
+    store.delete_session(a)
+    assert [s.id for s in store.list_sessions()] == [b]
+    assert store._query("SELECT count(*) FROM words")[0][0] == 0  # cascade
+    with pytest.raises(StorageError, match="no session"):
+        store.get_session(a)
+    with pytest.raises(StorageError, match="no session"):
+        store.delete_session(a)
+
+
+def test_search_phrases(store: SessionStore) -> None:
+    s1 = store.begin_session()
+    store.apply(
+        s1,
+        EngineUpdate(
+            0,
+            tuple(
+                W(t, i, i + 0.5)
+                for i, t in enumerate(["We", "flew", "to", "New", "York,", "then", "Boston."])
+            ),
+        ),
+    )
+    s2 = store.begin_session(sources=("mic",))
+    store.apply(
+        s2,
+        EngineUpdate(
+            0,
+            tuple(
+                W(t, i, i + 0.5, "mic")
+                for i, t in enumerate(["York,", "new", "is", "not", "it;", "Ünïcode", "wörds"])
+            ),
+            source="mic",
+        ),
+    )
+    hits = store.search("new york")
+    assert [(h.session_id, h.seq, h.start_ms, h.end_ms) for h in hits] == [(s1, 3, 3000, 4500)]
+    assert "New York, then" in hits[0].context
+    assert {h.session_id for h in store.search("YORK")} == {s1, s2}
+    assert [h.session_id for h in store.search("wörds")] == [s2]
+    assert [h.session_id for h in store.search("ston")] == [s1]  # inside a word: the LIKE fallback
+    assert store.search("   ") == [] and store.search("chicago") == []
+    assert store.has_fts
+
+
+def test_retention_purge(store: SessionStore) -> None:
+    now = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
+    old = store.begin_session(started_at=(now - dt.timedelta(days=40)).isoformat(timespec="seconds"))
+    store.apply(old, EngineUpdate(0, (W("old", 0, 1),)))
+    store.end_session(old)
+    recent = store.begin_session(started_at=(now - dt.timedelta(days=3)).isoformat(timespec="seconds"))
+    active_old = store.begin_session(started_at=(now - dt.timedelta(days=90)).isoformat(timespec="seconds"))
+    assert store.purge_older_than(0, now=now) == 0
+    assert store.purge_older_than(30, now=now) == 1  # the one being recorded is kept
+    assert {s.id for s in store.list_sessions()} == {recent, active_old}
+
+
+def test_files_are_user_only(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "sessions.sqlite3"
+    with SessionStore.open(path) as store:
+        sid = store.begin_session()
+        store.apply(sid, EngineUpdate(0, (W("private", 0, 1),)))
+        names = sorted(p.name for p in path.parent.iterdir())
+        assert names == ["sessions.sqlite3", "sessions.sqlite3-shm", "sessions.sqlite3-wal"]
+        for p in path.parent.iterdir():
+            assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+        assert store._query("PRAGMA journal_mode")[0][0] == "wal"
+        assert store._query("PRAGMA user_version")[0][0] == SCHEMA_VERSION
+
+
+def test_reopen_keeps_everything_and_continues_seq(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    with SessionStore.open(path) as store:
+        sid = store.begin_session()
+        store.apply(sid, EngineUpdate(0, (W("a", 0, 1), W("b", 1, 2))))
+    with SessionStore.open(path) as store:
+        assert store.warnings == []
+        store.apply(sid, EngineUpdate(1, (W("c", 1, 2),)))
+        assert [w.text for w in store.session_words(sid)] == ["a", "c"]
+        assert store.integrity_check() == "ok"
+
+
+@pytest.mark.parametrize(
+    "content", [b"this is not a database at all" * 50, b"SQLite format 3\x00" + b"\xff" * 200]
+)
+def test_not_a_database_is_kept_and_a_new_store_used(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "sessions.sqlite3"
+    path.write_bytes(content)
+    with SessionStore.open(path) as store:
+        assert len(store.warnings) == 1
+        assert (
+            "not a readable SQLite database" in store.warnings[0]
+            and "kept as sessions.sqlite3.corrupt-" in store.warnings[0]
+        )
+        sid = store.begin_session()
+        store.apply(sid, EngineUpdate(0, (W("fresh", 0, 1),)))
+        assert [w.text for w in store.session_words(sid)] == ["fresh"]
+    backups = list(tmp_path.glob("sessions.sqlite3.corrupt-*"))
+    assert len(backups) == 1 and backups[0].read_bytes() == content
+
+
+def test_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(StorageError, match="newer captioner"):
+        SessionStore.open(path)
+    assert path.read_bytes() == before and not list(tmp_path.glob("*.corrupt-*"))
+
+
+def test_unwritable_location_is_a_storage_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "data"
+    blocker.write_text("a file where the folder should be")
+    with pytest.raises(StorageError, match="cannot open the session store"):
+        SessionStore.open(blocker / "sessions.sqlite3")
+
+
+def test_in_memory_store_has_the_same_interface(tmp_path: Path) -> None:
+    with SessionStore.in_memory() as store:
+        sid = store.begin_session(sources=("mic",))
+        store.apply(sid, EngineUpdate(0, (W("ephemeral", 0, 1, "mic"),), source="mic"))
+        assert [w.text for w in store.session_words(sid)] == ["ephemeral"]
+        assert store.search("ephemeral")[0].session_id == sid
+        assert store.path is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_sources_are_rejected(store: SessionStore) -> None:
+    with pytest.raises(ValueError, match="sources"):
+        store.begin_session(sources=("speaker",))  # type: ignore[arg-type]

@@ -1,0 +1,150 @@
+"""The composition root offscreen, with a scripted engine and capture: store, bar, tray intents, quit."""
+
+from __future__ import annotations
+
+import srt
+from PySide6.QtCore import QCoreApplication
+
+from captioner.app import CaptionerApp, GuiOptions, Session
+from captioner.storage.paths import AppPaths
+from captioner.storage.settings import load_settings
+from captioner.transcript.store import SessionStore
+from captioner.ui import single_instance
+from tests.ui.fakes import FakeCapture, FakeStream
+
+
+def make_app(qtbot, tmp_path, n_blocks=6, **options):
+    paths = AppPaths.default(tmp_path / "home")
+    captures = []
+
+    def capture_factory(settings):
+        sources = ("system", "mic") if settings.audio.source == "both" else (settings.audio.source,)
+
+        def open_capture():
+            captures.append(FakeCapture(sources=sources, n_blocks=n_blocks, finite=False))
+            return captures[-1]
+
+        return open_capture, sources
+
+    def engine_factory(settings, sources, paths):
+        return Session({s: FakeStream(s) for s in sources}, "FAKE-CPU", "FAKE-CPU (requested auto)", "fake-pack")
+
+    saved = tmp_path / "saved.srt"
+    app = CaptionerApp(paths, GuiOptions(model="fake-pack", **options), engine_factory=engine_factory,
+                       capture_factory=capture_factory, ask_save_path=lambda fmt, s: str(saved.with_suffix("." + fmt)))
+    qtbot.addWidget(app.bar)
+    app.captures = captures
+    app.saved = saved
+    return app
+
+
+def stored_words(app):
+    return app.store.session_words(app.session_id)
+
+
+def quit_and_wait(qtbot, app):
+    app.tray.actions["quit"].trigger()
+    qtbot.waitUntil(lambda: not app.running, timeout=10_000)
+
+
+def test_words_reach_the_store_and_the_bar_and_quit_leaves_a_complete_session(qtbot, tmp_path):
+    app = make_app(qtbot, tmp_path)
+    app.start()
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 5, timeout=10_000)
+    assert app.bar.isVisible()
+    qtbot.waitUntil(lambda: "system0" in " ".join(app.bar.visible_lines()), timeout=5000)
+    assert "FAKE-CPU" in app.tray.tray.toolTip()
+    sid = app.session_id
+    quit_and_wait(qtbot, app)
+    with SessionStore.open(app.paths.sessions_db) as store:
+        info = store.get_session(sid)
+        assert info.ended_at is not None
+        words = store.session_words(sid)
+    assert [w.text for w in words] == [f"system{i}" for i in range(6)]  # the speculative tail committed
+
+
+def test_save_srt_from_the_tray_writes_a_file_that_parses(qtbot, tmp_path):
+    app = make_app(qtbot, tmp_path)
+    app.start()
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 5, timeout=10_000)
+    app.tray.actions["save:srt"].trigger()
+    subs = list(srt.parse(app.saved.read_text(encoding="utf-8")))
+    assert subs and "system0" in subs[0].content
+    app.tray.actions["save:json"].trigger()
+    assert app.saved.with_suffix(".json").read_text(encoding="utf-8").lstrip().startswith("{")
+    quit_and_wait(qtbot, app)
+
+
+def test_source_change_restarts_with_a_new_session_in_both_mode(qtbot, tmp_path):
+    app = make_app(qtbot, tmp_path)
+    app.start()
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 3, timeout=10_000)
+    first = app.session_id
+    app.tray.actions["source:both"].trigger()
+    qtbot.waitUntil(lambda: app.session_id != first and app.running, timeout=10_000)
+    qtbot.waitUntil(lambda: {w.source for w in stored_words(app)} == {"mic", "system"}, timeout=10_000)
+    assert app.store.get_session(first).ended_at is not None
+    assert load_settings(app.paths.settings_file)[0].audio.source == "both"
+    qtbot.waitUntil(lambda: "You:" in " ".join(app.bar.visible_lines()), timeout=5000)
+    quit_and_wait(qtbot, app)
+
+
+def test_dont_save_moves_the_session_out_of_the_disk_store(qtbot, tmp_path):
+    app = make_app(qtbot, tmp_path)
+    app.start()
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 3, timeout=10_000)
+    app.tray.actions["dont_save"].trigger()
+    assert app.store is not app.disk_store
+    assert app.disk_store.list_sessions() == []
+    assert len(stored_words(app)) >= 3  # still exportable from memory
+    quit_and_wait(qtbot, app)
+    with SessionStore.open(app.paths.sessions_db) as store:
+        assert store.list_sessions() == []
+
+
+def test_pause_and_click_through_from_the_tray(qtbot, tmp_path):
+    app = make_app(qtbot, tmp_path)
+    app.start()
+    qtbot.waitUntil(lambda: bool(app.captures and app.captures[0].started), timeout=10_000)
+    app.tray.actions["pause"].trigger()
+    qtbot.waitUntil(lambda: app.captures[0].stopped >= 1, timeout=5000)
+    assert "Paused" in app.tray.tray.toolTip()
+    app.tray.actions["pause"].trigger()
+    qtbot.waitUntil(lambda: len(app.captures) == 2, timeout=5000)
+    app.tray.actions["click_through"].trigger()
+    assert app.bar.style_settings.click_through and app.bar.isVisible()
+    app.tray.actions["click_through"].trigger()  # the tray item is the way back
+    assert not app.bar.style_settings.click_through
+    quit_and_wait(qtbot, app)
+
+
+def test_left_click_toggles_and_a_second_start_shows_the_bar(qtbot, tmp_path):
+    app = make_app(qtbot, tmp_path, minimized=True)
+    app.start()
+    assert not app.bar.isVisible()
+    app.tray.actions["show"].trigger()
+    assert app.bar.isVisible()
+    app.toggle_captions()
+    assert not app.bar.isVisible()
+    instance = single_instance.SingleInstance(single_instance.server_name(app.paths.data))
+    assert instance.listen()
+    instance.message.connect(app.on_instance_message)
+    with qtbot.waitSignal(instance.message, timeout=5000):
+        assert single_instance.send(instance.name, "show")
+    assert app.bar.isVisible()
+    instance.close()
+    assert not single_instance.send(instance.name, "show")  # nobody listening any more
+    quit_and_wait(qtbot, app)
+
+
+def test_bar_geometry_is_saved_per_screen_layout(qtbot, tmp_path):
+    app = make_app(qtbot, tmp_path)
+    app.start()
+    app.bar.geometry_changed.emit(app.bar.geometry())
+    saved = load_settings(app.paths.settings_file)[0].window
+    assert list(saved.values()) == [app.bar.geometry().getRect()]
+    quit_and_wait(qtbot, app)
+
+
+def test_quit_does_not_stop_the_test_application():
+    assert QCoreApplication.instance() is not None

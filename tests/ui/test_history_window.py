@@ -1,0 +1,81 @@
+"""History window over a real SessionStore: list, search, open, export (parsed back), delete."""
+
+from __future__ import annotations
+
+import srt
+
+from captioner.core import EngineUpdate, Word
+from captioner.transcript.store import SessionStore
+from captioner.ui.history_window import HistoryWindow
+
+
+def record(store: SessionStore, text: str, sources=("system",), started_at=None) -> int:
+    sid = store.begin_session(sources=sources, model="tiny", provider="CPU", language="en",
+                              started_at=started_at)
+    words = tuple(Word(w, i * 0.5, i * 0.5 + 0.4) for i, w in enumerate(text.split()))
+    store.apply(sid, EngineUpdate(0, words))
+    store.end_session(sid)
+    return sid
+
+
+def make_store(tmp_path):
+    store = SessionStore.open(tmp_path / "sessions.sqlite3")
+    a = record(store, "the budget meeting starts now", started_at="2026-01-05T09:00:00+00:00")
+    b = record(store, "a lecture about whales and krill", started_at="2026-02-07T14:30:00+00:00")
+    return store, a, b
+
+
+def test_lists_sessions_with_date_duration_sources_and_first_words(qtbot, tmp_path):
+    store, a, b = make_store(tmp_path)
+    win = HistoryWindow(store, ask_save_path=lambda f, s: None)
+    qtbot.addWidget(win)
+    assert win.session_ids() == [b, a]  # newest first
+    row = win.list.topLevelItem(0)
+    assert row.text(0).startswith("2026-02-07")
+    assert row.text(1) == "0:00:02"
+    assert row.text(2) == "system"
+    assert row.text(3).startswith("a lecture about whales")
+
+
+def test_search_filters_and_clearing_shows_all(qtbot, tmp_path):
+    store, a, b = make_store(tmp_path)
+    win = HistoryWindow(store)
+    qtbot.addWidget(win)
+    win.search_box.setText("budget meeting")
+    win.refresh()
+    assert win.session_ids() == [a]
+    win.search_box.setText("")
+    assert win.session_ids() == [b, a]
+
+
+def test_opening_a_session_shows_its_transcript(qtbot, tmp_path):
+    store, a, _ = make_store(tmp_path)
+    win = HistoryWindow(store)
+    qtbot.addWidget(win)
+    win.select_session(a)
+    assert "the budget meeting starts now" in win.text.toPlainText()
+
+
+def test_export_writes_a_file_an_srt_parser_reads(qtbot, tmp_path):
+    store, a, _ = make_store(tmp_path)
+    out = tmp_path / "exported.srt"
+    win = HistoryWindow(store, ask_save_path=lambda fmt, suggested: str(out))
+    qtbot.addWidget(win)
+    win.select_session(a)
+    assert win.export_current("srt") == out
+    subs = list(srt.parse(out.read_text(encoding="utf-8")))
+    assert " ".join(s.content.replace("\n", " ") for s in subs) == "the budget meeting starts now"
+
+
+def test_delete_asks_first_and_removes_the_session(qtbot, tmp_path):
+    store, a, b = make_store(tmp_path)
+    answers = [False, True]
+    win = HistoryWindow(store, confirm_delete=lambda info: answers.pop(0))
+    qtbot.addWidget(win)
+    win.select_session(a)
+    assert not win.delete_current()
+    assert a in win.session_ids()
+    win.select_session(a)
+    assert win.delete_current()
+    assert win.session_ids() == [b]
+    assert [s.id for s in store.list_sessions()] == [b]

@@ -1,0 +1,132 @@
+"""CaptionWorker in a real QThread with a scripted capture and engine: flow, shutdown, pause, errors."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QThread
+
+from captioner.core import apply_update
+from captioner.errors import AudioDeviceError
+from captioner.worker import CaptionWorker
+from tests.ui.fakes import FakeCapture, FakeStream, device_lost_event
+
+
+class Harness:
+    """Runs a worker in a thread and records what it emits (in the GUI thread, via queued signals)."""
+
+    def __init__(self, qtbot, capture, streams, **kw) -> None:
+        self.capture = capture
+        self.streams = streams
+        self.worker = CaptionWorker(lambda: capture, streams, read_timeout_s=0.05, **kw)
+        self.thread = QThread()
+        self.worker.moveToThread(self.thread)
+        self.thread.started.connect(self.worker.run)
+        self.worker.finished.connect(self.thread.quit)
+        self.updates, self.errors, self.statuses, self.events, self.lags = [], [], [], [], []
+        self.order = []
+        self.worker.update.connect(lambda u: (self.updates.append(u), self.order.append("update")))
+        self.worker.error.connect(self.errors.append)
+        self.worker.status.connect(self.statuses.append)
+        self.worker.event.connect(self.events.append)
+        self.worker.lag.connect(self.lags.append)
+        self.worker.finished.connect(lambda: self.order.append("finished"))
+        self.qtbot = qtbot
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        with self.qtbot.waitSignal(self.thread.finished, timeout=5000):
+            self.worker.request_stop()
+
+    def words(self, source="system"):
+        words = []
+        for u in self.updates:
+            if u.source == source:
+                apply_update(words, u)
+        return words
+
+
+def test_updates_flow_and_stop_commits_the_last_words_before_finished(qtbot):
+    h = Harness(qtbot, FakeCapture(n_blocks=5, finite=False), {"system": FakeStream()}).start()
+    qtbot.waitUntil(lambda: len(h.updates) >= 5, timeout=5000)
+    h.stop()
+    words = h.words()
+    assert [w.text for w in words] == [f"system{i}" for i in range(5)]
+    assert not any(w.speculative for w in words)  # finish() committed the speculative tail
+    assert h.order[-1] == "finished" and h.order[-2] == "update"
+    assert h.streams["system"].finished
+    assert h.capture.stopped >= 1
+    assert h.statuses[0] == "listening" and h.statuses[-1] == "stopped"
+
+
+def test_both_mode_feeds_each_source_its_own_stream(qtbot):
+    streams = {"system": FakeStream("system"), "mic": FakeStream("mic")}
+    h = Harness(qtbot, FakeCapture(sources=("system", "mic"), n_blocks=3, finite=False), streams).start()
+    qtbot.waitUntil(lambda: len(h.updates) >= 6, timeout=5000)
+    h.stop()
+    assert [w.text for w in h.words("mic")] == ["mic0", "mic1", "mic2"]
+    assert [w.text for w in h.words("system")] == ["system0", "system1", "system2"]
+    assert {w.source for w in h.words("mic")} == {"mic"}
+
+
+def test_end_of_file_flushes_and_reports_ended_then_idles(qtbot):
+    h = Harness(qtbot, FakeCapture(n_blocks=3, finite=True), {"system": FakeStream()}).start()
+    qtbot.waitUntil(lambda: "ended" in h.statuses, timeout=5000)
+    assert not any(w.speculative for w in h.words())
+    reads = h.capture.reads
+    qtbot.wait(200)
+    assert h.capture.reads == reads  # idle: blocked on an event, not reading in a loop
+    h.stop()
+    assert len(h.words()) == 3
+
+
+def test_pause_stops_the_capture_and_resume_reopens(qtbot):
+    captures = []
+
+    def open_capture():
+        captures.append(FakeCapture(n_blocks=2, finite=False))
+        return captures[-1]
+
+    worker = CaptionWorker(open_capture, {"system": FakeStream()}, read_timeout_s=0.05)
+    thread = QThread()
+    worker.moveToThread(thread)
+    thread.started.connect(worker.run)
+    worker.finished.connect(thread.quit)
+    statuses = []
+    worker.status.connect(statuses.append)
+    thread.start()
+    qtbot.waitUntil(lambda: "listening" in statuses, timeout=5000)
+    worker.set_paused(True)
+    qtbot.waitUntil(lambda: "paused" in statuses, timeout=5000)
+    assert captures[0].stopped == 1
+    reads = captures[0].reads
+    qtbot.wait(200)
+    assert captures[0].reads == reads and len(captures) == 1
+    worker.set_paused(False)
+    qtbot.waitUntil(lambda: len(captures) == 2 and statuses[-1] == "listening", timeout=5000)
+    with qtbot.waitSignal(thread.finished, timeout=5000):
+        worker.request_stop()
+
+
+def test_device_errors_are_emitted_typed_and_events_forwarded(qtbot):
+    cap = FakeCapture(n_blocks=2, finite=False, fail_first_read=True, events=[device_lost_event()])
+    h = Harness(qtbot, cap, {"system": FakeStream()}, reopen_wait_s=0.05).start()
+    qtbot.waitUntil(lambda: bool(h.errors and h.events), timeout=5000)
+    assert isinstance(h.errors[0], AudioDeviceError)
+    assert h.events[0].kind == "device_lost"
+    h.stop()
+
+
+def test_lag_is_reported_from_round_stats(qtbot):
+    h = Harness(qtbot, FakeCapture(n_blocks=2, finite=False), {"system": FakeStream(lag_s=3.5)}).start()
+    qtbot.waitUntil(lambda: len(h.lags) >= 2, timeout=5000)
+    h.stop()
+    assert h.lags[0] == 3.5
+
+
+def test_stop_while_paused_ends_promptly(qtbot):
+    h = Harness(qtbot, FakeCapture(n_blocks=1, finite=False), {"system": FakeStream()}, paused=True).start()
+    qtbot.waitUntil(lambda: "paused" in h.statuses, timeout=5000)
+    h.stop()
+    assert h.statuses[-1] == "stopped"
