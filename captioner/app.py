@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from PySide6.QtCore import QObject, QRect, QThread, QTimer, QUrl
+from PySide6.QtCore import QObject, QRect, QThread, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QApplication
 
@@ -99,7 +99,12 @@ class CaptionerApp(QObject):
         install_model, import_model: the first-run dialog's work functions (see
             :class:`~captioner.ui.first_run.FirstRunDialog`); None disables it.
         ask_save_path: where to save an export (default: a file dialog).
+
+    Signals:
+        state_changed(str): the worker's state ("listening", "paused", "ended", "stopped").
     """
+
+    state_changed = Signal(str)
 
     def __init__(
         self,
@@ -268,7 +273,7 @@ class CaptionerApp(QObject):
         worker.lag.connect(self._on_worker_lag)
         worker.error.connect(self._on_worker_error)
         worker.event.connect(self._on_worker_event)
-        worker.status.connect(lambda s: self.tray.set_status(state=s))
+        worker.status.connect(self._on_worker_status)
         worker.finished.connect(thread.quit)
         thread.finished.connect(self._on_thread_finished)
         self._worker, self._thread = worker, thread  # held until finished (buzz #423)
@@ -336,6 +341,10 @@ class CaptionerApp(QObject):
         if update.stats is not None and update.stats.provider and update.stats.provider != self.provider:
             self.provider = update.stats.provider
             self.tray.set_status(provider=self.provider)
+
+    def _on_worker_status(self, state: str) -> None:
+        self.tray.set_status(state=state)
+        self.state_changed.emit(state)
 
     def _on_worker_lag(self, lag_s: float) -> None:
         self.bar.set_lag(lag_s)

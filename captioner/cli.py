@@ -38,9 +38,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _names_a_command(argv: list[str]) -> bool:
+    """True when ``argv`` asks for help/version or names a subcommand anywhere."""
+    return any(a in ("-h", "--help", "--version") or a in COMMANDS for a in argv)
+
+
 def run(argv: list[str], paths: AppPaths) -> int:
     """Run the command in ``argv``; the GUI when no subcommand is given."""
     parser = build_parser()
+    if "gui" in COMMANDS and argv and argv[0].startswith("-") and not _names_a_command(argv):
+        # `captioner --source-file talk.wav ...`: the app's options without the `gui` word; the
+        # top-level parser would take the option's value for a command name, so insert it here.
+        top = [a for a in argv if a in ("-v", "--verbose")]
+        argv = [*top, "gui", *[a for a in argv if a not in ("-v", "--verbose")]]
     args, rest = parser.parse_known_args(argv)
     if args.command is None:
         if "gui" not in COMMANDS:

@@ -223,7 +223,7 @@ class SystemBackend:
         except Exception as exc:  # PortAudioError or OSError: keep going with the old list
             logger.warning("could not re-initialise PortAudio: %s", exc)
             return False
-        logger.info("re-initialised PortAudio to refresh the device list")
+        logger.debug("re-initialised PortAudio to refresh the device list")
         return True
 
     @property

@@ -201,6 +201,8 @@ class AudioCapture:
                 return self._out.popleft()
             if self._running:
                 now = time.monotonic()
+                if self._origin is None and len(self._sources) > 1:
+                    self._fix_origin()
                 for src in self._sources:
                     src.poll(now)
                 if self._mixer is not None and (mixed := self._mixer.take()) is not None:
@@ -242,6 +244,13 @@ class AudioCapture:
             self._mixer.add(source, start, samples)
         else:
             self._out.append(AudioBlock(source, start, samples))
+
+    def _fix_origin(self) -> None:
+        """Sample 0 of both clocks: the start of the earliest first block now waiting."""
+        begins = [b for src in self._sources if (b := src.first_begin()) is not None]
+        if begins:
+            with self._origin_lock:
+                self._origin = min(begins)
 
     def _shared_origin(self, begin: float) -> float:
         with self._origin_lock:

@@ -128,6 +128,14 @@ class BlockRing:
         self._read = r + 1  # publish only after the copy: the slot may be reused from now on
         return item
 
+    def peek_time(self) -> tuple[int, float] | None:
+        """Consumer side: ``(frames, end_time)`` of the oldest stored block, without taking it."""
+        r = self._read
+        if self._written - r <= 0:
+            return None
+        i = r % self._slots
+        return self._frames[i], self._times[i]
+
     def pending_gap(self) -> int:
         """Frames dropped after the last stored block (not yet attached to a block)."""
         return self._pending_gap

@@ -143,7 +143,7 @@ class SourceStream:
 
         opened = self._backend.open(self.source, device, callback, finished)
         slots = max(4, int(self._ring_s * opened.samplerate / opened.blocksize) + 1)
-        ring = BlockRing(slots, 4 * opened.blocksize, opened.channels, self._bell, self._token)
+        ring = BlockRing(slots, 2 * opened.blocksize, opened.channels, self._bell, self._token)
         ring_box.append(ring)
         gen = _Generation(opened, ring, time.monotonic())
         gen_box.append(gen)
@@ -179,6 +179,13 @@ class SourceStream:
                 self._on_lost(gen, now)
         if self._lost and now >= self._next_retry:
             self._reopen(now)
+
+    def first_begin(self) -> float | None:
+        """Monotonic start time of this source's very first block, while it waits in the ring."""
+        gen = self._gen
+        if self._started or gen is None or (head := gen.ring.peek_time()) is None:
+            return None
+        return head[1] - head[0] / gen.opened.samplerate
 
     def counters(self) -> CaptureCounters:
         """A snapshot of the counters."""

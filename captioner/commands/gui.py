@@ -127,7 +127,7 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     t0 = time.monotonic()
     clock: Callable[[], float] = lambda: time.monotonic() - t0  # noqa: E731 - seconds since session start
     streams = {src: Stream(model, config, source=src, clock=clock) for src in sources}
-    info = runtime.info
+    info = runtime.info()
     return Session(streams, info.chosen, info.summary(), pack.root.name)
 
 

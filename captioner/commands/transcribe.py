@@ -138,7 +138,7 @@ def transcribe_file(setup: EngineSetup, audio: np.ndarray, *, realtime: bool = F
     Returns:
         the final words, the stats of every round, and the summary dict (the JSON ``stats``).
     """
-    step = int(round(setup.config.step_s * SAMPLE_RATE))
+    step = round(setup.config.step_s * SAMPLE_RATE)
     sim = _SimClock()
     stream = Stream(setup.model, setup.config, clock=time.monotonic if realtime else sim)
     words: list[Word] = []
@@ -188,6 +188,8 @@ def _summary(setup: EngineSetup, audio: np.ndarray, rounds: list[RoundStats], wa
         "model": setup.pack_name,
         "provider": info.chosen,
         "provider_detail": info.summary(),
+        "provider_requested": info.requested,
+        "provider_failed": [f"{a.label}: {a.reason}" for a in info.fallbacks if a.failed],
         "step_s": setup.config.step_s,
         "language": setup.config.language,
         "task": setup.config.task,
@@ -215,8 +217,9 @@ def _print_summary(stats: dict, err: TextIO) -> None:
         f"validation {ms['validation']:.1f} ms, dtw {ms['dtw']:.1f} ms, total {ms['total']:.1f} ms; "
         f"first round {stats['first_round_ms']:.0f} ms; sessions created {len(stats['session_ms'])} "
         f"in {sum(stats['session_ms'].values()):.0f} ms\n"
-        f"provider: {stats['provider_detail']}\n"
     )
+    if stats["provider_failed"] or stats["provider_requested"] != "auto":
+        err.write(f"provider: {stats['provider_detail']}\n")
 
 
 def _save_outputs(args: argparse.Namespace, words: list[Word], stats: dict) -> None:
@@ -239,7 +242,7 @@ def _record(paths: AppPaths, setup: EngineSetup, args: argparse.Namespace, audio
         sid = store.begin_session(model=setup.pack_name, provider=provider, language=setup.config.language,
                                   title=args.audio.name)
         store.apply(sid, EngineUpdate(words=tuple(w for w in updates if not w.speculative)))
-        store.end_session(sid, duration_ms=int(round(audio_s * 1000)))
+        store.end_session(sid, duration_ms=round(audio_s * 1000))
     return sid
 
 

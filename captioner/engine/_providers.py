@@ -31,10 +31,16 @@ _register_lock = threading.Lock()
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
-    """One provider considered: its label, whether it was used, and why not."""
+    """A provider that is not used, and why.
+
+    Attributes:
+        label: the provider (``"QNN-HTP"``, ...).
+        failed: True if a session was tried and failed; False if it was skipped without trying.
+        reason: one line for the user.
+    """
 
     label: str
-    ok: bool
+    failed: bool
     reason: str
 
 

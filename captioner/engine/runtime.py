@@ -46,8 +46,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from captioner.errors import ModelError, ProviderError
 from captioner.engine._providers import PROVIDER_CHOICES, Attempt, Candidate, plan_candidates
+from captioner.errors import ModelError, ProviderError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -248,7 +248,7 @@ class Runtime:
                 if len(self._plan) == 1:
                     raise ProviderError(f"{cand.label} cannot run {graph.name}: {_one_line(exc)}") from exc
                 reason = f"{graph.name}: {_one_line(exc)}"
-                self._fallbacks.append(Attempt(cand.label, False, reason))
+                self._fallbacks.append(Attempt(cand.label, True, reason))
                 self._plan.pop(0)
                 self._advance()
                 logger.warning("execution provider %s failed (%s); falling back to %s",
@@ -278,24 +278,34 @@ class Runtime:
         return so
 
     def _open(self, graph: Path, cand: Candidate, inits: list[onnx.TensorProto]) -> ort.InferenceSession:
+        """A session for ``graph`` on ``cand``; on EP-context providers from (or into) the cache."""
+        if not (cand.uses_ep_context and self.cache_dir is not None):
+            so = self._options(cand)
+            if cand.uses_ep_context:
+                so.add_session_config_entry("ep.share_ep_contexts", "1")
+            return self._session(graph, so, cand, inits)
+        ctx = self._context_path(graph, cand)
+        if ctx.is_file():
+            so = self._options(cand)
+            so.add_session_config_entry("ep.share_ep_contexts", "1")  # one QNN backend for the pack
+            try:
+                return self._session(ctx, so, cand, [])  # a compiled context holds its own weights
+            except Exception as exc:  # a stale or half-written cache entry: compile again
+                logger.warning("EP-context cache %s unusable (%s); recompiling", ctx, _one_line(exc))
+                for stale in ctx.parent.glob(f"{graph.stem}_ctx*"):
+                    stale.unlink(missing_ok=True)
+        ctx.parent.mkdir(parents=True, exist_ok=True)
         so = self._options(cand)
-        path = graph
-        if cand.uses_ep_context and self.cache_dir is not None:
-            ctx = self._context_path(graph, cand)
-            if ctx.is_file():
-                path = ctx  # a compiled EP context: no initializers to add
-                inits = []
-                so.add_session_config_entry("ep.share_ep_contexts", "1")  # one QNN backend for the pack
-            else:
-                ctx.parent.mkdir(parents=True, exist_ok=True)
-                so.add_session_config_entry("ep.context_enable", "1")
-                so.add_session_config_entry("ep.context_file_path", str(ctx))
-                so.add_session_config_entry("ep.context_embed_mode", "0")
-                # One context binary per graph: a shared binary is only written by the session marked
-                # ep.stop_share_ep_contexts, which lazy creation cannot know in advance.
-                so.add_session_config_entry("ep.share_ep_contexts", "0")
-        elif cand.uses_ep_context:
-            so.add_session_config_entry("ep.share_ep_contexts", "1")
+        so.add_session_config_entry("ep.context_enable", "1")
+        so.add_session_config_entry("ep.context_file_path", str(ctx))
+        so.add_session_config_entry("ep.context_embed_mode", "0")
+        # One context binary per graph: a shared binary is only written by the session marked
+        # ep.stop_share_ep_contexts, which lazy creation cannot know in advance.
+        so.add_session_config_entry("ep.share_ep_contexts", "0")
+        return self._session(graph, so, cand, inits)
+
+    def _session(self, path: Path, so: ort.SessionOptions, cand: Candidate,
+                 inits: list[onnx.TensorProto]) -> ort.InferenceSession:
         for tensor in inits:
             so.add_initializer(tensor.name, self.weights.ortvalue(tensor))
         providers = None if cand.uses_devices else cand.providers

@@ -13,7 +13,9 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
 
 1. **finish() flushes** the last round: it is decoded and emitted without the peak-margin stop and
    without speculation (the reference decodes the last round but emits nothing, §2.8). Speculative
-   words of the previous round are retracted by it even if it decodes nothing.
+   words of the previous round are retracted by it even if it decodes nothing. When a hallucination
+   stop (backward shift, repetition) ends it early, the audio after the carry cut is decoded again
+   (at most 3 times, only while the input shrinks); the result is one merged update.
 2. **Silence gate**: an input whose RMS is below ``silence_floor_dbfs`` (digital silence) is not
    sent to the model; the round is handled exactly like a round whose first choice was EOT with a
    garbage runner-up (§2.6): no emission, prefix/dedup/speculative/repeat state untouched, the last
@@ -40,10 +42,12 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
 10. **First-shown time kept for confirmed speculative words**: a word that replaces an identical
     speculative word keeps the speculative word's ``emitted_at`` (``Word.emitted_at`` is when the
     word was first shown), as overlap replacement does in the reference.
-11. **A re-decoded last word that differs only in punctuation or case** (e.g. "word" → "word,")
-    replaces the remembered one, keeping its emission time, instead of being dropped with its new
-    punctuation (the reference drops it, losing the comma).
-12. **Prefix length bound**: a prefix longer than the plan's first two chunks allow is not forced.
+11. **A re-decoded last word that extends the remembered one** with tokens that the dedup form
+    ignores (e.g. "word" → "word,") replaces it, keeping its emission time, instead of being dropped
+    with its new punctuation (the reference drops it, losing the comma).
+12. **Nothing left after the dedup**: the remembered word stays remembered (it is still the last
+    committed word); the reference forgets it, so the next round emits it a second time.
+13. **Prefix length bound**: a prefix longer than the plan's first two chunks allow is not forced.
 
 Times: audio positions are integer sample indices (16 kHz) from the first fed sample; ``Word``
 start/end are converted to seconds; ``emitted_at`` is ``clock() − clock() at construction``.
@@ -72,6 +76,7 @@ __all__ = ["Stream", "StreamConfig"]
 logger = logging.getLogger(__name__)
 
 _CARRYOVER_OVERLAP_S = 0.6  # mode-0 fallback cut before the last f+ (unreachable with a valid DTW)
+_FLUSH_RETRIES = 3  # finish(): extra final rounds after a hallucination stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +264,14 @@ class Stream:
         if new.size % SAMPLES_PER_FRAME:
             new = np.concatenate([new, np.zeros(SAMPLES_PER_FRAME - new.size % SAMPLES_PER_FRAME, np.float32)])
         self._finished = True
-        return self._run_round(start, new, last=True)
+        update = self._run_round(start, new, last=True)
+        for _ in range(_FLUSH_RETRIES):  # a hallucination stop left audio undecoded: decode it again
+            if not self._carry.size:
+                break
+            end = self._carry_start + self._carry.size
+            update = _merge(update, self._run_round(end, np.zeros(0, np.float32), last=True))
+        self._carry = np.zeros(0, np.float32)
+        return update
 
     # ----------------------------------------------------------------------------- rounds
     def _take(self, n: int) -> tuple[int, np.ndarray]:
@@ -296,7 +308,7 @@ class Stream:
         encoding = self.model.encode(audio)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
         prefix = self._prefix
-        if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # deviation 11
+        if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # deviation 13
             logger.debug("prefix of %d tokens too long for the plan; not forced", len(prefix))
             prefix = ()
         validator = RoundValidator(
@@ -382,16 +394,15 @@ class Stream:
             same = normalize_word(self.vocab.text_bytes(emit[:count])) == normalize_word(
                 self.vocab.text_bytes(saved_memory)
             )
-            if same and tuple(emit[:count]) == saved_memory:
-                emit = emit[count:]
-            elif same and speculative:
+            longer = count > len(saved_memory) and tuple(emit[: len(saved_memory)]) == saved_memory
+            if same and (speculative or not longer):
                 emit = emit[count:]
             elif not speculative and self._tail_ids(len(saved_memory)) == saved_memory:
                 preserved = self._tokens[-len(saved_memory)].emitted_at
                 del self._tokens[-len(saved_memory) :]
                 mark = min(mark, len(self._tokens))
-            if not emit and not speculative:
-                self._memory = None
+            if not emit and not speculative:  # deviation 12: the committed tail still ends with it
+                self._memory, self._memory_end = saved_memory, saved_end
         dropped = len(cands) - len(emit)
 
         # 11.10 commit
@@ -410,6 +421,10 @@ class Stream:
 
         if not last:  # 11.11 carry-over (§2.5)
             self._carry_after(start, audio, result, words, speculative, bool(emit))
+        elif result.stop_reason in ("backward_shift", "repetition"):  # deviation 1: flush the rest too
+            self._carry_after(start, audio, result, words, speculative, bool(emit))
+            if self._carry.size >= audio.size:
+                self._carry = np.zeros(0, np.float32)
         logger.debug(
             "round %d: input %.2f s at %.2f s, prefix %r, stop %s, candidates %r, emitted %r%s, carry %.2f s",
             stats["round_index"], eff_s, start / SAMPLE_RATE, self.vocab.decode(saved_prefix), result.stop_reason,
@@ -566,6 +581,13 @@ class Stream:
             firsts.append(t_from + f)
             prev_end = end
         return words, firsts
+
+
+def _merge(first: EngineUpdate, then: EngineUpdate) -> EngineUpdate:
+    """One update equivalent to applying ``first`` then ``then`` (the stats of ``then``)."""
+    kept = max(0, len(first.words) - then.retract)
+    retract = first.retract + max(0, then.retract - len(first.words))
+    return EngineUpdate(retract, first.words[:kept] + then.words, then.stats, then.source)
 
 
 def _dbfs(audio: np.ndarray) -> float:

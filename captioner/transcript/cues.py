@@ -153,6 +153,7 @@ class CueSegmenter:
     def __init__(self, options: CueOptions | None = None, *, labelled: bool = False) -> None:
         self.options = options or CueOptions()
         self.labelled = labelled
+        self._labels: dict[str, str] = {s: self.options.label(s) for s in ("mic", "system")}
         self._open: list[_Piece] = []
         self._prev_end = 0  # end of the last closed cue, ms
         self._last_end = 0  # end of the last word seen, ms (fallback for non-finite times)
@@ -233,12 +234,21 @@ class CueSegmenter:
                 best, best_gap = n, gap
         return best
 
+    def _label(self, source: Source) -> str:
+        label = self._labels.get(source)
+        if label is None:
+            label = self._labels[source] = self.options.label(source)
+        return label
+
     def _label_width(self, source: Source) -> int:
-        return len(self.options.label(source)) + 2  # "You: "
+        return len(self._label(source)) + 2  # "You: "
 
     def _fits(self, pieces: Sequence[_Piece]) -> bool:
         if pieces[-1].end - pieces[0].start > self.options.max_duration_ms:
             return False
+        first = self.options.max_line_chars - (self._label_width(pieces[0].source) if self.labelled else 0)
+        if sum(len(p.text) + 1 for p in pieces) - 1 <= first:
+            return True  # fits on one line (the common case; the layout below is exact)
         return self._layout(pieces, self.options.max_line_chars) is not None
 
     def _layout(self, pieces: Sequence[_Piece], width: int) -> list[str] | None:
@@ -266,6 +276,8 @@ class CueSegmenter:
         """The narrowest layout that still fits in ``max_lines`` lines (balanced line lengths)."""
         best = self._layout(pieces, self.options.max_line_chars)
         assert best is not None  # _fits was checked before the piece joined the cue
+        if len(best) == 1:
+            return best
         lo, hi = 1, self.options.max_line_chars
         while lo < hi:
             mid = (lo + hi) // 2
@@ -297,7 +309,7 @@ class CueSegmenter:
             end_ms=end,
             lines=tuple(self._balanced(pieces)),
             source=source,
-            label=opts.label(source) if self.labelled else "",
+            label=self._label(source) if self.labelled else "",
             words=tuple(words),
         )
 

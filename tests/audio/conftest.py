@@ -33,13 +33,14 @@ class PulseServer:
         return subprocess.run(["pactl", *args], env=self.env, capture_output=True, text=True, check=True, timeout=10).stdout
 
 
-@pytest.fixture(scope="session")
-def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseServer]:
-    """Start ``pulseaudio`` with the two null sinks; skip only if PulseAudio is not installed."""
+def _require_tools() -> None:
     for tool in ("pulseaudio", "pactl", "paplay"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (scripts/setup --dev installs pulseaudio and pulseaudio-utils)")
-    runtime = tmp_path_factory.mktemp("pulse")
+
+
+def server_env(runtime: Path) -> dict[str, str]:
+    """Environment that reaches the server whose runtime directory is ``runtime``."""
     env = dict(os.environ)
     env.update(
         XDG_RUNTIME_DIR=str(runtime),
@@ -49,6 +50,12 @@ def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseServ
     )
     env.pop("PULSE_SOURCE", None)
     env.pop("PULSE_SINK", None)
+    return env
+
+
+def start_pulse(runtime: Path) -> tuple[subprocess.Popen[bytes], PulseServer]:
+    """Start ``pulseaudio`` on ``runtime`` with the two null sinks; returns once ``pactl`` answers."""
+    env = server_env(runtime)
     log = runtime / "pulseaudio.log"
     cmd = [
         "pulseaudio", "-n", "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no",
@@ -58,25 +65,55 @@ def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseServ
         "--load=module-null-sink sink_name=micsink rate=44100",
         "--load=module-remap-source master=micsink.monitor source_name=virtmic",
     ]  # fmt: skip
-    with log.open("wb") as log_file:
+    with log.open("ab") as log_file:
         proc = subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
     server = PulseServer(env, runtime, log)
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            ok = subprocess.run(["pactl", "info"], env=env, capture_output=True, timeout=5).returncode == 0
-            if ok:
-                break
+        while subprocess.run(["pactl", "info"], env=env, capture_output=True, timeout=5).returncode != 0:
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"pulseaudio did not start: {log.read_text(errors='replace')[-2000:]}")
             time.sleep(0.1)  # waiting for an external server to come up; no event to block on
         server.pactl("set-default-sink", "testsink")
         server.pactl("set-default-source", "virtmic")
+    except BaseException:
+        stop_pulse(proc)
+        raise
+    return proc, server
+
+
+def stop_pulse(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a server started by :func:`start_pulse` (kill it if it does not exit in 5 s)."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def pulse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PulseServer]:
+    """A server shared by the session; skips only if PulseAudio is not installed."""
+    _require_tools()
+    proc, server = start_pulse(tmp_path_factory.mktemp("pulse"))
+    try:
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_pulse(proc)
+
+
+@pytest.fixture
+def private_pulse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[subprocess.Popen[bytes]], PulseServer]]:
+    """A server of the test's own (it may kill and restart it); every process started is stopped."""
+    _require_tools()
+    procs: list[subprocess.Popen[bytes]] = []
+    proc, server = start_pulse(tmp_path_factory.mktemp("pulse-private"))
+    procs.append(proc)
+    try:
+        yield procs, server
+    finally:
+        for p in procs:
+            stop_pulse(p)

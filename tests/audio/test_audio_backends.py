@@ -157,7 +157,7 @@ def test_no_sound_server_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_p
 class FakeSoundDeviceList:
     """``query_hostapis``/``query_devices``/``default`` for list_devices."""
 
-    class default:  # noqa: N801 - mirrors sounddevice.default
+    class default:  # mirrors sounddevice.default
         device = (1, 3)
 
     def query_hostapis(self) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -31,7 +32,7 @@ def _collect(cap: AudioCapture, until: float, stop_when=None) -> tuple[list[Audi
 def _contiguous(blocks: list[AudioBlock], source: str) -> np.ndarray:
     mine = [b for b in blocks if b.source == source]
     assert mine and mine[0].start == 0
-    for a, b in zip(mine, mine[1:], strict=False):
+    for a, b in itertools.pairwise(mine):
         assert b.start == a.end, "the audio clock must have no holes or overlaps"
     return np.concatenate([b.samples for b in mine])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import shutil
 import struct
@@ -157,7 +158,7 @@ def test_file_source_fast_equals_load_audio_file(tmp_path: Path) -> None:
         while (b := src.read(0.0)) is not None:
             blocks.append(b)
     assert src.finished and src.read(0.1) is None
-    assert blocks[0].start == 0 and all(b.start == a.end for a, b in zip(blocks, blocks[1:], strict=False))
+    assert blocks[0].start == 0 and all(b.start == a.end for a, b in itertools.pairwise(blocks))
     np.testing.assert_allclose(np.concatenate([b.samples for b in blocks]), load_audio_file(path), atol=1e-6)
     assert src.level("system")[1] > 0.25 and src.events() == []
 
@@ -179,7 +180,7 @@ def test_wav_writer_is_readable_while_recording(tmp_path: Path) -> None:
     path = tmp_path / "rec.wav"
     with WavWriter(path) as w:
         w.write(np.full(1000, 0.5, np.float32))
-        partial, info = read_wav(path)  # valid mid-recording (a killed process leaves a good file)
+        _, info = read_wav(path)  # valid mid-recording (a killed process leaves a good file)
         assert info.frames == 1000 and info.is_float
         w.write(np.full(600, -0.5, np.float32))
     data, info = read_wav(path)

@@ -16,11 +16,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PulseServer
+from conftest import PulseServer, start_pulse, stop_pulse
 
 from captioner.audio import read_wav
 
@@ -75,19 +76,34 @@ def _aligned_ncc(rec: np.ndarray, ref: np.ndarray) -> tuple[float, int]:
     return float(seg @ ref / (np.linalg.norm(seg) * np.linalg.norm(ref) + 1e-12)), lag
 
 
-def _listen(server: PulseServer, tmp: Path, args: list[str], play: list[tuple[str, Path]]) -> tuple[str, float]:
-    """Run ``captioner listen ARGS``; once it reports its first level line, play each (sink, file)."""
+def _play(server: PulseServer, *items: tuple[str, Path]) -> Callable[[], None]:
+    """An action that plays each (sink, file) with paplay, all at once, and waits for them."""
+
+    def action() -> None:
+        players = [subprocess.Popen(["paplay", "-d", sink, str(f)], env=server.env) for sink, f in items]
+        for p in players:
+            assert p.wait(timeout=30) == 0
+
+    return action
+
+
+def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[], None]) -> list[tuple[float, str]]:
+    """Run ``captioner listen ARGS``; once it prints its first level line, run ``action``.
+
+    Returns:
+        every output line with the monotonic time it was read.
+    """
     proc = subprocess.Popen(
         [sys.executable, "-m", "captioner", "listen", *args],
         env=_cli_env(server), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    lines: list[str] = []
+    lines: list[tuple[float, str]] = []
     first_level = threading.Event()
 
     def pump() -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
-            lines.append(line)
+            lines.append((time.monotonic(), line))
             if line.startswith("level"):
                 first_level.set()
 
@@ -96,20 +112,20 @@ def _listen(server: PulseServer, tmp: Path, args: list[str], play: list[tuple[st
     try:
         deadline = time.monotonic() + 20
         while not first_level.wait(0.2):  # also notice a listen that died early
-            assert proc.poll() is None and time.monotonic() < deadline, "listen produced no audio: " + "".join(lines)
-        t_play = time.monotonic()
-        players = [subprocess.Popen(["paplay", "-d", sink, str(f)], env=server.env) for sink, f in play]
-        for p in players:
-            assert p.wait(timeout=30) == 0
+            assert proc.poll() is None and time.monotonic() < deadline, "listen produced no audio: " + _text(lines)
+        action()
         proc.wait(timeout=LISTEN_TIMEOUT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     reader.join(timeout=5)
-    out = "".join(lines)
-    assert proc.returncode == 0, out
-    return out, time.monotonic() - t_play
+    assert proc.returncode == 0, _text(lines)
+    return lines
+
+
+def _text(lines: list[tuple[float, str]]) -> str:
+    return "".join(line for _, line in lines)
 
 
 def _check(rec_path: Path, played: Path) -> tuple[float, float, float]:
@@ -125,23 +141,24 @@ def _check(rec_path: Path, played: Path) -> tuple[float, float, float]:
 
 
 def test_listen_system_records_what_the_sink_plays(pulse_server: PulseServer, signals: dict[str, Path], tmp_path: Path) -> None:
-    out, _ = _listen(pulse_server, tmp_path, ["--source", "system", "--seconds", "9", "--record", "out.wav"],
-                     [("testsink", signals["speech"])])  # fmt: skip
+    out = _text(_listen(pulse_server, tmp_path, ["--source", "system", "--seconds", "9", "--record", "out.wav"],
+                        _play(pulse_server, ("testsink", signals["speech"]))))  # fmt: skip
     assert "system ← testsink.monitor" in out
     ncc, span_rec, span_ref = _check(tmp_path / "out.wav", signals["speech"])
     print(f"system: ncc {ncc:.4f}, active span {span_rec:.3f} s vs {span_ref:.3f} s")
 
 
 def test_listen_mic_records_the_virtual_source(pulse_server: PulseServer, signals: dict[str, Path], tmp_path: Path) -> None:
-    out, _ = _listen(pulse_server, tmp_path, ["--source", "mic", "--seconds", "7", "--record", "out.wav"],
-                     [("micsink", signals["chirp"])])  # fmt: skip
+    out = _text(_listen(pulse_server, tmp_path, ["--source", "mic", "--seconds", "7", "--record", "out.wav"],
+                        _play(pulse_server, ("micsink", signals["chirp"]))))  # fmt: skip
+    assert "mic ← default" in out  # the default source, which the fixture set to virtmic
     ncc, span_rec, span_ref = _check(tmp_path / "out.wav", signals["chirp"])
     print(f"mic: ncc {ncc:.4f}, active span {span_rec:.3f} s vs {span_ref:.3f} s")
 
 
 def test_listen_both_keeps_sources_apart(pulse_server: PulseServer, signals: dict[str, Path], tmp_path: Path) -> None:
-    out, _ = _listen(pulse_server, tmp_path, ["--source", "both", "--seconds", "9", "--record", "out.wav"],
-                     [("testsink", signals["speech"]), ("micsink", signals["chirp"])])  # fmt: skip
+    out = _text(_listen(pulse_server, tmp_path, ["--source", "both", "--seconds", "9", "--record", "out.wav"],
+                        _play(pulse_server, ("testsink", signals["speech"]), ("micsink", signals["chirp"]))))  # fmt: skip
     assert "recorded" in out and (tmp_path / "out.system.wav").exists() and (tmp_path / "out.mic.wav").exists()
     _check(tmp_path / "out.system.wav", signals["speech"])
     _check(tmp_path / "out.mic.wav", signals["chirp"])
@@ -167,3 +184,28 @@ def test_no_server_is_a_clear_cli_error(pulse_server: PulseServer, tmp_path: Pat
                           env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2
     assert "PulseAudio or PipeWire" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_listen_survives_the_sound_server_dying(private_pulse, signals: dict[str, Path], tmp_path: Path) -> None:
+    """Kill the server under a running capture, restart it: capture reopens and the clock goes on."""
+    procs, server = private_pulse
+    restarted: list[float] = []
+
+    def kill_and_restart() -> None:
+        stop_pulse(procs[0])
+        time.sleep(1.0)  # the outage (a wall-clock gap is the point of this test)
+        proc, _ = start_pulse(server.runtime)
+        procs.append(proc)
+        restarted.append(time.monotonic())
+        _play(server, ("testsink", signals["speech"]))()
+
+    lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "12", "--record", "out.wav"], kill_and_restart)
+    out = _text(lines)
+    assert "event device_lost system" in out and "event device_reopened system" in out, out
+    reopened_at = next(t for t, line in lines if line.startswith("event device_reopened"))
+    recovery = reopened_at - restarted[0]
+    assert recovery < 2.5, f"reopened {recovery:.2f} s after the server came back"
+    data, _ = read_wav(tmp_path / "out.wav")
+    assert len(data) == 12 * 16_000  # the clock ran on through the outage
+    ncc, span_rec, span_ref = _check(tmp_path / "out.wav", signals["speech"])
+    print(f"server restart: reopened {recovery:.2f} s after restart; ncc {ncc:.4f}, span {span_rec:.3f} vs {span_ref:.3f} s")

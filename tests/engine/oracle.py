@@ -243,10 +243,11 @@ class OracleModel:
         words = self.script.words
         end = off + n
         first = None
-        if prefix:
-            near = [k for k, w in enumerate(words) if w.tokens == tuple(prefix) and w.end > off - SR and w.start < end]
-            if near:
-                first = min(near, key=lambda k: abs(words[k].mid - off)) + 1
+        if prefix:  # the prefix word: its first occurrence in the input, else the last one before it
+            same = [k for k, w in enumerate(words) if w.tokens == tuple(prefix) and w.end > off - SR and w.start < end]
+            inside = [k for k in same if words[k].start >= off - 0.3 * SR]
+            if inside or same:
+                first = (inside[0] if inside else same[-1]) + 1
         if first is None:
             first = next((k for k, w in enumerate(words) if w.mid >= off), len(words))
         entries: list[_Entry] = []

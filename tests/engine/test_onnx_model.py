@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
+from whisper_reference import hf_encode, hf_greedy, load_reference
 
 from captioner.engine.features import log_mel
 from captioner.engine.model import SAMPLES_PER_FRAME
 from captioner.engine.onnx_model import OnnxAcousticModel
 from captioner.engine.runtime import Runtime
-from whisper_reference import hf_encode, hf_greedy, load_reference
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,7 @@ def test_chunk_plans_follow_the_pack(model) -> None:
     long = model.chunk_plan(30, False)
     assert long[:6] == model.chunk_plan(3, False)
     assert long[6] == (30, 5) and long[-1] == (220, 5)
-    assert all(a[0] + a[1] == b[0] for a, b in zip(long, long[1:], strict=False))
+    assert all(a[0] + a[1] == b[0] for a, b in itertools.pairwise(long))
 
 
 def test_bucket_choice(model) -> None:
@@ -130,7 +132,7 @@ def test_native_30s_encoding(model) -> None:
     audio = _audio(7.0, 4)
     enc = model.encode(audio, native_30s=True)
     assert (enc.bucket, enc.n_frames, enc.total_frames, enc.native_30s) == (30, 1500, 1500, True)
-    cross_k, _, mask = enc.payload
+    _cross_k, _, mask = enc.payload
     assert not mask.any()
     outputs, _ = _run_chain(model, enc, _prompt(model))
     assert outputs[0].attn_last.shape == (4, 1500)

@@ -122,12 +122,26 @@ def test_a_failing_provider_falls_back_to_the_next(tiny_pack, monkeypatch) -> No
                                                   ["CPUExecutionProvider"]}
 
 
-def test_only_cpu_failing_is_a_provider_error(tiny_pack, tmp_path) -> None:
+def test_unreadable_graph_and_unrunnable_graph_errors(tiny_pack, tmp_path) -> None:
+    """A graph onnx cannot parse is a ModelError; one that not even the CPU can run a ProviderError."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from captioner.errors import ModelError
+
     bad = tmp_path / "broken.onnx"
     bad.write_bytes(b"not a graph")
     rt = Runtime(tiny_pack, "cpu")
-    with pytest.raises(Exception, match="broken.onnx"):
+    with pytest.raises(ModelError, match=r"broken\.onnx is not a readable ONNX graph"):
         rt.session(bad)
+    graph = helper.make_graph([helper.make_node("NoSuchOp", ["x"], ["y"], domain="example.nowhere")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("example.nowhere", 1)])
+    onnx.save(model, tmp_path / "alien.onnx")
+    with pytest.raises(ProviderError, match=r"CPU cannot run alien\.onnx"):
+        rt.session(tmp_path / "alien.onnx")
 
 
 _RSS_SCRIPT = textwrap.dedent("""
@@ -158,8 +172,9 @@ _RSS_SCRIPT = textwrap.dedent("""
 def wide_pack(tmp_path_factory) -> Path:
     """A pack whose weights are large enough to count copies: d_model 384 (an 80 MB vocabulary
     embedding), one layer, the 3 s bucket only."""
-    from captioner.models.build import BuildOptions, build_pack
     from checkpoints import make_checkpoint
+
+    from captioner.models.build import BuildOptions, build_pack
 
     root = tmp_path_factory.mktemp("wide")
     ckpt = make_checkpoint(root / "ckpt", d_model=384, layers=1, heads=6, ffn=768)
@@ -216,10 +231,17 @@ def test_qnn_emulator_runs_the_pack_and_caches_contexts(tiny_pack, tmp_path) -> 
     qnn.close()
     again = Runtime(tiny_pack, "qnn", cache_dir=tmp_path)
     again.session(tiny_pack.encoder_file(3))
-    print("QNN encoder session: compiled %.0f ms, from cache %.0f ms"
-          % (compiled_ms, again.info().session_ms["encoder_3s.onnx"]))
+    print("QNN encoder session: compiled {:.0f} ms, from cache {:.0f} ms".format(compiled_ms, again.info().session_ms["encoder_3s.onnx"]))
     assert again.info().placement["encoder_3s.onnx"] == {"QNNExecutionProvider": 1}  # one EPContext node
     again.close()
+    # a damaged cache entry (context binary gone) is recompiled, not a fallback to CPU
+    for binary in tmp_path.glob("ep-context/*/encoder_3s_ctx*.bin"):
+        binary.unlink()
+    healed = Runtime(tiny_pack, "qnn", cache_dir=tmp_path)
+    healed.session(tiny_pack.encoder_file(3))
+    assert healed.info().chosen == "QNN-HTP" and healed.info().fallbacks == ()
+    assert list(tmp_path.glob("ep-context/*/encoder_3s_ctx*.bin"))
+    healed.close()
     cpu.close()
 
 

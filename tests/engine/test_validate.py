@@ -1,0 +1,170 @@
+"""The stop conditions of NPUSPER.md §7–§9 on hand-made attention (:mod:`captioner.engine.validate`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from captioner.engine.validate import (
+    RoundValidator,
+    exclude_index,
+    filtered_difference,
+    median_filter,
+    moving_average,
+    shift_peaks,
+)
+from oracle import make_vocab
+
+V = make_vocab()
+A, B, C, D = V.word[:4]
+COMMA = V.punct[1]
+ING = V.subword[0]
+N = 100  # frames: a 2 s input
+
+
+def naive_median(x: np.ndarray, width: int) -> np.ndarray:
+    """The reference's loop: whole-sample mirror, then clamp, then the middle of the sorted window."""
+    n, half = len(x), width // 2
+    out = np.empty_like(x)
+    for f in range(n):
+        vals = []
+        for i in range(f - half, f + half + 1):
+            if i < 0:
+                i = -i
+            if i > n - 1:
+                i = 2 * (n - 1) - i
+            vals.append(x[min(max(i, 0), n - 1)])
+        out[f] = sorted(vals)[half]
+    return out
+
+
+def naive_average(x: np.ndarray, width: int) -> np.ndarray:
+    """out[f] = (1/width) · Σ_{k=f−width/2}^{f+width/2−1} x[k], zeros outside."""
+    n = len(x)
+    return np.array([sum(x[k] for k in range(f - width // 2, f + (width - 1) // 2 + 1) if 0 <= k < n) / width
+                     for f in range(n)])
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 9, 10, 11, 31, 150])
+def test_median_filter_mirrors_edges_like_the_reference(n):
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    np.testing.assert_array_equal(median_filter(x, 7), naive_median(x, 7))
+    if n > 3:  # long enough for one reflection: numpy's "reflect" padding is the same rule
+        ref = np.median(np.lib.stride_tricks.sliding_window_view(np.pad(x, 3, mode="reflect"), 7), axis=-1)
+        np.testing.assert_array_equal(median_filter(x, 7), ref.astype(np.float32))
+
+
+def test_median_filter_rows_and_width_one():
+    x = np.random.default_rng(0).standard_normal((5, 40))
+    np.testing.assert_array_equal(median_filter(x, 7), np.stack([naive_median(r, 7) for r in x]))
+    assert median_filter(x, 1) is x
+
+
+@pytest.mark.parametrize("n", [1, 3, 9, 10, 11, 64, 150])
+def test_moving_average_zero_edges(n):
+    x = np.random.default_rng(n).standard_normal(n)
+    np.testing.assert_allclose(moving_average(x, 10), naive_average(x, 10), rtol=0, atol=1e-12)
+    if n >= 10:
+        np.testing.assert_allclose(moving_average(x, 10), np.convolve(x, np.ones(10) / 10, "same"), atol=1e-12)
+
+
+def test_filtered_difference_is_average_of_median():
+    rng = np.random.default_rng(3)
+    a, b = rng.random(80).astype(np.float32), rng.random(80).astype(np.float32)
+    np.testing.assert_allclose(filtered_difference(a, b), naive_average(naive_median(a - b, 7), 10), atol=1e-6)
+
+
+def test_exclude_index_mirrors_cpp_float_division():
+    assert exclude_index(0.3, 100) == 15
+    assert exclude_index(0.3, 10) == 9  # clamped to the last frame
+    assert exclude_index(0.0, 100) == 0
+
+
+def test_peaks_take_the_first_index_on_ties():
+    sig = np.zeros(50, np.float32)
+    assert shift_peaks(sig, 15) == (15, 0)
+    sig[[20, 30]] = 1.0
+    sig[[5, 40]] = -1.0
+    assert shift_peaks(sig, 15) == (20, 5)
+    sig[10] = 2.0  # larger, but before the exclusion: f+ ignores it, f− searches everything
+    assert shift_peaks(sig, 15) == (20, 5)
+
+
+def box(center: int, width: int = 8, n: int = N) -> np.ndarray:
+    """Attention concentrated on ``width`` frames around ``center`` (wide enough to survive median 7)."""
+    a = np.full(n, 1e-4, np.float32)
+    a[center - width // 2 : center + width // 2] = 1.0
+    return a / a.sum()
+
+
+def feed(v: RoundValidator, tokens, centers, eot_wins=None):
+    """Predict then consume each token in order; returns the first stop."""
+    for k, (tok, c) in enumerate(zip(tokens, centers, strict=True)):
+        stop = v.on_prediction(tok, 1.0, 2.0 if eot_wins and eot_wins[k] else 0.0)
+        if stop:
+            return stop
+        stop = v.on_attention(box(c))
+        if stop:
+            return stop
+    return None
+
+
+def validator(**kw) -> RoundValidator:
+    return RoundValidator(V.vocab, input_s=N * 0.02, **kw)
+
+
+def test_first_difference_always_passes_then_backward_shift_drops_token_i():
+    # B jumps back from A: the first difference of the round, forced valid (f− := 0)
+    assert feed(validator(), [A, B], [60, 30]) is None
+    v = validator()
+    stop = feed(v, [A, B, C, D], [40, 60, 30, 70])
+    assert (stop.reason, stop.index, stop.token) == ("backward_shift", 2, C)  # C and after dropped
+    assert v.decoded == [A, B, C] and v.last_peak_s == pytest.approx(60 * 0.02, abs=0.1)
+
+
+def test_same_jump_is_flagged_when_it_is_not_the_first_difference():
+    assert feed(validator(), [A, B, C], [20, 60, 30]).reason == "backward_shift"
+    assert feed(validator(), [A, B, C], [20, 40, 60]) is None
+
+
+def test_punctuation_and_subwords_skip_the_test_and_keep_prev_attention():
+    # the comma and "ing" attend far back but are not content tokens; C is compared with B, not them
+    assert feed(validator(), [A, B, COMMA, ING, C], [20, 40, 16, 16, 50]) is None
+
+
+def test_peak_margin_stops_keeping_the_token():
+    stop = feed(validator(), [A, B, C, D], [20, 40, 80, 90])
+    assert (stop.reason, stop.index) == ("peak_margin", 3)  # f+ = 1.6 s > 2.0 − 0.6: C kept
+    assert feed(validator(peak_margin_s=0.0), [A, B, C, D], [20, 40, 80, 90]) is None
+
+
+def test_first_content_token_cannot_trigger_peak_margin():
+    assert feed(validator(), [A], [95]) is None
+
+
+def test_repetition_drops_all_three_copies():
+    stop = feed(validator(), [A, B, B, B], [20, 40, 40, 40])
+    assert (stop.reason, stop.index) == ("repetition", 1)
+    stop = feed(validator(), [A, COMMA, COMMA, COMMA], [20, 20, 20, 20])  # punctuation counts too
+    assert (stop.reason, stop.index) == ("repetition", 1)
+
+
+def test_eot_with_garbage_runner_up_keeps_everything_decoded():
+    v = validator()
+    stop = feed(v, [A, B, V.punct[0]], [20, 40, 40], eot_wins=[False, False, True])
+    assert (stop.reason, stop.index) == ("eot", 2)
+    assert v.decoded == [A, B]
+
+
+def test_eot_with_a_real_runner_up_continues():
+    v = validator()
+    assert feed(v, [A, B, C], [20, 40, 60], eot_wins=[False, True, False]) is None
+    assert v.decoded == [A, B, C]
+    # a garbage token only stops when EOT wins
+    assert feed(validator(), [A, COMMA, B], [20, 20, 40]) is None
+
+
+def test_no_more_tokens_after_a_stop():
+    v = validator()
+    stop = feed(v, [A, B, B, B], [20, 40, 40, 40])
+    assert v.on_prediction(C, 1.0, 0.0) is stop and v.on_attention(box(50)) is stop

@@ -1,0 +1,38 @@
+"""Writing test WAV files (16-bit PCM or 32-bit float, any rate and channel count)."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+
+
+def write_wav(path: Path, data: np.ndarray, rate: int = 16000, *, float32: bool = False) -> Path:
+    """Write ``data`` (frames,) or (frames, channels) in [-1, 1] as a WAV file.
+
+    ``float32`` writes IEEE-float samples (format 3), which keeps NaN and Inf as they are.
+    """
+    data = np.asarray(data)
+    frames = data if data.ndim == 2 else data[:, None]
+    channels = frames.shape[1]
+    if float32:
+        payload, fmt, width = frames.astype("<f4").tobytes(), 3, 4
+    else:
+        payload, fmt, width = (np.clip(frames, -1, 1) * 32767).astype("<i2").tobytes(), 1, 2
+    header = b"RIFF" + struct.pack("<I", 36 + len(payload)) + b"WAVE"
+    header += b"fmt " + struct.pack("<IHHIIHH", 16, fmt, channels, rate, rate * channels * width,
+                                    channels * width, 8 * width)
+    header += b"data" + struct.pack("<I", len(payload))
+    Path(path).write_bytes(header + payload)
+    return Path(path)
+
+
+def speech_like(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray:
+    """A voiced-ish signal: a gliding tone switched on and off, plus a little noise."""
+    rng = np.random.default_rng(seed)
+    n = round(seconds * rate)
+    t = np.arange(n) / rate
+    gate = np.sin(2 * np.pi * 0.3 * t) > -0.5
+    x = 0.2 * np.sin(2 * np.pi * 220 * t * (1 + 0.1 * np.sin(t))) * gate + 0.03 * rng.standard_normal(n)
+    return x.astype(np.float32)
