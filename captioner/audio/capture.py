@@ -109,7 +109,10 @@ class AudioCapture:
         config: what to capture.
         backend: opens device streams (default: :class:`SystemBackend`, the real devices).
 
-    Use as a context manager (or ``start()``/``stop()``) on the thread that calls ``read``.
+    Use as a context manager (or ``start()``/``stop()``) on the thread that calls ``read``: start,
+    read and stop are not thread-safe with each other. ``level``, ``events`` and ``counters`` may be
+    called from any thread (they read values, never the rings). To end a blocked ``read`` from
+    elsewhere, read with a short timeout (0.1–0.5 s) and check a stop flag between reads.
     """
 
     def __init__(self, config: CaptureConfig, backend: CaptureBackend | None = None) -> None:

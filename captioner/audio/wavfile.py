@@ -144,7 +144,7 @@ class WavWriter:
 
     def _header(self) -> bytes:
         data = self.frames * 4
-        fmt = struct.pack("<HHIIHH", IEEE_FLOAT, 1, self.rate, self.rate * 4, 4, 32)
+        fmt = struct.pack("<HHIIHHH", IEEE_FLOAT, 1, self.rate, self.rate * 4, 4, 32, 0)  # cbSize 0: non-PCM needs it
         fact = struct.pack("<4sII", b"fact", 4, self.frames)
         return b"RIFF" + struct.pack("<I", 4 + 8 + len(fmt) + len(fact) + 8 + data) + b"WAVE" + (
             b"fmt " + struct.pack("<I", len(fmt)) + fmt + fact + b"data" + struct.pack("<I", data)

@@ -47,7 +47,10 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     with its new punctuation (the reference drops it, losing the comma).
 12. **Nothing left after the dedup**: the remembered word stays remembered (it is still the last
     committed word); the reference forgets it, so the next round emits it a second time.
-13. **Prefix length bound**: a prefix longer than the plan's first two chunks allow is not forced.
+13. **Re-inference dedup looks further back**: up to 8 committed words are compared with the head of
+    the 30 s result (the reference compares 2, but the re-decoded input can start a word or more
+    before the second-to-last committed word, which it would then emit twice).
+14. **Prefix length bound**: a prefix longer than the plan's first two chunks allow is not forced.
 
 Times: audio positions are integer sample indices (16 kHz) from the first fed sample; ``Word``
 start/end are converted to seconds; ``emitted_at`` is ``clock() − clock() at construction``.
@@ -77,6 +80,7 @@ logger = logging.getLogger(__name__)
 
 _CARRYOVER_OVERLAP_S = 0.6  # mode-0 fallback cut before the last f+ (unreachable with a valid DTW)
 _FLUSH_RETRIES = 3  # finish(): extra final rounds after a hallucination stop
+_REINFER_DEDUP_WORDS = 8  # re-inference: committed words compared with the result's head (reference: 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +312,7 @@ class Stream:
         encoding = self.model.encode(audio)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
         prefix = self._prefix
-        if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # deviation 13
+        if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # deviation 14
             logger.debug("prefix of %d tokens too long for the plan; not forced", len(prefix))
             prefix = ()
         validator = RoundValidator(
@@ -469,9 +473,9 @@ class Stream:
         words = alignment.words if alignment is not None and alignment.valid else ()
         spans = _token_spans(words, len(tokens), start)
         groups = split_words(tokens, self.vocab)
-        committed = self._tail_words(2)
+        committed = self._tail_words(_REINFER_DEDUP_WORDS)
         drop = 0
-        for n in range(min(2, len(groups), len(committed)), 0, -1):
+        for n in range(min(_REINFER_DEDUP_WORDS, len(groups), len(committed)), 0, -1):
             heads = [normalize_word(self.vocab.text_bytes(tokens[f : f + k])) for f, k in groups[:n]]
             if committed[len(committed) - n :] == heads:
                 drop = groups[n][0] if n < len(groups) else len(tokens)
@@ -484,6 +488,11 @@ class Stream:
         ]
         _keep_first_shown(new_tokens, retracted, self.vocab)
         self._tokens.extend(new_tokens)
+        logger.debug(
+            "round %d: 30 s re-inference of %.2f s at %.2f s: %r, emitted %r",
+            stats["round_index"], audio.size / SAMPLE_RATE, start / SAMPLE_RATE, self.vocab.decode(tokens),
+            self.vocab.decode(t.id for t in new_tokens),
+        )
         self._carry = np.zeros(0, np.float32)
         self._prefix, self._memory, self._spec_from = (), None, None
         self._repeat, self._repeat_count = None, 0

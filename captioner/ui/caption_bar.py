@@ -205,10 +205,15 @@ class CaptionBar(QWidget):
         self.place(QRect(*rect) if rect else None)
         return key
 
-    def render_png(self, path: Path | str) -> bool:
-        """Render the bar (with its translucent background) to a PNG file; True on success."""
+    def settle(self) -> None:
+        """Lay out now and end any scroll animation (before rendering a still picture)."""
+        self._dirty = False
         self._relayout()
         self._finish_scroll()
+
+    def render_png(self, path: Path | str) -> bool:
+        """Render the bar (with its translucent background) to a PNG file; True on success."""
+        self.settle()
         return self.grab().save(str(path), "PNG")
 
     # ------------------------------------------------------------- frame handling
@@ -241,7 +246,11 @@ class CaptionBar(QWidget):
         n = self._style.lines
         labels = self._labels if (self._both and self._style.show_source_labels) else None
         width = max(1.0, self.width() - 2 * self._pad().x())
-        lines = self._text.wrap(width, stable_only=self._style.stable_only, labels=labels)
+
+        def wrap() -> list[list[Token]]:
+            return self._text.wrap(width, stable_only=self._style.stable_only, labels=labels)
+
+        lines = wrap()
         now = self._clock()
         for line in lines[:n]:
             self._line_since.setdefault(line[0].entry_id, now)
@@ -249,20 +258,18 @@ class CaptionBar(QWidget):
             overflow = len(lines) - n
             movable = 0
             for line in lines[:overflow]:
-                shown = self._line_since.get(line[0].entry_id, now)
-                if now - shown >= self._style.min_dwell_s:
+                if now - self._line_since.get(line[0].entry_id, now) >= self._style.min_dwell_s:
                     movable += 1
                 else:
                     break
-            backlog = overflow - MAX_BACKLOG_LINES * n
-            movable = max(movable, backlog)
+            movable = max(movable, overflow - MAX_BACKLOG_LINES * n)  # never fall far behind
             if movable:
                 leaving = lines[:movable]
                 self._text.drop_lines(leaving)
-                lines = lines[movable:]
+                lines = wrap()  # from the new top line (a source label restarts there)
                 for line in lines[:n]:
                     self._line_since.setdefault(line[0].entry_id, now)
-                self._start_scroll(leaving[-n:], len(leaving[-n:]))
+                self._start_scroll(leaving[-n:], min(n, len(leaving)))
             if len(lines) > n:
                 wait = self._style.min_dwell_s - (now - self._line_since.get(lines[0][0].entry_id, now))
                 self._dwell.start(max(1, int(wait * 1000) + 1))
@@ -289,6 +296,9 @@ class CaptionBar(QWidget):
     def paintEvent(self, event: QPaintEvent) -> None:
         """Draw the background, the visible lines (and those scrolling out) and the lag badge."""
         self.paint_count += 1
+        if self._dirty:  # painted before the next frame tick (e.g. render()): lay out first
+            self._dirty = False
+            self._relayout()
         st = self._style
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing, True)

@@ -67,13 +67,29 @@ def _active_span_s(x: np.ndarray, floor_db: float = 35.0) -> float:
     return (on[-1] - on[0] + 1) * 320 / 16_000
 
 
+def _fractional_shift(x: np.ndarray, delay: float) -> np.ndarray:
+    """``x`` delayed by ``delay`` samples (band-limited, via the FFT; ``x`` has silent ends)."""
+    n = 1 << int(np.ceil(np.log2(len(x) + 64)))
+    f = np.fft.rfftfreq(n)
+    return np.fft.irfft(np.fft.rfft(x, n) * np.exp(-2j * np.pi * f * delay), n)[: len(x)]
+
+
 def _aligned_ncc(rec: np.ndarray, ref: np.ndarray) -> tuple[float, int]:
-    """(normalised cross-correlation at the best lag, lag in samples) with ref inside rec."""
+    """(normalised cross-correlation at the best lag, integer lag in samples) with ref inside rec.
+
+    The lag is found to a sample by FFT cross-correlation, then refined to a fraction of a sample:
+    the capture chain (device rate → 16 kHz) may place the 16 kHz grid anywhere between two
+    reference samples, and half a sample of offset alone costs ~0.2 of correlation at 5 kHz.
+    """
     n = 1 << int(np.ceil(np.log2(len(rec) + len(ref))))
     corr = np.fft.irfft(np.fft.rfft(rec, n) * np.conj(np.fft.rfft(ref, n)), n)[: len(rec) - len(ref) + 1]
     lag = int(np.argmax(corr))
     seg = rec[lag : lag + len(ref)]
-    return float(seg @ ref / (np.linalg.norm(seg) * np.linalg.norm(ref) + 1e-12)), lag
+    best = -1.0
+    for delay in np.linspace(-1.0, 1.0, 41):
+        shifted = _fractional_shift(ref, float(delay))
+        best = max(best, float(seg @ shifted / (np.linalg.norm(seg) * np.linalg.norm(shifted) + 1e-12)))
+    return best, lag
 
 
 def _play(server: PulseServer, *items: tuple[str, Path]) -> Callable[[], None]:
@@ -194,9 +210,9 @@ def test_listen_survives_the_sound_server_dying(private_pulse, signals: dict[str
     def kill_and_restart() -> None:
         stop_pulse(procs[0])
         time.sleep(1.0)  # the outage (a wall-clock gap is the point of this test)
+        restarted.append(time.monotonic())
         proc, _ = start_pulse(server.runtime)
         procs.append(proc)
-        restarted.append(time.monotonic())
         _play(server, ("testsink", signals["speech"]))()
 
     lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "12", "--record", "out.wav"], kill_and_restart)
@@ -204,7 +220,7 @@ def test_listen_survives_the_sound_server_dying(private_pulse, signals: dict[str
     assert "event device_lost system" in out and "event device_reopened system" in out, out
     reopened_at = next(t for t, line in lines if line.startswith("event device_reopened"))
     recovery = reopened_at - restarted[0]
-    assert recovery < 2.5, f"reopened {recovery:.2f} s after the server came back"
+    assert 0 < recovery < 2.5, f"reopened {recovery:.2f} s after the server was restarted"
     data, _ = read_wav(tmp_path / "out.wav")
     assert len(data) == 12 * 16_000  # the clock ran on through the outage
     ncc, span_rec, span_ref = _check(tmp_path / "out.wav", signals["speech"])

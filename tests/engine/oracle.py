@@ -116,7 +116,9 @@ class Script:
 
     def __post_init__(self) -> None:
         a = self.audio
-        self.index = {a[p : p + 8].tobytes(): p for p in range(0, a.size - 8, SAMPLES_PER_FRAME)}
+        self.index = {}
+        for p in range(0, a.size - 8, SAMPLES_PER_FRAME):  # first occurrence (silence repeats)
+            self.index.setdefault(a[p : p + 8].tobytes(), p)
 
     def locate(self, audio: np.ndarray) -> int:
         """Offset of ``audio`` in the script's audio, found from the samples alone."""
@@ -165,6 +167,7 @@ class Plant:
     runner_up: float = 0.0
     force: dict[int, str] = field(default_factory=dict)
     ghost_id: int | None = None  # always use this ghost (to trigger the re-inference)
+    ghost_at: int | None = None  # insert the ghost after this many decoded entries
 
     KINDS = ("ghost", "repeat", "runner_up")
 
@@ -210,6 +213,7 @@ class OracleModel:
         self.rounds: list[tuple[int, int, bool]] = []
         self.planted: list[str | None] = []
         self.chunks_run = 0
+        self.prompts: list[list[int]] = []  # the forced special tokens each decode saw
         self._last_ghost: int | None = None
 
     def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
@@ -243,11 +247,10 @@ class OracleModel:
         words = self.script.words
         end = off + n
         first = None
-        if prefix:  # the prefix word: its first occurrence in the input, else the last one before it
+        if prefix:  # the prefix word: the occurrence nearest to where the carry puts it (0.2 s in)
             same = [k for k, w in enumerate(words) if w.tokens == tuple(prefix) and w.end > off - SR and w.start < end]
-            inside = [k for k in same if words[k].start >= off - 0.3 * SR]
-            if inside or same:
-                first = (inside[0] if inside else same[-1]) + 1
+            if same:
+                first = min(same, key=lambda k: abs(words[k].start - (off + 0.2 * SR))) + 1
         if first is None:
             first = next((k for k, w in enumerate(words) if w.mid >= off), len(words))
         entries: list[_Entry] = []
@@ -293,6 +296,8 @@ class OracleModel:
             return entries[:at] + [_Entry(self.v.repeat, c)] * 3 + entries[at:]
         if kind in ("ghost", "runner_up") and len(content) >= 2:
             at = self.rng.choice(content[1:]) + 1 if kind == "ghost" else len(entries)
+            if kind == "ghost" and self.plant.ghost_at is not None:
+                at = self.plant.ghost_at
             prev = max(e.center for e in entries[:at])
             back = min(max(20.0, entries[0].center), prev - 25.0)
             if back < 20.0:
@@ -352,6 +357,7 @@ class OracleRunner:
             next_forced = s < size - 1 and forced[s] >= 0
             if self.entries is None and not next_forced:
                 prefix = [t for t in self.seq if t < eot]
+                m.prompts.append([t for t in self.seq if t >= eot])
                 self.entries = m.transcript(self.off, self.n, prefix, self.encoding.native_30s)
                 self.gen_start = p + 1
             k = p + 1 - self.gen_start
@@ -364,3 +370,27 @@ class OracleRunner:
         if m.clock is not None:
             m.clock.now += m.chunk_cost_s
         return ChunkOutput(out_tok, tlog, elog, attn, attn.copy(), elapsed_ms=1.0)
+
+
+def run_stream(stream, audio: np.ndarray, clock: SimClock, *, block_s: float = 0.1, before_finish=None):
+    """Feed ``audio`` in blocks at real-time pace on the simulated clock (a block is fed once it has
+    "arrived"; compute cost pushes the clock forward, so a slow round makes the next one longer),
+    calling ``step()`` after each block, then ``finish()``. Returns (words, updates)."""
+    from captioner.core import apply_update
+
+    words, updates = [], []
+    bs = max(1, int(block_s * SR))
+    for pos in range(0, audio.size, bs):
+        block = audio[pos : pos + bs]
+        clock.now = max(clock.now, (pos + block.size) / SR)
+        stream.feed(block)
+        update = stream.step()
+        if update is not None:
+            apply_update(words, update)
+            updates.append(update)
+    if before_finish is not None:
+        before_finish()
+    update = stream.finish()
+    apply_update(words, update)
+    updates.append(update)
+    return words, updates

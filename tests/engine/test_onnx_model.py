@@ -39,13 +39,13 @@ def _prompt(model: OnnxAcousticModel) -> list[int]:
     return [sp.sot, sp.languages["en"], sp.transcribe, sp.notimestamps]
 
 
-def _run_chain(model, enc, sequence: list[int], prefixed: bool = False):
+def _run_chain(model, enc, sequence: list[int], prefixed: bool = False, limit: int | None = None):
     """Run every chunk of the plan, forcing ``sequence`` where it has a token; returns outputs and the
     sequence extended with the model's choices."""
     seq = list(sequence)
     outputs = []
     run = model.decoder(enc)
-    for start, size in model.chunk_plan(enc.bucket, prefixed):
+    for start, size in model.chunk_plan(enc.bucket, prefixed)[:limit]:
         forced = np.array([seq[p] if p < len(seq) else -1 for p in range(start + 1, start + size)], np.int64)
         out = run.run(start, size, seq[start], forced)
         for s in range(size):
@@ -134,6 +134,6 @@ def test_native_30s_encoding(model) -> None:
     assert (enc.bucket, enc.n_frames, enc.total_frames, enc.native_30s) == (30, 1500, 1500, True)
     _cross_k, _, mask = enc.payload
     assert not mask.any()
-    outputs, _ = _run_chain(model, enc, _prompt(model))
+    outputs, _ = _run_chain(model, enc, _prompt(model), limit=2)
     assert outputs[0].attn_last.shape == (4, 1500)
     assert enc.mel_ms > 0 and enc.encoder_ms > 0

@@ -261,3 +261,32 @@ def test_a_broken_qnn_backend_falls_back_to_cpu_with_the_reason(tiny_pack, monke
     assert info.chosen == "CPU"
     assert [a.label for a in info.fallbacks] == ["QNN-HTP", "QNN-GPU"]
     rt.close()
+
+
+def test_doctor_reports_providers_packs_and_paths(tiny_pack, tmp_path, capsys) -> None:
+    from captioner import cli
+    from captioner.storage.paths import AppPaths
+
+    paths = AppPaths.default(tmp_path)
+    assert cli.run(["doctor", "--provider", "gpu"], paths) == 1  # no pack installed yet
+    out = capsys.readouterr().out
+    assert "none usable" in out and "captioner models install" in out
+    paths.packs.mkdir(parents=True)
+    (paths.packs / "tiny").symlink_to(tiny_pack.root, target_is_directory=True)
+    assert cli.run(["doctor", "--provider", "gpu"], paths) == 0
+    out = capsys.readouterr().out
+    assert "provider 'auto' -> " in out and "provider 'gpu' -> CPU" in out
+    assert "QNN-GPU: skipped:" in out and "CPU: chosen" in out
+    assert "tiny: OK (80 mel, d_model 64" in out
+    assert str(paths.cache) in out and "Audio devices:" in out
+
+
+@pytest.mark.qnn
+def test_doctor_check_qnn(tmp_path, capsys) -> None:
+    from captioner import cli
+    from captioner.storage.paths import AppPaths
+
+    pytest.importorskip("onnxruntime_qnn")
+    cli.run(["doctor", "--check-qnn", "--no-verify"], AppPaths.default(tmp_path))
+    out = capsys.readouterr().out
+    assert "QNN check: OK: QNN HTP" in out and "nodes on QNNExecutionProvider" in out

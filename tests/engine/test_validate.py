@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from oracle import make_vocab
 
 from captioner.engine.validate import (
     RoundValidator,
@@ -13,7 +14,6 @@ from captioner.engine.validate import (
     moving_average,
     shift_peaks,
 )
-from oracle import make_vocab
 
 V = make_vocab()
 A, B, C, D = V.word[:4]

@@ -29,7 +29,8 @@ from captioner.ui.caption_bar import CaptionBar
 
 DEADLINE_MS = 150_000
 
-LIGHT = CaptionStyle(text_color="#111111", background_color="#F4F4F4", background_opacity=0.85, theme="light")
+LIGHT = CaptionStyle(text_color="#111111", background_color="#F4F4F4", background_opacity=0.85, theme="light",
+                     system_color="#111111", mic_color="#8A4B00")
 DARK = CaptionStyle()
 SAMPLE = ("and that is why the quarterly numbers look better than we expected, although the "
           "travel budget still needs another look before Friday")
@@ -106,6 +107,7 @@ def desktop_shot(path: Path, size=(1280, 720)) -> None:
                                   source="mic"))
     bar.apply_update(EngineUpdate(0, scripted_words("yes, it starts cleanly now and the captions keep up", "system")))
     QApplication.processEvents()
+    bar.settle()
     bar.render(p, QPoint(190, h - 40 - 24 - bar.height()))
     p.end()
     bar.close()

@@ -1,0 +1,249 @@
+"""The streaming policy end to end on the scripted oracle (:mod:`captioner.engine.stream`).
+
+The oracle (``oracle.py``) hears exactly the script's words in each round's audio, so the committed
+text must equal the script: every word once, in order, nothing planted surviving. Latency is
+measured on a simulated clock that advances with the audio fed and the oracle's compute cost.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from oracle import SR, OracleModel, Plant, Script, ScriptWord, SimClock, make_vocab, random_script, run_stream
+
+from captioner.engine.stream import Stream, StreamConfig
+from captioner.errors import CaptionerError
+
+V = make_vocab()
+STEPS = (0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0)
+BLOCKS = (0.01, 0.032, 0.1, 0.25, 0.5)
+
+
+def expected(script: Script) -> list[str]:
+    return [V.vocab.decode(w.tokens).strip() for w in script.words]
+
+
+def stream_of(script, *, plant=None, seed=0, **config):
+    clock = SimClock()
+    model = OracleModel(script, V, plant=plant, seed=seed, clock=clock)
+    return Stream(model, StreamConfig(**config), clock=clock), model, clock
+
+
+def check_words(words, script):
+    """Committed text = script; nothing speculative left; times monotonic and inside the audio."""
+    assert [w.text for w in words] == expected(script)
+    assert not any(w.speculative for w in words)
+    for prev, w in zip(words, words[1:], strict=False):
+        assert prev.start <= w.start and prev.end <= w.start + 1e-9
+    assert all(0.0 <= w.start <= w.end <= script.audio.size / SR + 1e-9 for w in words)
+
+
+def random_case(seed):
+    r = random.Random(10_000 + seed)
+    script = random_script(V, r, n_words=r.randint(10, 50), rate=r.uniform(0.7, 1.6), pauses=r.uniform(0.0, 0.25))
+    return script, r.choice(STEPS), r.choice(BLOCKS)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_scripts_are_transcribed_exactly_with_bounded_latency(seed):
+    script, step, block = random_case(seed)
+    stream, model, clock = stream_of(script, step_s=step)
+    words, updates = run_stream(stream, script.audio, clock, block_s=block)
+    check_words(words, script)
+    latency = [w.emitted_at - s.end / SR for w, s in zip(words, script.words, strict=True)]
+    assert max(latency) < step + 1.0, f"step {step}: worst latency {max(latency):.2f} s"
+    assert all(u.source == "system" for u in updates)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_planted_hallucinations_never_survive(seed):
+    script, step, block = random_case(seed)
+    plant = Plant(ghost=0.15, repeat=0.1, runner_up=0.15)
+    stream, model, clock = stream_of(script, plant=plant, seed=seed, step_s=step)
+    # the flush round is clean: a hallucination there, repeated on every re-decode, would end the stream
+    words, updates = run_stream(stream, script.audio, clock, block_s=block, before_finish=lambda: setattr(model, "plant", Plant()))
+    check_words(words, script)
+    # each hallucination stop defers the rest of its round to the next round (NPUSPER.md §7.5); when
+    # it interrupts a speculative emission, the retracted words come back one round later still, so
+    # the latency bound grows by up to two steps per planted round whose input held the word's end
+    for w, s in zip(words, script.words, strict=True):
+        hit = sum(1 for (off, n, _), kind in zip(model.rounds, model.planted, strict=False) if kind and off <= s.end <= off + n)
+        assert w.emitted_at - s.end / SR < step * (1 + 2 * hit) + 1.0
+
+
+def test_planted_hallucinations_do_stop_rounds():
+    reasons = []
+    for seed in range(10):
+        script, step, block = random_case(seed)
+        stream, model, clock = stream_of(script, plant=Plant(ghost=0.3, repeat=0.2, runner_up=0.3), seed=seed, step_s=step)
+        _, updates = run_stream(stream, script.audio, clock, block_s=block, before_finish=lambda m=model: setattr(m, "plant", Plant()))
+        reasons += [u.stats.stop_reason for u in updates]
+    assert reasons.count("backward_shift") >= 10 and reasons.count("repetition") >= 5
+
+
+def test_early_stop_saves_chunks():
+    script, _, _ = random_case(3)
+    stream, model, clock = stream_of(script, step_s=2.0)
+    _, updates = run_stream(stream, script.audio, clock)
+    chunks = [u.stats.chunks for u in updates if u.stats.chunks]
+    assert sum(chunks) == model.chunks_run
+    assert np.mean(chunks) < 6  # a full plan is 6 chunks; rounds stop at EOT or the peak margin
+
+
+def test_the_oracle_only_knows_the_samples():
+    script, _, _ = random_case(0)
+    model = OracleModel(script, V)
+    with pytest.raises(AssertionError, match="not a frame-aligned part"):
+        model.encode(script.audio[160:160 + 32000])  # half a frame off: not findable
+
+
+def words_script(spans, tokens=None, total_s=None, silence_until_s=0.0):
+    """A script from (start_s, end_s) spans (word i gets token w{i+1} unless ``tokens`` given)."""
+    words = [ScriptWord(tokens[i] if tokens else (V.word[i + 1],), int(a * SR), int(b * SR)) for i, (a, b) in enumerate(spans)]
+    total = int((total_s or spans[-1][1] + 1.0) * SR)
+    audio = np.random.default_rng(5).standard_normal(total).astype(np.float32) * 0.1
+    audio[: int(silence_until_s * SR)] = 0.0
+    return Script(words, audio)
+
+
+def test_single_word_round_is_speculative_then_retracted_and_replaced():
+    script = words_script([(1.0, 1.5), (2.05, 2.4), (2.5, 2.9), (3.0, 3.3), (3.4, 3.7)], total_s=6.0)
+    stream, model, clock = stream_of(script, step_s=2.0)
+    words, updates = run_stream(stream, script.audio, clock)
+    first = next(u for u in updates if u.words)
+    assert first.retract == 0 and [(w.text, w.speculative) for w in first.words] == [("w001", True)]
+    assert first.stats.speculative
+    second = updates[updates.index(first) + 1]
+    assert second.retract == 1 and not second.stats.speculative
+    assert [w.text for w in second.words][:2] == ["w001", "w002"] and not second.words[0].speculative
+    assert second.words[0].emitted_at == first.words[0].emitted_at  # first shown then (deviation 10)
+    assert model.rounds[1][0] == 0  # the speculative round carried its whole input
+    check_words(words, script)
+
+
+def test_overlap_dedup_replaces_a_truncated_word_keeping_its_emission_time():
+    # w003+"ing" is cut by the first round's end (2.0 s): the truncated "w003" is emitted, then replaced
+    spans = [(0.2, 0.6), (0.7, 1.2), (1.7, 2.3), (2.4, 2.8), (2.9, 3.5)]
+    tokens = [(V.word[1],), (V.word[2],), (V.word[3], V.subword[0]), (V.word[4],), (V.word[5],)]
+    script = words_script(spans, tokens, total_s=6.0)
+    stream, model, clock = stream_of(script, step_s=2.0)
+    words, updates = run_stream(stream, script.audio, clock)
+    first, second = [u for u in updates if u.words][:2]
+    assert [w.text for w in first.words] == ["w001", "w002", "w003"]
+    assert second.retract == 1 and second.words[0].text == "w003ing"
+    assert second.words[0].emitted_at == first.words[2].emitted_at < second.words[1].emitted_at
+    check_words(words, script)
+
+
+def test_overlap_dedup_drops_a_re_decoded_identical_word():
+    script = words_script([(0.2, 0.6), (0.7, 1.1), (1.2, 1.5), (2.3, 2.7), (2.8, 3.2), (3.3, 3.6)], total_s=6.0)
+    stream, model, clock = stream_of(script, step_s=2.0)
+    words, updates = run_stream(stream, script.audio, clock)
+    first, second = [u for u in updates if u.words][:2]
+    assert [w.text for w in first.words] == ["w001", "w002", "w003"]
+    assert second.retract == 0 and second.words[0].text == "w004"  # w003 re-decoded, dropped
+    check_words(words, script)
+
+
+def test_silence_gate_skips_the_model_and_carries_like_an_empty_round():
+    script = words_script([(4.3, 4.7), (4.8, 5.2), (5.3, 5.7), (5.8, 6.2)], total_s=8.0, silence_until_s=4.0)
+    stream, model, clock = stream_of(script, step_s=2.0)
+    words, updates = run_stream(stream, script.audio, clock)
+    assert updates[0].stats.stop_reason == "silence" and updates[0].stats.bucket == 0 and updates[0].is_empty
+    assert updates[1].stats.carry_s == 2.0 and updates[1].stats.stop_reason == "silence"
+    assert model.rounds[0] == (0, 6 * SR, False)  # first model call: 4 s carried (2 × step) + 2 s new
+    check_words(words, script)
+    # with the gate off the model is asked about the silence too (and decodes nothing from it)
+    stream, model, clock = stream_of(script, step_s=2.0, silence_floor_dbfs=None)
+    words, updates = run_stream(stream, script.audio, clock)
+    assert updates[0].stats.stop_reason == "eot" and model.rounds[0] == (0, 2 * SR, False)
+    check_words(words, script)
+
+
+def test_finish_flushes_the_last_round():
+    script = words_script([(0.2, 0.6), (0.7, 1.1), (1.2, 1.6), (4.5, 4.9), (5.0, 5.4), (5.5, 5.9)], total_s=6.0)
+    stream, model, clock = stream_of(script, step_s=2.0)
+    words, updates = run_stream(stream, script.audio, clock)
+    assert [w.text for w in updates[-1].words][-2:] == ["w005", "w006"]  # the reference drops these
+    assert updates[-1].stats.stop_reason == "eot"
+    check_words(words, script)
+    assert stream.finish().is_empty
+    with pytest.raises(CaptionerError, match="finished"):
+        stream.feed(np.zeros(10, np.float32))
+
+
+def test_finish_decodes_again_after_a_hallucination_stop():
+    script = words_script([(0.2, 0.6), (0.7, 1.1), (1.2, 1.6), (1.7, 2.1), (2.2, 2.6)], total_s=2.9)
+    stream, model, clock = stream_of(script, plant=Plant(force={0: "ghost"}, ghost_at=3), step_s=3.0)
+    words, updates = run_stream(stream, script.audio, clock)
+    assert len(updates) == 1 and model.planted[0] == "ghost" and len(model.rounds) == 2
+    assert model.rounds[1][0] > 0  # the second flush round decodes from the carry cut on
+    check_words(words, script)
+
+
+def test_two_identical_backward_shift_stops_trigger_the_30s_reinference():
+    spans = [(0.2 + 0.3 * i, 0.45 + 0.3 * i) for i in range(30)]
+    script = words_script(spans, total_s=10.0)
+    plant = Plant(force={1: "ghost", 2: "ghost"}, ghost_id=V.ghost[0], ghost_at=3)
+    stream, model, clock = stream_of(script, plant=plant, step_s=2.0)
+    words, updates = run_stream(stream, script.audio, clock)
+    re = [u for u in updates if u.stats.reinferred]
+    assert len(re) == 1 and re[0].stats.stop_reason == "backward_shift" and re[0].stats.bucket == 30
+    assert sum(1 for r in model.rounds if r[2]) == 1  # one native 30 s encode
+    i = updates.index(re[0])
+    assert updates[i + 1].stats.carry_s == 0.0  # the next round starts from new audio only
+    check_words(words, script)
+
+
+def test_min_chunk_skip_and_30s_trim():
+    script = words_script([(0.2 + 0.5 * i, 0.5 + 0.5 * i) for i in range(60)], total_s=31.0)
+    stream, model, clock = stream_of(script, step_s=0.5)
+    stream.feed(script.audio[: SR // 2])
+    update = stream.step()
+    assert update.stats.stop_reason == "short" and update.is_empty and not model.rounds
+    stream.feed(script.audio[SR // 2 : SR])
+    assert stream.step().stats.input_s == 1.0 and model.rounds[0] == (0, SR, False)
+    stream, model, clock = stream_of(script, step_s=0.5)
+    stream.feed(script.audio)  # a caller 31 s behind: the front second is dropped
+    update = stream.step()
+    assert update.stats.input_s == 30.0 and model.rounds[0] == (SR, 30 * SR, False)
+    assert update.stats.lag_s == 0.0 and stream.processed_s == pytest.approx(31.0)
+
+
+def test_language_and_task_reach_the_prompt():
+    script = words_script([(0.2, 0.6), (0.7, 1.1), (1.2, 1.6)], total_s=2.0)
+    stream, model, clock = stream_of(script, language="de", task="translate")
+    run_stream(stream, script.audio, clock)
+    sp = V.vocab.special
+    assert model.prompts[0] == [sp.sot, sp.languages["de"], sp.translate, sp.notimestamps]
+    with pytest.raises(CaptionerError, match="unknown language 'xx'"):
+        stream_of(script, language="xx")
+
+
+@pytest.mark.parametrize("bad", [dict(step_s=0.4), dict(step_s=3.5), dict(task="summarise"), dict(min_chunk_s=-1)])
+def test_config_is_validated(bad):
+    with pytest.raises(CaptionerError):
+        StreamConfig(**bad)
+
+
+def test_feed_accepts_any_block_and_sanitises():
+    script = words_script([(0.2, 0.6), (0.7, 1.1)], total_s=2.0)
+    stream, model, clock = stream_of(script)
+    with pytest.raises(CaptionerError, match="mono"):
+        stream.feed(np.zeros((10, 2), np.float32))
+    stream.feed(np.array([np.nan, np.inf, 0.5], np.float32))
+    stream.feed([])
+    assert stream.audio_s == 3 / SR and stream.lag_s == 3 / SR and stream.step() is None
+
+
+def test_round_stats_are_filled():
+    script, _, _ = random_case(1)
+    stream, model, clock = stream_of(script, step_s=2.0)
+    _, updates = run_stream(stream, script.audio, clock)
+    s = next(u.stats for u in updates if u.words)
+    assert s.bucket in (3, 4, 5, 6, 30) and s.input_s > 0 and s.tokens > 0 and s.chunks > 0
+    assert s.provider == "oracle" and s.mel_ms == 1.0 and s.encoder_ms == 2.0 and s.decoder_ms == s.chunks
+    assert s.total_ms >= s.dtw_ms > 0 and s.validation_ms > 0 and s.stop_reason in ("eot", "peak_margin")
+    assert [u.stats.round_index for u in updates] == list(range(len(updates)))

@@ -1,0 +1,142 @@
+"""The real app on a real X server with a real tray host: Xvfb + trayer, the tiny pack, a spoken WAV.
+
+Two runs, each a subprocess on the ``xcb`` platform with its own ``CAPTIONER_HOME``:
+
+* ``captioner --source-file speech.wav --model <tiny pack> --screenshot --quit-after`` exactly as a
+  user would type it, plus a second ``captioner`` start that must hand over to the running one;
+* ``xcb_driver.py``, the same app assembled in-process, driven through its real tray actions and
+  the real save dialog, which also renders the style screenshots (light/dark, 2/4 lines, "both").
+
+The tiny pack has random weights, so its words are gibberish; what is checked is that words from
+the real engine reach the caption bar, the store and the SRT file.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import srt
+from PySide6.QtGui import QImage
+
+from captioner.transcript.store import SessionStore
+
+pytestmark = pytest.mark.gui
+
+REPO = Path(__file__).resolve().parents[2]
+SPEECH = ("Good morning everybody. Today we talk about live captions on the laptop, running on the "
+          "neural processing unit. The words should flow onto the caption bar.")
+
+
+@pytest.fixture(scope="session")
+def speech_wav(tmp_path_factory) -> Path:
+    """About 9 s of English speech from espeak-ng (22.05 kHz mono WAV)."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("needs espeak-ng (scripts/setup --dev installs it)")
+    out = tmp_path_factory.mktemp("speech") / "speech.wav"
+    subprocess.run(["espeak-ng", "-w", str(out), SPEECH], check=True, capture_output=True)
+    return out
+
+
+def new_home(tmp_path: Path) -> Path:
+    """A fresh CAPTIONER_HOME whose settings use 1 s engine steps (more rounds in a short file)."""
+    home = tmp_path / "home"
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "settings.json").write_text(json.dumps({"engine": {"step_s": 1.0}}))
+    return home
+
+
+def pixel_variance(path: Path) -> float:
+    """Variance of the grey level over a grid of pixels (0 for a blank image)."""
+    img = QImage(str(path))
+    assert not img.isNull(), f"{path} is not an image"
+    vals = []
+    for x in range(0, img.width(), 3):
+        for y in range(0, img.height(), 3):
+            c = img.pixelColor(x, y)
+            vals.append((c.red() + c.green() + c.blue()) / 3 * c.alphaF())
+    mean = sum(vals) / len(vals)
+    return sum((v - mean) ** 2 for v in vals) / len(vals)
+
+
+def stored_sessions(home: Path):
+    with SessionStore.open(home / "data" / "sessions.sqlite3") as store:
+        return [(info, store.session_words(info.id)) for info in store.list_sessions()]
+
+
+def test_captioner_command_runs_with_a_real_tray_and_saves_a_complete_session(xserver, tiny_pack, speech_wav,
+                                                                             tmp_path, artifacts):
+    home = new_home(tmp_path)
+    shot = artifacts / "caption-bar-cli.png"
+    env = xserver.env(CAPTIONER_HOME=str(home), PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "captioner", "--source-file", str(speech_wav), "--model", str(tiny_pack.root),
+           "--screenshot", str(shot), "--quit-after", "16"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        log = home / "logs" / "captioner.log"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "recording session" not in (log.read_text() if log.exists() else ""):
+            time.sleep(0.2)  # waiting for another process; no Qt loop in this one
+        second = subprocess.run([sys.executable, "-m", "captioner"], env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert second.returncode == 0, second.stderr
+        assert "already running" in second.stdout
+        tree = subprocess.run(["xwininfo", "-root", "-tree"], env=env, capture_output=True, text=True).stdout
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    text = log.read_text()
+    assert "tray: available=True visible=True geometry=" in text, text
+    geometry = text.split("tray: available=True visible=True geometry=")[1].splitlines()[0]
+    assert not geometry.endswith(", 0, 0)"), geometry  # embedded with a real size
+    assert '"captioner"' in tree  # the caption bar is a real X window
+    sessions = stored_sessions(home)
+    assert len(sessions) == 1
+    info, words = sessions[0]
+    assert info.ended_at is not None and info.duration_ms is not None  # complete: ended on quit
+    assert info.provider == "CPU" and info.model == tiny_pack.root.name
+    assert words, "no word from the real engine reached the store"
+    assert pixel_variance(shot) > 50
+
+
+def test_tray_actions_drive_the_real_app_on_xcb(xserver, tiny_pack, speech_wav, tmp_path, artifacts):
+    home = new_home(tmp_path)
+    readme_shot = artifacts / "caption-bar-desktop.png"
+    env = xserver.env(PYTHONPATH=str(REPO))
+    res = subprocess.run([sys.executable, str(REPO / "tests" / "ui" / "xcb_driver.py"), "--home", str(home),
+                          "--pack", str(tiny_pack.root), "--wav", str(speech_wav), "--out", str(artifacts),
+                          "--readme-shot", str(readme_shot)],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads(res.stdout.split("REPORT ", 1)[1])
+    assert report["platform"] == "xcb"
+    # the tray icon is embedded in trayer
+    assert report["tray_available"] is True and report["tray_visible"] is True
+    x, y, w, h = report["tray_geometry"]
+    assert w > 0 and h > 0
+    assert pixel_variance(artifacts / "tray-icon.png") > 50  # the icon is drawn in the tray
+    # words from the real engine reached the bar and the store
+    assert report["bar_visible"] and report["bar_lines"]
+    assert report["stored_words"]
+    assert set(" ".join(report["bar_lines"]).split()) <= set(report["stored_words"])
+    # the tray's save action went through the real file dialog and wrote a parseable SRT
+    assert report["save_dialog"] == "QFileDialog"
+    subs = list(srt.parse(Path(report["srt"]).read_text(encoding="utf-8")))
+    assert [w for s in subs for w in s.content.split()] == report["stored_words"]
+    # quitting through the tray ended the event loop and left a complete session
+    assert report["exit_code"] == 0 and report["running_after_quit"] is False
+    (info, words), = stored_sessions(home)
+    assert info.id == report["session_id"] and info.ended_at is not None
+    assert [w.text for w in words] == report["stored_words"]
+    # screenshots: light and dark, 2 and 4 lines, "both" mode, the real-engine bar, the README picture
+    for shot in [*report["shots"], str(artifacts / "caption-bar-real-engine.png"), str(readme_shot)]:
+        assert pixel_variance(Path(shot)) > 50, shot
+    names = {Path(s).stem for s in report["shots"]}
+    assert {"caption-bar-dark-2", "caption-bar-light-4", "caption-bar-both-dark-2"} <= names
