@@ -14,8 +14,8 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
 1. **finish() flushes** the last round: it is decoded and emitted without the peak-margin stop and
    without speculation (the reference decodes the last round but emits nothing, §2.8). Speculative
    words of the previous round are retracted by it even if it decodes nothing. When a hallucination
-   stop (backward shift, repetition) ends it early, the audio after the carry cut is decoded again
-   (at most 3 times, only while the input shrinks); the result is one merged update.
+   stop (backward shift, repetition) or the token limit ends it early, the audio after the carry cut
+   is decoded again (at most 3 times, only while the input shrinks); the result is one update.
 2. **Silence gate**: an input whose RMS is below ``silence_floor_dbfs`` (digital silence) is not
    sent to the model; the round is handled exactly like a round whose first choice was EOT with a
    garbage runner-up (§2.6): no emission, prefix/dedup/speculative/repeat state untouched, the last
@@ -269,7 +269,7 @@ class Stream:
             new = np.concatenate([new, np.zeros(SAMPLES_PER_FRAME - new.size % SAMPLES_PER_FRAME, np.float32)])
         self._finished = True
         update = self._run_round(start, new, last=True)
-        for _ in range(_FLUSH_RETRIES):  # a hallucination stop left audio undecoded: decode it again
+        for _ in range(_FLUSH_RETRIES):  # an early stop left audio undecoded: decode it again
             if not self._carry.size:
                 break
             end = self._carry_start + self._carry.size
@@ -425,7 +425,7 @@ class Stream:
 
         if not last:  # 11.11 carry-over (§2.5)
             self._carry_after(start, audio, result, words, speculative, bool(emit))
-        elif result.stop_reason in ("backward_shift", "repetition"):  # deviation 1: flush the rest too
+        elif result.stop_reason in ("backward_shift", "repetition", "limit"):  # deviation 1: flush the rest
             self._carry_after(start, audio, result, words, speculative, bool(emit))
             if self._carry.size >= audio.size:
                 self._carry = np.zeros(0, np.float32)

@@ -214,7 +214,9 @@ class OracleModel:
         self.planted: list[str | None] = []
         self.chunks_run = 0
         self.prompts: list[list[int]] = []  # the forced special tokens each decode saw
+        self.prefixes: list[list[int]] = []  # the forced prefix each decode saw
         self._last_ghost: int | None = None
+        self._last_runner_up: int | None = None
 
     def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
         sizes = [6, 4, 5, 5, 5, 5] if prefixed else [4, 6, 5, 5, 5, 5]
@@ -308,7 +310,9 @@ class OracleModel:
                     ghost = self.rng.choice([g for g in self.v.ghost if g != self._last_ghost])
                 self._last_ghost = ghost
                 return [*entries[:at], _Entry(ghost, back), *entries[at:]]
-            return [*entries, _Entry(self.rng.choice(self.v.runner_up), back, eot_wins=True)]
+            runner_up = self.rng.choice([t for t in self.v.runner_up if t != self._last_runner_up])
+            self._last_runner_up = runner_up  # never the same twice in a row: no accidental re-inference
+            return [*entries, _Entry(runner_up, back, eot_wins=True)]
         return entries
 
 
@@ -358,6 +362,7 @@ class OracleRunner:
             if self.entries is None and not next_forced:
                 prefix = [t for t in self.seq if t < eot]
                 m.prompts.append([t for t in self.seq if t >= eot])
+                m.prefixes.append(prefix)
                 self.entries = m.transcript(self.off, self.n, prefix, self.encoding.native_30s)
                 self.gen_start = p + 1
             k = p + 1 - self.gen_start

@@ -1,0 +1,130 @@
+"""Every graph of a tiny pack on the QNN HTP backend (the x86-64 emulator on Linux), CPU fallback disabled.
+
+With ``session.disable_cpu_ep_fallback=1`` a session only comes up when every node is placed on QNN,
+so creating it is the placement check. The HTP computes float graphs in fp16: the QNN provider
+needs ``enable_htp_fp16_precision=1`` (with a ``soc_model``) for fp32 graphs, otherwise the emulator
+refuses fp32 Gelu and Gather kernels at graph finalisation. Tolerance against the CPU provider:
+1e-2 absolute on logits and K/V (fp16 has ~3 significant digits; observed ≤ 1.3e-3), 1e-4 on the
+attention probabilities (observed ≤ 6e-6), and identical greedy tokens under teacher forcing.
+
+The emulator runs the 51865-token vocabulary projection slowly (~1 s per decoder step), so this
+module uses a 1-layer, d_model 32 checkpoint for the all-graphs check and runs only a few chunks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from captioner.models.build import BuildOptions, build_pack
+from checkpoints import make_checkpoint
+from models.helpers import PackRunner, random_mel
+
+ort = pytest.importorskip("onnxruntime")
+onnxruntime_qnn = pytest.importorskip("onnxruntime_qnn")
+
+pytestmark = [pytest.mark.qnn, pytest.mark.slow]
+
+QNN_EP = "QNNExecutionProvider"
+# SC8380XP (Snapdragon X Elite); the fp16 precision switch requires a soc_model.
+PROVIDER_OPTIONS = {"backend_type": "htp", "enable_htp_fp16_precision": "1", "soc_model": "60"}
+ATOL_VALUES = 1e-2
+ATOL_ATTENTION = 1e-4
+
+
+def qnn_devices():
+    if not any(d.ep_name == QNN_EP for d in ort.get_ep_devices()):
+        ort.register_execution_provider_library(QNN_EP, onnxruntime_qnn.get_library_path())
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == QNN_EP]
+    assert devices, "onnxruntime-qnn is installed but registers no QNN device"
+    return devices
+
+
+def qnn_session_options(**config: str) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    for key, value in config.items():
+        so.add_session_config_entry(key, value)
+    so.add_provider_for_devices(qnn_devices(), PROVIDER_OPTIONS)
+    return so
+
+
+@pytest.fixture(scope="module")
+def qnn_pack(tmp_path_factory):
+    root = tmp_path_factory.mktemp("qnn")
+    ckpt = make_checkpoint(root / "ckpt", d_model=32, layers=1, heads=2, ffn=64, seed=3,
+                           alignment_heads=[(0, 1)])
+    return build_pack(ckpt, root / "pack", BuildOptions())
+
+
+@pytest.fixture(scope="module")
+def qnn_runner(qnn_pack) -> PackRunner:
+    return PackRunner(qnn_pack, lambda: (qnn_session_options(), None))
+
+
+def test_every_graph_runs_on_htp_without_cpu_fallback(qnn_pack, qnn_runner):
+    graphs = qnn_pack.graph_files()
+    assert len(graphs) == 84
+    for path in graphs:
+        session = qnn_runner.session(path)  # raises if any node would fall back to the CPU
+        assert [i.name for i in session.get_inputs()][:1] in (["mel"], ["token"])
+
+
+def _compare(qnn_pack, qnn_runner, bucket: int, n: int, chunks: list[tuple[int, int]]):
+    cpu = PackRunner(qnn_pack)
+    mel = random_mel(qnn_pack.dims.n_mels, n, bucket, seed=bucket)
+    enc_cpu = cpu.encode(mel, n, bucket)
+    enc_qnn = qnn_runner.encode(mel, n, bucket)
+    for name in ("cross_k", "cross_v"):
+        diff = np.abs(getattr(enc_qnn, name)[:, :, :, :n] - getattr(enc_cpu, name)[:, :, :, :n]).max()
+        assert diff <= ATOL_VALUES, (name, diff)
+    sp = qnn_pack.special
+    prompt = [sp.sot, sp.languages["en"], sp.transcribe, sp.notimestamps]
+    seq, out_cpu = cpu.greedy(enc_cpu, prompt, chunks)
+    # teacher forcing: the HTP decoder consumes the CPU's tokens, so every step is comparable
+    seq_qnn, out_qnn = qnn_runner.greedy(enc_cpu, prompt, chunks, forced_override=dict(enumerate(seq)))
+    for a, b in zip(out_qnn, out_cpu, strict=True):
+        np.testing.assert_array_equal(a["tokens"], b["tokens"])
+        for name in ("token_logit", "eot_logit", "new_k", "new_v"):
+            assert np.abs(a[name] - b[name]).max() <= ATOL_VALUES, name
+        for name in ("attn_last", "attn_align"):
+            assert np.abs(a[name] - b[name]).max() <= ATOL_ATTENTION, name
+
+
+def test_htp_outputs_match_cpu_short_bucket(qnn_pack, qnn_runner):
+    _compare(qnn_pack, qnn_runner, 3, 131, [(0, 4), (4, 6), (10, 5)])
+
+
+def test_htp_outputs_match_cpu_prefixed_schedule(qnn_pack, qnn_runner):
+    _compare(qnn_pack, qnn_runner, 5, 250, [(0, 6), (6, 4)])
+
+
+def test_ep_context_files_can_be_generated_and_run(qnn_pack, tmp_path):
+    mel = random_mel(qnn_pack.dims.n_mels, 100, 3, seed=1)
+    feeds = {"mel": mel, "n_frames": np.array([100], np.int64)}
+    source = qnn_pack.encoder_file(3)
+    ctx = tmp_path / "encoder_3s_ctx.onnx"
+    first = ort.InferenceSession(str(source), qnn_session_options(**{
+        "ep.context_enable": "1", "ep.context_file_path": str(ctx)}))
+    expected = first.run(None, feeds)
+    assert ctx.is_file()
+    binaries = list(tmp_path.glob("*.bin"))
+    assert binaries, "no QNN context binary written next to the EP-context model"
+    import onnx
+
+    nodes = onnx.load(str(ctx), load_external_data=False).graph.node
+    assert [n.op_type for n in nodes] == ["EPContext"]
+    reloaded = ort.InferenceSession(str(ctx), qnn_session_options())
+    for a, b in zip(reloaded.run(None, feeds), expected, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_ep_context_for_a_decoder_chunk(qnn_pack, tmp_path):
+    path: Path = qnn_pack.decoder_file(3, 10, 5)
+    ctx = tmp_path / "decoder_ctx.onnx"
+    ort.InferenceSession(str(path), qnn_session_options(**{
+        "ep.context_enable": "1", "ep.context_file_path": str(ctx)}))
+    assert ctx.is_file() and list(tmp_path.glob("*.bin"))
