@@ -38,7 +38,7 @@ def _text_vocabulary(size: int) -> list[str]:
     def enc(text: str) -> str:
         return "".join(b2u[b] for b in text.encode("utf-8"))
 
-    tokens: list[str] = [b2u[b] for b in range(256)]
+    tokens: list[str] = list(b2u.values())  # GPT-2's order: printable bytes first, id 0 is "!"
     seen = set(tokens)
 
     def add(text: str) -> None:

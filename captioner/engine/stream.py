@@ -58,7 +58,6 @@ start/end are converted to seconds; ``emitted_at`` is ``clock() − clock() at c
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
 from collections.abc import Callable
@@ -67,6 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
+from captioner.engine._committed import CommittedLog, Token, keep_first_shown, retracted_words, token_spans
 from captioner.engine.align import Alignment, align_words, split_words
 from captioner.engine.decoder import DecodeResult, NativeValidator, decode_round, max_prefix
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
@@ -102,8 +102,8 @@ class StreamConfig:
         reinfer_after: identical backward-shift stops in a row that trigger the 30 s re-inference.
         language: Whisper language code, or "auto" (treated as English for now).
         task: "transcribe" or "translate".
-        silence_floor_dbfs: inputs with an RMS below this (dB re full scale 1.0) are not decoded;
-            ``None`` disables the gate.
+        silence_floor_dbfs: inputs with an RMS below this (dB re full scale 1.0) are not decoded
+            but handled as a round that decoded nothing (deviation 2); ``None`` disables the gate.
     """
 
     step_s: float = 2.0
@@ -133,17 +133,6 @@ class StreamConfig:
             raise CaptionerError(f"maximum input must be in (2 × step, 30] seconds, got {self.max_input_s}")
         if self.median < 1 or self.average < 1 or self.dtw_median < 1 or self.reinfer_after < 1:
             raise CaptionerError("filter widths and the re-inference count must be at least 1")
-
-
-@dataclass(slots=True)
-class _Token:
-    """A committed token: id, its DTW word's audio span (samples), when it was shown."""
-
-    id: int
-    start: int
-    end: int
-    emitted_at: float
-    speculative: bool
 
 
 def _frames(samples: int) -> int:
@@ -204,10 +193,7 @@ class Stream:
         self._repeat_count = 0
         self._round = 0
         self._finished = False
-        # output
-        self._tokens: list[_Token] = []
-        self._words: list[Word] = []
-        self._firsts: list[int] = []  # token index of each emitted word's first token
+        self._log = CommittedLog(self.vocab, source)  # committed tokens -> published words
 
     # ----------------------------------------------------------------------------- public
     @property
@@ -228,7 +214,7 @@ class Stream:
     @property
     def words(self) -> tuple[Word, ...]:
         """The words emitted so far with all updates applied (speculative ones included)."""
-        return tuple(self._words)
+        return tuple(self._log.words)
 
     def feed(self, samples: np.ndarray) -> None:
         """Append 16 kHz mono float32 samples (any block size). Non-finite samples become 0.
@@ -254,7 +240,12 @@ class Stream:
         self._fed += block.size
 
     def step(self) -> EngineUpdate | None:
-        """Run one round if at least ``step_s`` of new audio is pending, else return None."""
+        """Run one round if at least ``step_s`` of new audio is pending, else return None.
+
+        A round that does not reach the model still returns an (empty) update with its stats:
+        stop reason ``"short"`` (input under ``min_chunk_s``, all of it carried) or ``"silence"``
+        (deviation 2). Update words carry audio-clock times and ``emitted_at`` (module docstring).
+        """
         if self._finished or self._pending_n < self._step_n:
             return None
         start, new = self._take(_frames(self._pending_n))
@@ -300,12 +291,11 @@ class Stream:
             audio = audio[audio.size - self._max_n :]
         eff_s = audio.size / SAMPLE_RATE
         stats["input_s"] = eff_s
-        mark = len(self._tokens)
         if audio.size == 0:
-            return self._update(mark, stats, t_round)
+            return self._update(stats, t_round)
         if not last and audio.size < self._min_n:  # §2.4
             self._set_carry(start, audio)
-            return self._update(mark, {**stats, "stop_reason": "short"}, t_round)
+            return self._update({**stats, "stop_reason": "short"}, t_round)
         if cfg.silence_floor_dbfs is not None and _dbfs(audio) < cfg.silence_floor_dbfs:  # deviation 2
             return self._nothing_decoded(start, audio, stats, t_round, last, "silence")
 
@@ -338,12 +328,11 @@ class Stream:
     def _nothing_decoded(self, start: int, audio: np.ndarray, stats: dict, t_round: float, last: bool, reason: str):
         """§2.6: no emission, state untouched, the last ≤ 2 × step carried (final round: the
         previous speculative words are retracted, nothing replaces them)."""
-        mark = len(self._tokens)
         if last:
-            mark = self._undo_speculative()[0]
+            self._undo_speculative()
         else:
             self._set_carry(start + max(0, audio.size - self._cap_n), audio[max(0, audio.size - self._cap_n) :])
-        return self._update(mark, {**stats, "stop_reason": reason}, t_round)
+        return self._update({**stats, "stop_reason": reason}, t_round)
 
     def _end_of_round(
         self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool
@@ -373,7 +362,7 @@ class Stream:
         if self._repeat_count >= cfg.reinfer_after:
             return self._reinfer(start, audio, stats, t_round)
 
-        mark, retracted = self._undo_speculative()  # 11.4
+        retracted = self._undo_speculative()  # 11.4
         saved_memory, saved_end, saved_prefix = self._memory, self._memory_end, self._prefix
         words = alignment.words if alignment is not None and alignment.valid else ()
         if reliable and words:  # 11.5
@@ -401,27 +390,25 @@ class Stream:
             longer = count > len(saved_memory) and tuple(emit[: len(saved_memory)]) == saved_memory
             if same and (speculative or not longer):
                 emit = emit[count:]
-            elif not speculative and self._tail_ids(len(saved_memory)) == saved_memory:
-                preserved = self._tokens[-len(saved_memory)].emitted_at
-                del self._tokens[-len(saved_memory) :]
-                mark = min(mark, len(self._tokens))
+            elif not speculative and self._log.tail_ids(len(saved_memory)) == saved_memory:
+                preserved = self._log.truncate(len(self._log) - len(saved_memory))[0].emitted_at
             if not emit and not speculative:  # deviation 12: the committed tail still ends with it
                 self._memory, self._memory_end = saved_memory, saved_end
         dropped = len(cands) - len(emit)
 
         # 11.10 commit
         now = self._clock() - self._t0
-        spans = _token_spans(words, len(cands), start)
+        spans = token_spans(words, len(cands), start)
         new_tokens = []
         for k, token in enumerate(emit):
             i = k + dropped
             emitted_at = preserved if (preserved is not None and k < count) else now
             s, e = spans[i] if spans else (start, start + audio.size)
-            new_tokens.append(_Token(int(token), s, e, emitted_at, speculative))
-        _keep_first_shown(new_tokens, retracted, self.vocab)  # deviation 10
+            new_tokens.append(Token(int(token), s, e, emitted_at, speculative))
+        keep_first_shown(new_tokens, retracted, self.vocab)  # deviation 10
         if speculative and new_tokens:
-            self._spec_from = len(self._tokens)
-        self._tokens.extend(new_tokens)
+            self._spec_from = len(self._log)
+        self._log.extend(new_tokens)
 
         if not last:  # 11.11 carry-over (§2.5)
             self._carry_after(start, audio, result, words, speculative, bool(emit))
@@ -436,7 +423,7 @@ class Stream:
             self._carry.size / SAMPLE_RATE,
         )
         stats.update(speculative=speculative)
-        return self._update(mark, stats, t_round)
+        return self._update(stats, t_round)
 
     def _carry_after(self, start, audio, result: DecodeResult, words, speculative: bool, emitted: bool) -> None:
         if speculative:  # (b) whole input, no cap (before (a): deviation 8 may leave nothing emitted)
@@ -463,7 +450,7 @@ class Stream:
     def _reinfer(self, start: int, audio: np.ndarray, stats: dict, t_round: float) -> EngineUpdate:
         """§11.3: decode the input as stock Whisper on a 30 s window, emit, reset the state."""
         cfg = self.config
-        mark, retracted = self._undo_speculative()
+        retracted = self._undo_speculative()
         encoding = self.model.encode(audio, native_30s=True)
         result = decode_round(self.model, encoding, self._prompt, (), NativeValidator(audio.size / SAMPLE_RATE), cfg.max_tokens)
         tokens = [t for t in result.tokens if t < self.vocab.eot]
@@ -471,9 +458,9 @@ class Stream:
         alignment = align_words(tokens, result.attn_align[: len(tokens)], self.vocab, cfg.dtw_median) if tokens else None
         dtw_ms = (time.perf_counter() - t_dtw) * 1000.0
         words = alignment.words if alignment is not None and alignment.valid else ()
-        spans = _token_spans(words, len(tokens), start)
+        spans = token_spans(words, len(tokens), start)
         groups = split_words(tokens, self.vocab)
-        committed = self._tail_words(_REINFER_DEDUP_WORDS)
+        committed = self._log.tail_words(_REINFER_DEDUP_WORDS)
         drop = 0
         for n in range(min(_REINFER_DEDUP_WORDS, len(groups), len(committed)), 0, -1):
             heads = [normalize_word(self.vocab.text_bytes(tokens[f : f + k])) for f, k in groups[:n]]
@@ -482,12 +469,12 @@ class Stream:
                 break
         now = self._clock() - self._t0
         new_tokens = [
-            _Token(t, *(spans[i] if spans else (start, start + audio.size)), now, False)
+            Token(t, *(spans[i] if spans else (start, start + audio.size)), now, False)
             for i, t in enumerate(tokens)
             if i >= drop
         ]
-        _keep_first_shown(new_tokens, retracted, self.vocab)
-        self._tokens.extend(new_tokens)
+        keep_first_shown(new_tokens, retracted, self.vocab)
+        self._log.extend(new_tokens)
         logger.debug(
             "round %d: 30 s re-inference of %.2f s at %.2f s: %r, emitted %r",
             stats["round_index"], audio.size / SAMPLE_RATE, start / SAMPLE_RATE, self.vocab.decode(tokens),
@@ -505,91 +492,31 @@ class Stream:
             dtw_ms=stats.get("dtw_ms", 0.0) + dtw_ms,
             reinferred=True,
         )
-        return self._update(mark, stats, t_round)
+        return self._update(stats, t_round)
 
     # ----------------------------------------------------------------------------- bookkeeping
     def _set_carry(self, start: int, audio: np.ndarray) -> None:
         self._carry, self._carry_start = audio, start
 
-    def _undo_speculative(self) -> tuple[int, list[tuple[bytes, float]]]:
-        """§11.4: drop the previous round's speculative tokens. Returns the new token count and the
-        (normalised text, emitted_at) of the dropped words."""
+    def _undo_speculative(self) -> list[tuple[bytes, float]]:
+        """§11.4: drop the previous round's speculative tokens; returns the dropped words'
+        (normalised text, emitted_at)."""
         if self._spec_from is None:
-            return len(self._tokens), []
-        dropped = self._tokens[self._spec_from :]
-        del self._tokens[self._spec_from :]
+            return []
+        dropped = self._log.truncate(self._spec_from)
         self._spec_from = None
-        groups = split_words([t.id for t in dropped], self.vocab)
-        retracted = [
-            (normalize_word(self.vocab.text_bytes(t.id for t in dropped[f : f + k])), dropped[f].emitted_at)
-            for f, k in groups
-        ]
-        return len(self._tokens), retracted
+        return retracted_words(dropped, self.vocab)
 
-    def _tail_ids(self, n: int) -> tuple[int, ...]:
-        return tuple(t.id for t in self._tokens[len(self._tokens) - n :]) if n <= len(self._tokens) else ()
-
-    def _tail_words(self, n: int) -> list[bytes]:
-        """Normalised texts of the last ``n`` committed words (fewer if there are fewer)."""
-        ids: list[int] = []
-        words: list[bytes] = []
-        for tok in reversed(self._tokens):
-            ids.append(tok.id)
-            if self.vocab.starts_word(tok.id):
-                words.append(normalize_word(self.vocab.text_bytes(reversed(ids))))
-                ids = []
-                if len(words) == n:
-                    break
-        return words[::-1]
-
-    def _update(self, mark: int, stats: dict, t_round: float) -> EngineUpdate:
-        """Turn the token changes since ``mark`` (first token index that may differ) into a word
-        update: re-derive the words from the one holding token ``mark − 1`` and diff them."""
-        w0 = bisect.bisect_right(self._firsts, mark - 1) - 1 if mark > 0 else 0
-        w0 = max(w0, 0)
-        t_from = self._firsts[w0] if w0 < len(self._firsts) else 0
-        prev = self._words[w0 - 1] if w0 > 0 else None
-        new_words, new_firsts = self._derive(t_from, prev)
-        old = self._words[w0:]
-        common = 0
-        while common < min(len(old), len(new_words)) and old[common] == new_words[common]:
-            common += 1
-        self._words[w0:] = new_words
-        self._firsts[w0:] = new_firsts
-        lag = (self._fed - self._next) / SAMPLE_RATE
+    def _update(self, stats: dict, t_round: float) -> EngineUpdate:
+        """The round's word update (token changes turned into words) with its statistics."""
+        retract, words = self._log.publish()
         round_stats = RoundStats(
             provider=getattr(self.model, "provider", ""),
-            lag_s=lag,
+            lag_s=(self._fed - self._next) / SAMPLE_RATE,
             total_ms=(time.perf_counter() - t_round) * 1000.0,
             **stats,
         )
-        return EngineUpdate(len(old) - common, tuple(new_words[common:]), round_stats, self.source)
-
-    def _derive(self, t_from: int, prev: Word | None) -> tuple[list[Word], list[int]]:
-        """Words of tokens ``[t_from, end)``, times clamped to be monotonic after ``prev``."""
-        ids = [t.id for t in self._tokens[t_from:]]
-        words: list[Word] = []
-        firsts: list[int] = []
-        prev_end = prev.end if prev is not None else 0.0
-        for f, k in split_words(ids, self.vocab):
-            toks = self._tokens[t_from + f : t_from + f + k]
-            text = self.vocab.decode(t.id for t in toks).strip()
-            if not text:
-                continue
-            start = max(toks[0].start / SAMPLE_RATE, prev_end)
-            end = max(max(t.end for t in toks) / SAMPLE_RATE, start)
-            word = Word(
-                text=text,
-                start=start,
-                end=end,
-                emitted_at=min(t.emitted_at for t in toks),
-                source=self.source,
-                speculative=any(t.speculative for t in toks),
-            )
-            words.append(word)
-            firsts.append(t_from + f)
-            prev_end = end
-        return words, firsts
+        return EngineUpdate(retract, words, round_stats, self.source)
 
 
 def _merge(first: EngineUpdate, then: EngineUpdate) -> EngineUpdate:
@@ -603,34 +530,3 @@ def _dbfs(audio: np.ndarray) -> float:
     """RMS level in dB re full scale 1.0 (−inf for all zeros)."""
     ms = float(np.mean(np.square(audio, dtype=np.float64)))
     return 10.0 * np.log10(ms) if ms > 0 else float("-inf")
-
-
-def _token_spans(words, n_tokens: int, start: int) -> list[tuple[int, int]]:
-    """Absolute (start, end) samples of each token's DTW word; empty without a valid alignment."""
-    if not words:
-        return []
-    spans: list[tuple[int, int]] = [(start, start)] * n_tokens
-    for w in words:
-        span = (start + w.start_frame * SAMPLES_PER_FRAME, start + w.end_frame * SAMPLES_PER_FRAME)
-        for i in range(w.first, min(w.first + w.count, n_tokens)):
-            spans[i] = span
-    return spans
-
-
-def _keep_first_shown(new_tokens: list[_Token], retracted: list[tuple[bytes, float]], vocab) -> None:
-    """Deviation 10: words that re-emit the retracted speculative words, in order and with equal
-    normalised text, keep the earlier ``emitted_at``."""
-    if not retracted or not new_tokens:
-        return
-    groups = split_words([t.id for t in new_tokens], vocab)
-    texts = [normalize_word(vocab.text_bytes(t.id for t in new_tokens[f : f + k])) for f, k in groups]
-    best, best_n = 0, 0
-    for offset in (0, 1):  # the first new word may be the overlap replacement of the word before
-        n = 0
-        while n < len(retracted) and offset + n < len(texts) and texts[offset + n] == retracted[n][0]:
-            n += 1
-        if n > best_n:
-            best, best_n = offset, n
-    for (f, k), (_, shown) in zip(groups[best : best + best_n], retracted, strict=False):
-        for t in new_tokens[f : f + k]:
-            t.emitted_at = min(t.emitted_at, shown)

@@ -20,6 +20,7 @@ ties; the first difference of a round always passes. Everything is vectorised nu
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ STOP_REASONS = ("backward_shift", "peak_margin", "repetition", "eot")
 _REPEAT = 3  # identical consecutive ids that stop a round
 
 
+@functools.lru_cache(maxsize=64)
 def _mirror_index(n: int, width: int) -> np.ndarray:
     """int [n, width]: indices of the centred windows with whole-sample mirroring (index −k → k,
     n−1+k → n−1−k), clamped to [0, n−1] where a very short signal is still out of range."""
@@ -54,7 +56,9 @@ def _mirror_index(n: int, width: int) -> np.ndarray:
     idx = np.where(idx < 0, -idx, idx)
     idx = np.where(idx > n - 1, 2 * (n - 1) - idx, idx)
     idx = np.clip(idx, 0, n - 1)
-    return sliding_window_view(idx, width)
+    windows = sliding_window_view(idx, width).copy()
+    windows.flags.writeable = False  # cached and shared
+    return windows
 
 
 def median_filter(x: np.ndarray, width: int = 7) -> np.ndarray:

@@ -7,6 +7,7 @@ measured on a simulated clock that advances with the audio fed and the oracle's 
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import numpy as np
@@ -35,7 +36,7 @@ def check_words(words, script):
     """Committed text = script; nothing speculative left; times monotonic and inside the audio."""
     assert [w.text for w in words] == expected(script)
     assert not any(w.speculative for w in words)
-    for prev, w in zip(words, words[1:], strict=False):
+    for prev, w in itertools.pairwise(words):
         assert prev.start <= w.start and prev.end <= w.start + 1e-9
     assert all(0.0 <= w.start <= w.end <= script.audio.size / SR + 1e-9 for w in words)
 
@@ -49,7 +50,7 @@ def random_case(seed):
 @pytest.mark.parametrize("seed", range(40))
 def test_random_scripts_are_transcribed_exactly_with_bounded_latency(seed):
     script, step, block = random_case(seed)
-    stream, model, clock = stream_of(script, step_s=step)
+    stream, _model, clock = stream_of(script, step_s=step)
     words, updates = run_stream(stream, script.audio, clock, block_s=block)
     check_words(words, script)
     latency = [w.emitted_at - s.end / SR for w, s in zip(words, script.words, strict=True)]
@@ -63,7 +64,7 @@ def test_planted_hallucinations_never_survive(seed):
     plant = Plant(ghost=0.15, repeat=0.1, runner_up=0.15)
     stream, model, clock = stream_of(script, plant=plant, seed=seed, step_s=step)
     # the flush round is clean: a hallucination there, repeated on every re-decode, would end the stream
-    words, updates = run_stream(stream, script.audio, clock, block_s=block, before_finish=lambda: setattr(model, "plant", Plant()))
+    words, _updates = run_stream(stream, script.audio, clock, block_s=block, before_finish=lambda: setattr(model, "plant", Plant()))
     check_words(words, script)
     # words that no planted round heard keep the clean bound; a hallucination stop defers the rest of
     # its round (NPUSPER.md §7.5) and retracts the speculative words before it, so the words it heard
@@ -128,7 +129,7 @@ def test_overlap_dedup_replaces_a_truncated_word_keeping_its_emission_time():
     spans = [(0.2, 0.6), (0.7, 1.2), (1.7, 2.3), (2.4, 2.8), (2.9, 3.5)]
     tokens = [(V.word[1],), (V.word[2],), (V.word[3], V.subword[0]), (V.word[4],), (V.word[5],)]
     script = words_script(spans, tokens, total_s=6.0)
-    stream, model, clock = stream_of(script, step_s=2.0)
+    stream, _model, clock = stream_of(script, step_s=2.0)
     words, updates = run_stream(stream, script.audio, clock)
     first, second = [u for u in updates if u.words][:2]
     assert [w.text for w in first.words] == ["w001", "w002", "w003"]
@@ -139,7 +140,7 @@ def test_overlap_dedup_replaces_a_truncated_word_keeping_its_emission_time():
 
 def test_overlap_dedup_drops_a_re_decoded_identical_word():
     script = words_script([(0.2, 0.6), (0.7, 1.1), (1.2, 1.5), (2.3, 2.7), (2.8, 3.2), (3.3, 3.6)], total_s=6.0)
-    stream, model, clock = stream_of(script, step_s=2.0)
+    stream, _model, clock = stream_of(script, step_s=2.0)
     words, updates = run_stream(stream, script.audio, clock)
     first, second = [u for u in updates if u.words][:2]
     assert [w.text for w in first.words] == ["w001", "w002", "w003"]
@@ -164,7 +165,7 @@ def test_silence_gate_skips_the_model_and_carries_like_an_empty_round():
 
 def test_finish_flushes_the_last_round():
     script = words_script([(0.2, 0.6), (0.7, 1.1), (1.2, 1.6), (4.5, 4.9), (5.0, 5.4), (5.5, 5.9)], total_s=6.0)
-    stream, model, clock = stream_of(script, step_s=2.0)
+    stream, _model, clock = stream_of(script, step_s=2.0)
     words, updates = run_stream(stream, script.audio, clock)
     assert [w.text for w in updates[-1].words][-2:] == ["w005", "w006"]  # the reference drops these
     assert updates[-1].stats.stop_reason == "eot"
@@ -199,13 +200,13 @@ def test_two_identical_backward_shift_stops_trigger_the_30s_reinference():
 
 def test_min_chunk_skip_and_30s_trim():
     script = words_script([(0.2 + 0.5 * i, 0.5 + 0.5 * i) for i in range(60)], total_s=31.0)
-    stream, model, clock = stream_of(script, step_s=0.5)
+    stream, model, _ = stream_of(script, step_s=0.5)
     stream.feed(script.audio[: SR // 2])
     update = stream.step()
     assert update.stats.stop_reason == "short" and update.is_empty and not model.rounds
     stream.feed(script.audio[SR // 2 : SR])
     assert stream.step().stats.input_s == 1.0 and model.rounds[0] == (0, SR, False)
-    stream, model, clock = stream_of(script, step_s=0.5)
+    stream, model, _clock = stream_of(script, step_s=0.5)
     stream.feed(script.audio)  # a caller 31 s behind: the front second is dropped
     update = stream.step()
     assert update.stats.input_s == 30.0 and model.rounds[0] == (SR, 30 * SR, False)
@@ -230,7 +231,7 @@ def test_config_is_validated(bad):
 
 def test_feed_accepts_any_block_and_sanitises():
     script = words_script([(0.2, 0.6), (0.7, 1.1)], total_s=2.0)
-    stream, model, clock = stream_of(script)
+    stream, _model, _clock = stream_of(script)
     with pytest.raises(CaptionerError, match="mono"):
         stream.feed(np.zeros((10, 2), np.float32))
     stream.feed(np.array([np.nan, np.inf, 0.5], np.float32))
@@ -240,7 +241,7 @@ def test_feed_accepts_any_block_and_sanitises():
 
 def test_round_stats_are_filled():
     script, _, _ = random_case(1)
-    stream, model, clock = stream_of(script, step_s=2.0)
+    stream, _model, clock = stream_of(script, step_s=2.0)
     _, updates = run_stream(stream, script.audio, clock)
     s = next(u.stats for u in updates if u.words)
     assert s.bucket in (3, 4, 5, 6, 30) and s.input_s > 0 and s.tokens > 0 and s.chunks > 0
@@ -252,7 +253,7 @@ def test_round_stats_are_filled():
 def test_token_limit_is_timed_and_carried_like_a_stop():
     # 10 words/s: a 3 s round holds more words than the 30-position plan can decode (deviation 6)
     script = words_script([(0.1 + 0.1 * i, 0.18 + 0.1 * i) for i in range(100)], total_s=11.0)
-    stream, model, clock = stream_of(script, step_s=3.0)
+    stream, _model, clock = stream_of(script, step_s=3.0)
     words, updates = run_stream(stream, script.audio, clock)
     limited = [u for u in updates if u.stats.stop_reason == "limit"]
     assert limited and all(u.stats.dtw_ms > 0 for u in limited)
@@ -266,7 +267,7 @@ def test_single_word_speculative_round_keeps_prefix_and_dedups():
     script = words_script([(0.2, 0.6), (0.9, 1.3), (5.2, 5.6), (5.7, 6.1), (6.2, 6.6)], total_s=8.0)
     stream, model, clock = stream_of(script, step_s=2.0)
     words, updates = run_stream(stream, script.audio, clock)
-    w1, w2 = V.word[1], V.word[2]
+    w1 = V.word[1]
     assert model.prefixes[:2] == [[], [w1]]
     # the single-word rounds keep the prefix w001 (the reference clears it and then re-decodes w001)
     single = [k for k, u in enumerate(updates) if u.stats.speculative and u.stats.tokens]
@@ -283,7 +284,7 @@ def test_a_later_comma_replaces_the_word_keeping_its_emission_time():
     # the peak margin stops on "w003" (its centre lies in the last 0.6 s) before its comma
     tokens = [(V.word[1],), (V.word[2],), (V.word[3], V.punct[1]), (V.word[4],), (V.word[5],), (V.word[6],)]
     script = words_script([(0.2, 0.6), (0.7, 1.1), (1.4, 1.9), (2.2, 2.6), (2.7, 3.1), (3.2, 3.6)], tokens, total_s=6.0)
-    stream, model, clock = stream_of(script, step_s=2.0)
+    stream, _model, clock = stream_of(script, step_s=2.0)
     words, updates = run_stream(stream, script.audio, clock)
     first, second = [u for u in updates if u.words][:2]
     assert [w.text for w in first.words] == ["w001", "w002", "w003"] and first.stats.stop_reason == "peak_margin"

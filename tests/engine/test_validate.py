@@ -168,3 +168,11 @@ def test_no_more_tokens_after_a_stop():
     v = validator()
     stop = feed(v, [A, B, B, B], [20, 40, 40, 40])
     assert v.on_prediction(C, 1.0, 0.0) is stop and v.on_attention(box(50)) is stop
+
+
+def test_a_special_token_as_runner_up_is_garbage():
+    # the graphs never choose ids >= EOT (deviation 5 of stream.py); if one arrived as the EOT
+    # runner-up it would end the round like any garbage runner-up, and never count as content
+    v = validator()
+    assert feed(v, [A, V.vocab.eot + 3], [20, 40], eot_wins=[False, True]).reason == "eot"
+    assert not V.vocab.is_content(V.vocab.eot + 3)

@@ -1,0 +1,157 @@
+"""The committed-token log of a stream and its conversion to word updates (private to ``stream.py``).
+
+The NPUsper reference keeps committed *tokens* and retracts tokens (``[REPLACE_PREVIOUS n]``). The
+app wants words (``EngineUpdate.retract`` counts words). :class:`CommittedLog` keeps the reference's
+token list and, after each round, re-derives the words from the first word a change can touch and
+diffs them with the words already published, so any token operation (speculative retraction,
+overlap replacement, a comma extending an earlier word) becomes a minimal word-level update.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from captioner.core import SAMPLE_RATE, Source, Word
+from captioner.engine.align import WordSpan, split_words
+from captioner.engine.model import SAMPLES_PER_FRAME
+from captioner.engine.tokens import Vocabulary, normalize_word
+
+__all__ = ["CommittedLog", "Token", "keep_first_shown", "token_spans"]
+
+
+@dataclass(slots=True)
+class Token:
+    """A committed token: its id, its DTW word's audio span (absolute samples), when it was shown."""
+
+    id: int
+    start: int
+    end: int
+    emitted_at: float
+    speculative: bool
+
+
+class CommittedLog:
+    """The committed tokens of one stream and the words last published from them."""
+
+    def __init__(self, vocab: Vocabulary, source: Source):
+        self.vocab = vocab
+        self.source: Source = source
+        self.tokens: list[Token] = []
+        self.words: list[Word] = []
+        self._firsts: list[int] = []  # token index of each published word's first token
+        self._mark = 0  # first token index that may differ from what was published
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def truncate(self, n: int) -> list[Token]:
+        """Drop the tokens from index ``n`` on; returns them."""
+        removed = self.tokens[n:]
+        del self.tokens[n:]
+        self._mark = min(self._mark, n)
+        return removed
+
+    def extend(self, tokens: Sequence[Token]) -> None:
+        """Append committed tokens."""
+        self.tokens.extend(tokens)
+
+    def tail_ids(self, n: int) -> tuple[int, ...]:
+        """The ids of the last ``n`` tokens (empty if there are fewer)."""
+        return tuple(t.id for t in self.tokens[len(self.tokens) - n :]) if n <= len(self.tokens) else ()
+
+    def tail_words(self, n: int) -> list[bytes]:
+        """Normalised texts of the last ``n`` committed words (fewer if there are fewer)."""
+        ids: list[int] = []
+        words: list[bytes] = []
+        for tok in reversed(self.tokens):
+            ids.append(tok.id)
+            if self.vocab.starts_word(tok.id):
+                words.append(normalize_word(self.vocab.text_bytes(reversed(ids))))
+                ids = []
+                if len(words) == n:
+                    break
+        return words[::-1]
+
+    def publish(self) -> tuple[int, tuple[Word, ...]]:
+        """(retract, words) turning the published words into the words of the current tokens."""
+        mark = self._mark
+        w0 = max(bisect.bisect_right(self._firsts, mark - 1) - 1, 0) if mark > 0 else 0
+        t_from = self._firsts[w0] if w0 < len(self._firsts) else 0
+        new_words, new_firsts = self._derive(t_from, self.words[w0 - 1] if w0 > 0 else None)
+        old = self.words[w0:]
+        common = 0
+        while common < min(len(old), len(new_words)) and old[common] == new_words[common]:
+            common += 1
+        self.words[w0:] = new_words
+        self._firsts[w0:] = new_firsts
+        self._mark = len(self.tokens)
+        return len(old) - common, tuple(new_words[common:])
+
+    def _derive(self, t_from: int, prev: Word | None) -> tuple[list[Word], list[int]]:
+        """Words of tokens ``[t_from, end)``; times clamped to be monotonic after ``prev``; a word
+        is shown from its first token's emission; text-less words (a lone space) are skipped."""
+        ids = [t.id for t in self.tokens[t_from:]]
+        words: list[Word] = []
+        firsts: list[int] = []
+        prev_end = prev.end if prev is not None else 0.0
+        for f, k in split_words(ids, self.vocab):
+            toks = self.tokens[t_from + f : t_from + f + k]
+            text = self.vocab.decode(t.id for t in toks).strip()
+            if not text:
+                continue
+            start = max(toks[0].start / SAMPLE_RATE, prev_end)
+            end = max(max(t.end for t in toks) / SAMPLE_RATE, start)
+            words.append(
+                Word(
+                    text=text,
+                    start=start,
+                    end=end,
+                    emitted_at=min(t.emitted_at for t in toks),
+                    source=self.source,
+                    speculative=any(t.speculative for t in toks),
+                )
+            )
+            firsts.append(t_from + f)
+            prev_end = end
+        return words, firsts
+
+
+def token_spans(words: Sequence[WordSpan], n_tokens: int, start: int) -> list[tuple[int, int]]:
+    """Absolute (start, end) samples of each token's DTW word; empty without a valid alignment."""
+    if not words:
+        return []
+    spans: list[tuple[int, int]] = [(start, start)] * n_tokens
+    for w in words:
+        span = (start + w.start_frame * SAMPLES_PER_FRAME, start + w.end_frame * SAMPLES_PER_FRAME)
+        for i in range(w.first, min(w.first + w.count, n_tokens)):
+            spans[i] = span
+    return spans
+
+
+def retracted_words(tokens: Sequence[Token], vocab: Vocabulary) -> list[tuple[bytes, float]]:
+    """(normalised text, first emission time) of each word of retracted ``tokens``."""
+    return [
+        (normalize_word(vocab.text_bytes(t.id for t in tokens[f : f + k])), tokens[f].emitted_at)
+        for f, k in split_words([t.id for t in tokens], vocab)
+    ]
+
+
+def keep_first_shown(new_tokens: list[Token], retracted: list[tuple[bytes, float]], vocab: Vocabulary) -> None:
+    """Words that re-emit the retracted speculative words, in order and with equal normalised text,
+    keep the earlier ``emitted_at`` (``stream.py`` deviation 10)."""
+    if not retracted or not new_tokens:
+        return
+    groups = split_words([t.id for t in new_tokens], vocab)
+    texts = [normalize_word(vocab.text_bytes(t.id for t in new_tokens[f : f + k])) for f, k in groups]
+    best, best_n = 0, 0
+    for offset in (0, 1):  # the first new word may be the overlap replacement of the word before
+        n = 0
+        while n < len(retracted) and offset + n < len(texts) and texts[offset + n] == retracted[n][0]:
+            n += 1
+        if n > best_n:
+            best, best_n = offset, n
+    for (f, k), (_, shown) in zip(groups[best : best + best_n], retracted, strict=False):
+        for t in new_tokens[f : f + k]:
+            t.emitted_at = min(t.emitted_at, shown)

@@ -1,0 +1,162 @@
+"""The pack format: manifest keys, the Pack API, chunk plans, weight sharing, loading errors, verify."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+
+from captioner.errors import ModelError, PackBuildError
+from captioner.models.build import BuildOptions, chunk_plan, parse_buckets
+from captioner.models.checkpoint import bytes_to_unicode, load_checkpoint
+from captioner.models.pack import Pack, file_sha256
+from captioner.models.verify import pack_problems, verify_pack
+
+DEFAULT_CHUNKS = [(0, 4), (0, 6), (4, 6), (6, 4), (10, 5), (15, 5), (20, 5), (25, 5)]
+
+
+def test_manifest_has_the_contract_keys(tiny_pack, tiny_checkpoint):
+    m = tiny_pack.manifest
+    assert m["format"] == "captioner-pack" and m["format_version"] == 1
+    assert set(m["source"]) == {"name", "revision", "sha256"}
+    assert m["source"]["name"] == "tiny-whisper"
+    assert m["source"]["sha256"] == file_sha256(tiny_checkpoint / "model.safetensors")
+    assert m["encoders"] == {str(b): f"encoder_{b}s.onnx" for b in (3, 4, 5, 6, 30)}
+    assert {"bucket", "start", "size", "file"} == set(m["decoders"][0])
+    assert m["schedules"] == {"default": [4, 6, 5, 5, 5, 5], "prefixed": [6, 4, 5, 5, 5, 5]}
+    assert m["long_chunk"] == 5 and m["max_positions"] == 224
+    assert m["precision"] == "fp32" and m["linear"] == "matmul"
+    assert m["alignment_heads"] == [[1, 0], [1, 2]] and m["alignment_heads_source"] == "generation_config"
+    assert m["vocabulary"] == "tokens.json" and m["weights"] == "weights.bin"
+    assert m["builder"]["onnx_opset"] >= 17
+    on_disk = {p.name for p in tiny_pack.root.iterdir()} - {"manifest.json"}
+    assert set(m["files"]) == on_disk
+    for name, digest in list(m["files"].items())[:5]:
+        assert file_sha256(tiny_pack.root / name) == digest
+
+
+def test_pack_api(tiny_pack):
+    p = tiny_pack
+    assert p.buckets == (3, 4, 5, 6, 30)
+    assert p.dims.n_vocab == 51865 and p.dims.head_dim == 16 and p.dims.n_mels == 80
+    assert p.special.eot == 50257 and p.special.sot == 50258 and p.special.languages["en"] == 50259
+    assert p.special.translate == 50358 and p.special.transcribe == 50359
+    assert p.special.startofprev == 50361 and p.special.nospeech == 50362
+    assert p.special.notimestamps == 50363 and p.special.first_timestamp == 50364
+    assert p.multilingual and p.alignment_heads == ((1, 0), (1, 2))
+    assert p.schedules["default"] == (4, 6, 5, 5, 5, 5)
+    assert p.decoder_chunks(3) == DEFAULT_CHUNKS
+    long = p.decoder_chunks(30)
+    assert long[: len(DEFAULT_CHUNKS)] == DEFAULT_CHUNKS and long[-1] == (220, 5) and len(long) == 8 + 39
+    assert p.encoder_file(5).name == "encoder_5s.onnx" and p.encoder_file(5).is_file()
+    assert p.decoder_file(30, 35, 5).name == "decoder_30s_p35_k5.onnx"
+    assert p.weights_file().name == "weights.bin"
+    assert len(p.pack_hash) == 64 and p.pack_hash == file_sha256(p.root / "manifest.json")
+    with pytest.raises(ModelError, match="no 7 s encoder"):
+        p.encoder_file(7)
+    with pytest.raises(ModelError, match="no decoder chunk"):
+        p.decoder_file(3, 30, 5)
+
+
+def test_token_bytes_decode_byte_level_bpe(tiny_pack):
+    tb = tiny_pack.token_bytes
+    assert len(tb) == 51865
+    b2u = bytes_to_unicode()
+    assert tb[0] == b"!" and tb[ord("A") - ord("!")] == b"A"
+    assert [tb[i] for i in range(256)] == [bytes([b]) for b in b2u]  # GPT-2's byte tokens, GPT-2's order
+    assert b" the" in tb and b"the" in tb and b"." in tb and b" -" in tb
+    assert tb[tiny_pack.special.eot] == b"<|endoftext|>"
+    assert tb[tiny_pack.special.first_timestamp] == b"<|0.00|>"
+    assert tb[-1] == b"<|30.00|>"
+
+
+def test_graphs_share_weights_by_name_and_offset(tiny_pack, tiny_checkpoint):
+    seen: dict[str, tuple[str, str]] = {}
+    index = tiny_pack.manifest["weights_index"]
+    for path in tiny_pack.graph_files():
+        model = onnx.load(str(path), load_external_data=False)
+        for init in model.graph.initializer:
+            if init.data_location != onnx.TensorProto.EXTERNAL:
+                assert init.ByteSize() < 64 * 1024, f"{path.name}: big inline constant {init.name}"
+                continue
+            ext = {e.key: e.value for e in init.external_data}
+            assert ext["location"] == "weights.bin"
+            where = (ext["offset"], ext["length"])
+            assert seen.setdefault(init.name, where) == where, init.name
+            assert int(ext["offset"]) == index[init.name]["offset"]
+    assert set(seen) == set(index)  # every stored tensor is used, each is stored once
+    weights = tiny_pack.weights_file().stat().st_size
+    ckpt = (tiny_checkpoint / "model.safetensors").stat().st_size
+    total = sum(f.stat().st_size for f in tiny_pack.root.iterdir())
+    assert weights < 1.1 * ckpt and total < 1.5 * ckpt, (weights, total, ckpt)
+    data = np.memmap(tiny_pack.weights_file(), np.uint8, mode="r")
+    info = index["decoder.embed_tokens.weight"]
+    table = data[info["offset"] : info["offset"] + info["length"]].view(np.float32).reshape(info["shape"])
+    np.testing.assert_array_equal(table, load_checkpoint(tiny_checkpoint).weights["decoder.embed_tokens.weight"])
+
+
+def test_graph_io_contract(tiny_pack):
+    enc = onnx.load(str(tiny_pack.encoder_file(4)), load_external_data=False).graph
+    assert [i.name for i in enc.input] == ["mel", "n_frames"]
+    assert [o.name for o in enc.output] == ["cross_k", "cross_v"]
+    assert [d.dim_value for d in enc.output[0].type.tensor_type.shape.dim] == [2, 1, 4, 200, 16]
+    dec = onnx.load(str(tiny_pack.decoder_file(4, 10, 5)), load_external_data=False).graph
+    assert [i.name for i in dec.input] == ["token", "forced", "self_k", "self_v", "cross_k", "cross_v", "cross_mask"]
+    assert [o.name for o in dec.output] == ["tokens", "token_logit", "eot_logit", "attn_last", "attn_align",
+                                            "new_k", "new_v"]
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in [*dec.input, *dec.output]}
+    assert shapes["self_k"] == [2, 1, 4, 11, 16] and shapes["forced"] == [4] and shapes["attn_last"] == [5, 200]
+    assert all(d > 0 for s in shapes.values() for d in s)  # static shapes only
+    assert pack_problems(tiny_pack.root, checksums=False) == []
+
+
+def test_chunk_plan_parameters():
+    plan = chunk_plan(BuildOptions(buckets=(3, 30), tail_chunk=3))
+    assert BuildOptions(tail_chunk=3).schedules() == {"default": (4, 6, 3, 3, 3, 3, 3, 3, 3),
+                                                      "prefixed": (6, 4, 3, 3, 3, 3, 3, 3, 3)}
+    assert (28, 3) in plan[3] and (31, 3) in plan[30] and (31, 3) not in plan[3]
+    assert max(s + k - 1 for s, k in plan[30]) <= 224
+    assert parse_buckets(["3,4", "30"]) == (3, 4, 30)
+    with pytest.raises(PackBuildError):
+        parse_buckets(["three"])
+    with pytest.raises(PackBuildError):
+        BuildOptions(buckets=(31,)).validate(448, 1500)
+    with pytest.raises(PackBuildError):
+        BuildOptions(tail_chunk=1).validate(448, 1500)
+
+
+def test_load_errors_name_the_file(tiny_pack, tmp_path):
+    with pytest.raises(ModelError, match="not found"):
+        Pack.load(tmp_path / "nope")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelError, match=r"manifest\.json is missing"):
+        Pack.load(empty)
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_pack.root, copy)
+    (copy / "encoder_3s.onnx").unlink()
+    with pytest.raises(ModelError, match=r"encoder_3s\.onnx is missing"):
+        Pack.load(copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["format_version"] = 99
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match="format_version"):
+        Pack.load(copy)
+
+
+def test_verify_names_a_corrupt_weight_file(tiny_pack, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_pack.root, copy)
+    assert verify_pack(copy).root == copy
+    with open(copy / "weights.bin", "r+b") as fh:
+        fh.seek(1000)
+        fh.write(b"\x01\x02\x03")
+    with pytest.raises(ModelError, match=r"weights\.bin is corrupt"):
+        verify_pack(copy)
+    with pytest.raises(ModelError, match="corrupt"):
+        Pack.load(copy, verify=True)
+    (copy / "stray.onnx").write_bytes(b"")
+    assert any("stray.onnx is not listed" in p for p in pack_problems(copy))
