@@ -56,7 +56,8 @@ class GuiOptions:
         model: pack name or directory; overrides the setting for this run.
         provider: "auto", "qnn", "gpu" or "cpu"; overrides the setting for this run.
         minimized: start with the caption bar hidden (tray only).
-        screenshot: after ``quit_after`` seconds, render the caption bar to this PNG.
+        screenshot: when the app quits (``quit_after``, Quit, ``captioner --quit``), render the
+            caption bar to this PNG.
         quit_after: quit after this many seconds (0 = run until Quit).
     """
 
@@ -343,6 +344,7 @@ class CaptionerApp(QObject):
             self.tray.set_status(provider=self.provider)
 
     def _on_worker_status(self, state: str) -> None:
+        logger.info("captioning state: %s", state)
         self.tray.set_status(state=state)
         self.state_changed.emit(state)
 
@@ -523,16 +525,20 @@ class CaptionerApp(QObject):
             self.quit()
 
     def _on_quit_after_timeout(self) -> None:
-        if self.options.screenshot is not None:
-            ok = self.bar.render_png(self.options.screenshot)
-            logger.info("screenshot %s: %s", self.options.screenshot, "saved" if ok else "FAILED")
+        logger.info("--quit-after: %.1f s are up", self.options.quit_after)
         self.quit()
 
     def quit(self) -> None:
-        """Stop the engine (keeping every committed word), end the session, then leave the event loop."""
+        """Stop the engine (keeping every committed word), end the session, then leave the event loop.
+
+        With ``--screenshot`` the caption bar is rendered to the PNG first, as it is shown.
+        """
         if self._quitting:
             return
         self._quitting = True
+        if self.options.screenshot is not None:
+            ok = self.bar.render_png(self.options.screenshot)
+            logger.info("screenshot %s: %s", self.options.screenshot, "saved" if ok else "FAILED")
         self.tray.set_status(state="quitting")
         self.stop_engine(then=self._finish_quit)
 

@@ -75,6 +75,7 @@ def make_checkpoint(
     n_languages: int = 99,
     alignment_heads: list[tuple[int, int]] | None = ((1, 0), (1, 2)),
     dtype: str = "float32",
+    decoder_layers: int | None = None,
 ) -> Path:
     """Write a tiny random WhisperForConditionalGeneration checkpoint into ``path`` (created).
 
@@ -84,6 +85,7 @@ def make_checkpoint(
             English-only has 50256 text tokens (51864).
         n_mels: 80 or 128 mel bins.
         d_model, layers, heads, ffn: model size (encoder and decoder alike).
+        decoder_layers: decoder depth when it differs from ``layers`` (large-v3-turbo: 32 and 4).
         seed: torch seed of the random weights.
         n_languages: 99 or 100 (large-v3 adds ``yue``).
         alignment_heads: written to generation_config.json; None leaves them out (fallback path).
@@ -104,7 +106,7 @@ def make_checkpoint(
     eot, sot = ids["<|endoftext|>"], ids["<|startoftranscript|>"]
     config = WhisperConfig(
         vocab_size=vocab_size, num_mel_bins=n_mels, d_model=d_model,
-        encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+        encoder_layers=layers, decoder_layers=decoder_layers or layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
         encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, max_source_positions=1500, max_target_positions=448,
         bos_token_id=eot, eos_token_id=eot, decoder_start_token_id=sot,
         # Whisper's pad id is EOT, whose embedding row padding_idx would zero; a random model then has

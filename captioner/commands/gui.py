@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="execution provider (overrides the setting for this run)")
     p.add_argument("--minimized", action="store_true", help="start with the caption bar hidden (tray only)")
     p.add_argument("--screenshot", type=Path, metavar="PNG",
-                   help="render the caption bar to this PNG when --quit-after expires")
+                   help="render the caption bar to this PNG when the app quits (e.g. with --quit-after)")
     p.add_argument("--quit-after", type=float, default=0.0, metavar="S",
                    help="quit after S seconds (the session is ended and saved as with Quit)")
     p.add_argument("--quit", action="store_true", help="ask the running captioner to quit, then exit")
@@ -51,8 +51,6 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     from captioner.ui import single_instance
     from captioner.ui.icons import app_icon
 
-    if args.screenshot is not None and args.quit_after <= 0:
-        raise CaptionerError("--screenshot needs --quit-after S (when to take it)")
     if args.source_file is not None and not args.source_file.is_file():
         raise CaptionerError(f"--source-file {args.source_file}: no such file")
     qapp = QApplication.instance() or QApplication(sys.argv[:1])

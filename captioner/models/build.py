@@ -27,7 +27,7 @@ from captioner.models.encoder_graph import build_encoder
 from captioner.models.graph_ops import OPSET, WeightStore
 from captioner.models.pack import FORMAT, FORMAT_VERSION, MANIFEST, Pack, file_sha256
 
-__all__ = ["BUCKETS", "BuildOptions", "build_pack", "chunk_plan"]
+__all__ = ["BUCKETS", "BuildOptions", "build_pack", "chunk_plan", "parse_buckets"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,8 @@ class BuildOptions:
         precision: ``"fp32"`` or ``"fp16"``: type of the stored weights. fp16 halves the pack;
             the graphs cast each weight to float32 where it is used, so compute and I/O stay fp32
             (ORT's CPU provider has no complete fp16 kernel set; the QNN HTP runs float graphs in
-            fp16 anyway).
+            fp16 anyway). Meant for the NPU and for download size: on the CPU provider ORT
+            constant-folds each Cast into an fp32 copy per session, so CPU should use fp32 packs.
         linear: ``"matmul"`` or ``"conv"`` (linear layers as 1×1 Conv, the QNN-friendly lowering).
         buckets: encoder buckets in seconds.
         heads: the first chunks of each schedule (they differ; everything after is shared).

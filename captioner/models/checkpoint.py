@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ class Checkpoint:
         alignment_heads: (decoder layer, head) pairs for DTW.
         alignment_heads_source: ``"generation_config"`` or :data:`ALIGNMENT_FALLBACK`.
         token_bytes: id -> raw bytes of the token (specials as their text; unknown ids empty).
-        weights: the memory-mapped tensors, names without the ``model.`` prefix.
+        weights: the memory-mapped tensors (read lazily), names without the ``model.`` prefix.
         tied_output: the output projection is the token embedding (no separate ``proj_out.weight``).
         source: ``{"name", "revision", "sha256"}`` for the manifest.
     """
@@ -66,9 +67,26 @@ class Checkpoint:
     alignment_heads: tuple[tuple[int, int], ...]
     alignment_heads_source: str
     token_bytes: tuple[bytes, ...]
-    weights: dict[str, np.ndarray]
+    weights: Mapping[str, np.ndarray]
     tied_output: bool
     source: dict[str, Any]
+
+
+class _Unprefixed(Mapping[str, np.ndarray]):
+    """The checkpoint's tensors under names without ``model.`` (HF names them ``model.encoder...``)."""
+
+    def __init__(self, tensors: SafetensorsFile) -> None:
+        self._tensors = tensors
+        self._names = {k.removeprefix("model."): k for k in tensors}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._tensors[self._names[name]]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def _read_json(path: Path, *, required: bool = True) -> Any:
@@ -240,8 +258,7 @@ def load_checkpoint(root: Path | str, *, name: str | None = None, revision: str 
     multilingual = dims.n_vocab >= 51865
     special = _special(vocab, gen, multilingual, vocab_path)
     heads, heads_source = _alignment_heads(gen, dims, gen_path)
-    st = SafetensorsFile(root / WEIGHTS)
-    weights = {k.removeprefix("model."): st[k] for k in st}
+    weights = _Unprefixed(SafetensorsFile(root / WEIGHTS))
     _check_weights(weights, dims, root / WEIGHTS)
     tied = "proj_out.weight" not in weights
     logger.info("checkpoint %s: %s, %s", root, dims, "multilingual" if multilingual else "English-only")
@@ -259,7 +276,7 @@ def load_checkpoint(root: Path | str, *, name: str | None = None, revision: str 
     )
 
 
-def _check_weights(w: dict[str, np.ndarray], dims: Dims, path: Path) -> None:
+def _check_weights(w: Mapping[str, np.ndarray], dims: Dims, path: Path) -> None:
     """Every tensor the graphs need is present with the shape the config implies."""
     d = dims.d_model
     need = {

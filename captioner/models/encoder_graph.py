@@ -30,12 +30,14 @@ def qkv_weights(w: dict[str, np.ndarray], prefix: str, scale: float) -> tuple[np
 
     ``prefix`` names the attention block, e.g. ``encoder.layers.0.self_attn``.
     """
+    def f32(name: str) -> np.ndarray:
+        return np.asarray(w[name], dtype=np.float32)  # fp16/bf16 checkpoints: scale in fp32
+
     d = w[f"{prefix}.q_proj.weight"].shape[0]
-    weight = np.concatenate(
-        [w[f"{prefix}.q_proj.weight"] * scale, w[f"{prefix}.k_proj.weight"], w[f"{prefix}.v_proj.weight"]]
-    ).astype(np.float32)
-    k_bias = w.get(f"{prefix}.k_proj.bias", np.zeros(d, np.float32))
-    bias = np.concatenate([w[f"{prefix}.q_proj.bias"] * scale, k_bias, w[f"{prefix}.v_proj.bias"]]).astype(np.float32)
+    weight = np.concatenate([f32(f"{prefix}.q_proj.weight") * np.float32(scale), f32(f"{prefix}.k_proj.weight"),
+                             f32(f"{prefix}.v_proj.weight")])
+    k_bias = f32(f"{prefix}.k_proj.bias") if f"{prefix}.k_proj.bias" in w else np.zeros(d, np.float32)
+    bias = np.concatenate([f32(f"{prefix}.q_proj.bias") * np.float32(scale), k_bias, f32(f"{prefix}.v_proj.bias")])
     return weight, bias
 
 

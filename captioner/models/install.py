@@ -2,7 +2,8 @@
 
 Packs live in ``AppPaths.packs / <pack name>``; the pack name of a repo id is the id with ``/``
 replaced by ``--`` (``openai--whisper-base``), plus ``-fp16`` / ``-conv`` when built that way.
-Downloads go to a staging folder under the cache dir and are deleted after a successful build.
+Downloads go to a staging folder under the cache dir and are deleted after a successful build; after
+a failed download or build they stay, so a retry resumes instead of downloading gigabytes again.
 The downloader is injectable so tests install from a local directory; the default one is
 ``huggingface_hub.snapshot_download`` (which shows its own progress bars).
 """
@@ -117,7 +118,12 @@ def install_pack(
     staging = paths.cache / "downloads" / target.name
     staging.mkdir(parents=True, exist_ok=True)
     logger.info("downloading %s into %s", source, staging)
-    folder = downloader(source, staging, revision)
+    try:
+        folder = downloader(source, staging, revision)
+    except BaseException:
+        if not any(staging.iterdir()):
+            staging.rmdir()  # a partial download stays: snapshot_download resumes it next time
+        raise
     try:
         pack = build_pack(folder, target, options, name=source, revision=revision, progress=progress)
     except PackBuildError:

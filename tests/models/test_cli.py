@@ -198,3 +198,15 @@ def test_download_failure_is_a_model_error(paths):
     with pytest.raises(ModelError, match="no model"):
         install_pack("someone/missing", paths, downloader=failing)
     assert not (paths.packs / "someone--missing").exists()
+
+
+def test_install_offline_is_a_one_line_error(tmp_path):
+    """The real huggingface_hub download path, with the Hub switched off: a clear error, nothing installed."""
+    env_home = tmp_path / "home"
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    proc = subprocess.run([sys.executable, "-m", "captioner", "models", "install", "openai/whisper-tiny"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={**os.environ, **env, "CAPTIONER_HOME": str(env_home), "PYTHONPATH": str(REPO)})
+    line = one_line_error(proc)
+    assert "openai/whisper-tiny" in line
+    assert not (env_home / "data" / "packs" / "openai--whisper-tiny").exists()

@@ -160,3 +160,23 @@ def test_verify_names_a_corrupt_weight_file(tiny_pack, tmp_path):
         Pack.load(copy, verify=True)
     (copy / "stray.onnx").write_bytes(b"")
     assert any("stray.onnx is not listed" in p for p in pack_problems(copy))
+
+
+def test_tokenizer_json_alone_gives_the_same_vocabulary(tiny_checkpoint, tmp_path):
+    """Checkpoints that ship only tokenizer.json (+ tokenizer_config.json added tokens) parse identically."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint, ckpt)
+    vocab = json.loads((ckpt / "vocab.json").read_text())
+    added = json.loads((ckpt / "added_tokens.json").read_text())
+    (ckpt / "tokenizer.json").write_text(json.dumps({
+        "model": {"type": "BPE", "vocab": vocab, "merges": []},
+        "added_tokens": [{"id": i, "content": t, "special": True} for t, i in list(added.items())[:10]],
+    }))
+    (ckpt / "tokenizer_config.json").write_text(json.dumps({
+        "added_tokens_decoder": {str(i): {"content": t, "special": True} for t, i in added.items()}}))
+    (ckpt / "vocab.json").unlink()
+    (ckpt / "added_tokens.json").unlink()
+    parsed = load_checkpoint(ckpt)
+    original = load_checkpoint(tiny_checkpoint)
+    assert parsed.token_bytes == original.token_bytes
+    assert parsed.special == original.special

@@ -128,3 +128,23 @@ def test_bf16_checkpoint_weights_are_read_exactly(tmp_path, dtype):
     pack = build(ckpt, tmp_path / "pack", "--buckets", "3")
     assert pack.manifest["alignment_heads_source"] == ALIGNMENT_FALLBACK
     assert pack.alignment_heads == ((0, 0), (0, 1), (0, 2), (0, 3))  # 1 layer: that layer, all heads
+
+
+def test_turbo_shaped_checkpoint_deep_encoder_shallow_decoder(tmp_path):
+    """large-v3-turbo's shape: many encoder layers, few decoder layers, 128 mels, 100 languages."""
+    ckpt = make_checkpoint(tmp_path / "turbo", layers=3, decoder_layers=1, n_mels=128, n_languages=100,
+                           seed=8, alignment_heads=[(0, 1), (0, 3)])
+    pack = build(ckpt, tmp_path / "pack", "--buckets", "5", "--linear", "conv")
+    assert pack.dims.encoder_layers == 3 and pack.dims.decoder_layers == 1
+    reference = Reference(ckpt)
+    run = PackRunner(pack)
+    n = 201
+    mel = random_mel(128, n, 5, seed=3)
+    enc = run.encode(mel, n, 5)
+    enc_ref = reference.encode(mel[:, :, : 2 * n])
+    ref_k, ref_v = reference.cross_kv(enc_ref)
+    assert enc.cross_k.shape == (1, 1, 4, 250, 16)
+    assert np.abs(enc.cross_k[:, :, :, :n] - ref_k).max() <= 1e-4
+    assert np.abs(enc.cross_v[:, :, :, :n] - ref_v).max() <= 1e-4
+    seq, _ = run.greedy(enc, prompt(pack), run.plan(5, "prefixed"))
+    assert seq == reference.greedy(enc_ref, prompt(pack), positions=len(seq) - 1)

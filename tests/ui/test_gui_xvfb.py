@@ -75,24 +75,34 @@ def test_captioner_command_runs_with_a_real_tray_and_saves_a_complete_session(xs
     shot = artifacts / "caption-bar-cli.png"
     env = xserver.env(CAPTIONER_HOME=str(home), PYTHONPATH=str(REPO))
     cmd = [sys.executable, "-m", "captioner", "--source-file", str(speech_wav), "--model", str(tiny_pack.root),
-           "--screenshot", str(shot), "--quit-after", "16"]
+           "--screenshot", str(shot), "--quit-after", "240"]  # the deadline; the test quits it earlier
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = home / "logs" / "captioner.log"
+
+    def wait_in_log(text: str, timeout: float = 200) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and proc.poll() is None, f"no {text!r} in the log"
+            time.sleep(0.2)  # waiting for another process; no Qt event loop in this one
+
     try:
-        log = home / "logs" / "captioner.log"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "recording session" not in (log.read_text() if log.exists() else ""):
-            time.sleep(0.2)  # waiting for another process; no Qt loop in this one
+        wait_in_log("recording session")
         second = subprocess.run([sys.executable, "-m", "captioner"], env=env, capture_output=True, text=True,
                                 timeout=60)
         assert second.returncode == 0, second.stderr
-        assert "already running" in second.stdout
+        assert "already running: showing it" in second.stdout
         tree = subprocess.run(["xwininfo", "-root", "-tree"], env=env, capture_output=True, text=True).stdout
-        out, err = proc.communicate(timeout=120)
+        wait_in_log("captioning state: ended")  # the file ran out; the engine flushed its last words
+        stop = subprocess.run([sys.executable, "-m", "captioner", "--quit"], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert "asked it to quit" in stop.stdout, stop.stderr
+        _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err
     text = log.read_text()
+    assert "--quit-after" not in text  # it was the second start's --quit that ended it
     assert "tray: available=True visible=True geometry=" in text, text
     geometry = text.split("tray: available=True visible=True geometry=")[1].splitlines()[0]
     assert not geometry.endswith(", 0, 0)"), geometry  # embedded with a real size
@@ -113,14 +123,16 @@ def test_tray_actions_drive_the_real_app_on_xcb(xserver, tiny_pack, speech_wav, 
     res = subprocess.run([sys.executable, str(REPO / "tests" / "ui" / "xcb_driver.py"), "--home", str(home),
                           "--pack", str(tiny_pack.root), "--wav", str(speech_wav), "--out", str(artifacts),
                           "--readme-shot", str(readme_shot)],
-                         env=env, capture_output=True, text=True, timeout=240)
-    assert res.returncode == 0, res.stderr[-3000:]
+                         env=env, capture_output=True, text=True, timeout=500)
+    log = home / "logs" / "captioner.log"
+    why = f"stdout: {res.stdout[-3000:]}\nstderr: {res.stderr[-2000:]}\nlog: {log.read_text()[-3000:] if log.exists() else ''}"
+    assert res.returncode == 0, why
     report = json.loads(res.stdout.split("REPORT ", 1)[1])
     assert report["platform"] == "xcb"
     # the tray icon is embedded in trayer
     assert report["tray_available"] is True and report["tray_visible"] is True
-    x, y, w, h = report["tray_geometry"]
-    assert w > 0 and h > 0
+    *_, w, h = report["tray_geometry"]
+    assert w > 0 and h > 0, report
     assert pixel_variance(artifacts / "tray-icon.png") > 50  # the icon is drawn in the tray
     # words from the real engine reached the bar and the store
     assert report["bar_visible"] and report["bar_lines"]

@@ -12,6 +12,7 @@ Usage: python tests/ui/xcb_driver.py --home DIR --pack DIR --wav FILE --out DIR
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ from captioner.storage.paths import AppPaths
 from captioner.storage.settings import CaptionStyle
 from captioner.ui.caption_bar import CaptionBar
 
-DEADLINE_MS = 150_000
+DEADLINE_MS = 420_000  # generous: CI machines with 2 busy cores are slow to create sessions
 
 LIGHT = CaptionStyle(text_color="#111111", background_color="#F4F4F4", background_opacity=0.85, theme="light",
                      system_color="#111111", mic_color="#8A4B00")
@@ -123,6 +124,7 @@ def main() -> int:
     ap.add_argument("--readme-shot", type=Path)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    faulthandler.dump_traceback_later(90, exit=False)  # where it hangs, if it ever does
 
     qapp = QApplication(sys.argv[:1])
     qapp.setQuitOnLastWindowClosed(False)
