@@ -1,7 +1,11 @@
-"""``captioner listen``: capture live audio, show levels, optionally record the 16 kHz audio.
+"""``captioner listen``: live captions in the terminal from system audio, the microphone or both.
 
-The capture loop (:func:`capture_loop`) takes one callback per :class:`AudioBlock`, so the engine
-can be plugged in next to the recorder without touching the loop.
+Captured blocks go through the same engine path as ``transcribe`` and the app (one
+:class:`~captioner.engine.Stream` per source), words are printed as they settle and the session is
+recorded in the store as it happens. Without an installed model (or with ``--levels-only``) it
+shows input levels only. ``--record`` saves the 16 kHz mono audio exactly as the engine receives it.
+
+The capture loop (:func:`capture_loop`) takes one callback per :class:`AudioBlock`.
 """
 
 from __future__ import annotations
@@ -15,8 +19,15 @@ from pathlib import Path
 from typing import Protocol
 
 from captioner.audio import AudioCapture, CaptureConfig, WavWriter
-from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, Source
+from captioner.commands._engine import EngineSetup, add_engine_options, open_engine
+from captioner.commands._printer import WordPrinter
+from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, Source
+from captioner.engine import Stream
+from captioner.errors import ModelError
 from captioner.storage.paths import AppPaths
+from captioner.storage.settings import load_settings
+from captioner.transcript.recorder import SessionRecorder
+from captioner.transcript.store import SessionStore
 
 __all__ = ["capture_loop", "record_paths", "register", "run"]
 
@@ -100,11 +111,72 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mix", action="store_true",
                    help="with --source both: mix microphone and system audio into one stream "
                    "(tagged 'system')")
+    p.add_argument("--levels-only", action="store_true",
+                   help="do not run the engine; only capture (and record) and show levels")
+    p.add_argument("--no-save", action="store_true", help="do not record the session in the history")
+    add_engine_options(p)
     p.set_defaults(func=run)
 
 
 def _db(x: float) -> str:
     return f"{20 * math.log10(x):6.1f}" if x > 1e-10 else "  -inf"
+
+
+class _Captioner:
+    """One engine stream per source, printing and recording every update as it comes."""
+
+    def __init__(self, setup: EngineSetup, sources: tuple[Source, ...], paths: AppPaths, save: bool,
+                 labels: dict[Source, str]) -> None:
+        self.setup = setup
+        self.streams = {s: Stream(setup.model, setup.config, source=s) for s in sources}
+        both = len(sources) > 1
+        self.printers = {s: WordPrinter(sys.stdout, sys.stdout.isatty() and not both,
+                                        f"{labels[s]}: " if both else "") for s in sources}
+        self.recorder: SessionRecorder | None = None
+        if save:
+            paths.ensure()
+            self.recorder = SessionRecorder.start(
+                SessionStore.open(paths.sessions_db), sources=sources, model=setup.pack_name,
+                provider=setup.model.runtime.info().chosen, language=setup.config.language,
+                title=f"listen ({'+'.join(sources)})")
+
+    def _handle(self, update: EngineUpdate | None, final: bool = False) -> None:
+        if update is None or update.is_empty:
+            return
+        if self.recorder is not None:  # stored before it is printed: a crash loses nothing shown
+            self.recorder.apply(update)
+        self.printers[update.source].update(update, final)
+
+    def feed(self, block: AudioBlock) -> None:
+        stream = self.streams[block.source]
+        stream.feed(block.samples)
+        self._handle(stream.step())
+
+    def finish(self, duration_s: float) -> None:
+        for stream in self.streams.values():
+            self._handle(stream.finish(), final=True)
+        self.setup.model.close()
+        if self.recorder is not None:
+            self.recorder.close(duration_ms=round(duration_s * 1000))
+            self.recorder.store.close()
+            print(f"saved as session {self.recorder.session_id} (captioner sessions show "
+                  f"{self.recorder.session_id})", file=sys.stderr, flush=True)
+
+
+def _open_captioner(args: argparse.Namespace, paths: AppPaths, sources: tuple[Source, ...]) -> _Captioner | None:
+    """The engine for ``listen``, or None (levels only) when asked or when no model is installed."""
+    if args.levels_only:
+        return None
+    try:
+        setup = open_engine(args, paths)
+    except ModelError as exc:
+        if args.model:
+            raise
+        print(f"captioner: {exc}; showing levels only", file=sys.stderr, flush=True)
+        return None
+    transcripts = load_settings(paths.settings_file)[0].transcripts  # problems were logged by open_engine
+    labels: dict[Source, str] = {"mic": transcripts.label_mic, "system": transcripts.label_system}
+    return _Captioner(setup, sources, paths, save=not args.no_save, labels=labels)
 
 
 def run(args: argparse.Namespace, paths: AppPaths) -> int:
@@ -116,16 +188,22 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     writers: dict[Source, WavWriter] = {}
     next_level = {s: 0 for s in capture.sources}
     started = time.monotonic()
+    captioner = _open_captioner(args, paths, capture.sources)
+    level_out = sys.stdout if captioner is None else sys.stderr
+    clock = {s: 0 for s in capture.sources}
 
     def on_block(block: AudioBlock) -> None:
+        clock[block.source] = block.end
         if block.source in writers:
             writers[block.source].write(block.samples)
+        if captioner is not None:
+            captioner.feed(block)
         if block.end >= next_level[block.source]:
             next_level[block.source] = block.end + round(LEVEL_EVERY_S * SAMPLE_RATE)
             rms, peak = capture.level(block.source)
             bar = "#" * max(0, min(30, round((60 + 20 * math.log10(max(rms, 1e-10))) / 2)))
             print(f"level {block.end / SAMPLE_RATE:7.1f} s {block.source:6s} rms {_db(rms)} dBFS "
-                  f"peak {_db(peak)} dBFS |{bar:30s}|", flush=True)
+                  f"peak {_db(peak)} dBFS |{bar:30s}|", file=level_out, flush=True)
 
     def on_event(ev: AudioEvent) -> None:
         print(f"event {ev.kind} {ev.source}: {ev.message}", flush=True)
@@ -142,6 +220,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             print("stopping", file=sys.stderr, flush=True)
     if args.seconds is None:  # Ctrl-C: keep the tail the stop flushed
         capture_loop(capture, on_block, None, on_event)
+    if captioner is not None:
+        captioner.finish(max(clock.values(), default=0) / SAMPLE_RATE)
     for src, w in writers.items():
         w.close()
         print(f"recorded {w.frames / SAMPLE_RATE:.2f} s of {src} audio to {w.path}", flush=True)

@@ -21,6 +21,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -28,17 +29,19 @@ import numpy as np
 
 from captioner.audio import load_audio_file
 from captioner.commands._engine import EngineSetup, add_engine_options, open_engine
+from captioner.commands._printer import WordPrinter
 from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Word, apply_update
 from captioner.engine import Stream
 from captioner.errors import AudioFileError
 from captioner.storage.paths import AppPaths
 from captioner.transcript.export import atomic_write_text, export_words, word_to_json
+from captioner.transcript.recorder import SessionRecorder
+from captioner.transcript.store import SessionStore
 
 __all__ = ["register", "transcribe_file"]
 
 logger = logging.getLogger(__name__)
 
-DIM, RESET, CLEAR_LINE = "\033[2m", "\033[0m", "\r\033[K"
 _MIN_AUDIO_S = 0.1  # below this there is not one 20 ms frame worth decoding
 
 
@@ -69,58 +72,6 @@ class _SimClock:
         return self.audio_s + (time.perf_counter() - self._since)
 
 
-class _Printer:
-    """Prints final words as they settle (see module docstring)."""
-
-    def __init__(self, out: TextIO, tty: bool) -> None:
-        self.out, self.tty = out, tty
-        self.words: list[Word] = []
-        self.printed: list[Word] = []
-        self._tail_shown = False
-
-    def update(self, update: EngineUpdate, final: bool = False) -> None:
-        apply_update(self.words, update)
-        settled = len(self.words)
-        for i, word in enumerate(self.words):
-            if word.speculative:
-                settled = i
-                break
-        if not final:
-            settled = max(0, settled - 1)  # the last word may still grow
-        stable = self.words[:settled]
-        same = 0
-        while same < min(len(self.printed), len(stable)) and self.printed[same] == stable[same]:
-            same += 1
-        self._clear_tail()
-        if same < len(self.printed):
-            redo = stable[same:]
-            if redo:
-                self.out.write(f"(correction {_clock(redo[0].start)}) {_text(redo)}\n")
-            self.printed = list(stable)
-        elif len(stable) > len(self.printed):
-            new = stable[len(self.printed):]
-            self.out.write(f"[{_clock(new[0].start)}] {_text(new)}\n")
-            self.printed = list(stable)
-        if self.tty and not final and len(self.words) > len(stable):
-            self.out.write(f"{DIM}{_text(self.words[len(stable):])[-70:]}{RESET}")
-            self._tail_shown = True
-        self.out.flush()
-
-    def _clear_tail(self) -> None:
-        if self._tail_shown:
-            self.out.write(CLEAR_LINE)
-            self._tail_shown = False
-
-
-def _text(words: list[Word]) -> str:
-    return " ".join(w.text for w in words)
-
-
-def _clock(seconds: float) -> str:
-    minutes, sec = divmod(max(0.0, seconds), 60.0)
-    return f"{int(minutes):02d}:{sec:05.2f}"
-
-
 def _load(path: Path) -> np.ndarray:
     audio = load_audio_file(path)
     if audio.size == 0:
@@ -132,7 +83,8 @@ def _load(path: Path) -> np.ndarray:
 
 
 def transcribe_file(setup: EngineSetup, audio: np.ndarray, *, realtime: bool = False,
-                    printer: _Printer | None = None) -> tuple[list[Word], list[RoundStats], dict]:
+                    printer: WordPrinter | None = None,
+                    on_update: Callable[[EngineUpdate], None] | None = None) -> tuple[list[Word], list[RoundStats], dict]:
     """Stream ``audio`` (16 kHz mono float32) through the engine.
 
     Returns:
@@ -148,6 +100,8 @@ def transcribe_file(setup: EngineSetup, audio: np.ndarray, *, realtime: bool = F
         if update is None:
             return
         apply_update(words, update)
+        if on_update is not None:
+            on_update(update)
         if update.stats is not None:
             rounds.append(update.stats)
         if printer is not None:
@@ -233,19 +187,6 @@ def _save_outputs(args: argparse.Namespace, words: list[Word], stats: dict) -> N
         atomic_write_text(args.json, json.dumps(doc, ensure_ascii=False, indent=1) + "\n")
 
 
-def _record(paths: AppPaths, setup: EngineSetup, args: argparse.Namespace, audio_s: float,
-            updates: list[Word], provider: str) -> int:
-    from captioner.transcript.store import SessionStore
-
-    paths.ensure()
-    with SessionStore.open(paths.sessions_db) as store:
-        sid = store.begin_session(model=setup.pack_name, provider=provider, language=setup.config.language,
-                                  title=args.audio.name)
-        store.apply(sid, EngineUpdate(words=tuple(w for w in updates if not w.speculative)))
-        store.end_session(sid, duration_ms=round(audio_s * 1000))
-    return sid
-
-
 def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     audio = _load(args.audio)
     setup = open_engine(args, paths)
@@ -256,16 +197,26 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
                   f"({'; '.join(f'{a.label}: {a.reason}' for a in info.fallbacks)})\n")
     err.write(f"transcribing {args.audio} ({len(audio) / SAMPLE_RATE:.1f} s) with {setup.pack_name} "
               f"on {info.chosen}, step {setup.config.step_s:g} s{', real time' if args.realtime else ''}\n")
-    printer = _Printer(sys.stdout, sys.stdout.isatty())
+    printer = WordPrinter(sys.stdout, sys.stdout.isatty())
+    recorder = None
+    if not args.no_save:  # recorded as it happens: an interrupted run keeps what was shown
+        paths.ensure()
+        recorder = SessionRecorder.start(SessionStore.open(paths.sessions_db), model=setup.pack_name,
+                                         provider=info.chosen, language=setup.config.language,
+                                         title=args.audio.name)
     try:
-        words, _rounds, stats = transcribe_file(setup, audio, realtime=args.realtime, printer=printer)
+        words, _rounds, stats = transcribe_file(setup, audio, realtime=args.realtime, printer=printer,
+                                                on_update=recorder.apply if recorder else None)
     finally:
         setup.model.close()
+        if recorder is not None:
+            recorder.close(duration_ms=round(len(audio) / SAMPLE_RATE * 1000))
+            recorder.store.close()
     if not words:
         err.write("captioner: no speech was recognised\n")
     _print_summary(stats, err)
     _save_outputs(args, words, stats)
-    if not args.no_save:
-        sid = _record(paths, setup, args, stats["audio_s"], words, stats["provider"])
-        err.write(f"saved as session {sid} (captioner history); --no-save skips this\n")
+    if recorder is not None:
+        err.write(f"saved as session {recorder.session_id} (captioner sessions show "
+                  f"{recorder.session_id}); --no-save skips this\n")
     return 0

@@ -225,3 +225,24 @@ def test_listen_survives_the_sound_server_dying(private_pulse, signals: dict[str
     assert len(data) == 12 * 16_000  # the clock ran on through the outage
     ncc, span_rec, span_ref = _check(tmp_path / "out.wav", signals["speech"])
     print(f"server restart: reopened {recovery:.2f} s after restart; ncc {ncc:.4f}, span {span_rec:.3f} vs {span_ref:.3f} s")
+
+
+def test_listen_captions_system_audio_with_the_engine(pulse_server: PulseServer, signals: dict[str, Path],
+                                                       tiny_pack, tmp_path: Path) -> None:
+    """The live path end to end: monitor capture → engine (tiny random pack, CPU) → words → store."""
+    home = tmp_path / "home"
+    env = dict(_cli_env(pulse_server), CAPTIONER_HOME=str(home))
+    server = PulseServer(env, pulse_server.runtime, pulse_server.log)
+    lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "8", "--model", str(tiny_pack.root),
+                                       "--provider", "cpu", "--step", "1"],
+                    _play(pulse_server, ("testsink", signals["speech"])))  # fmt: skip
+    out = _text(lines)
+    assert "Traceback" not in out
+    printed = [line for _, line in lines if line.startswith("[")]  # "[00:01.20] words ..." from the engine
+    assert printed, out
+    assert "saved as session 1" in out, out
+    done = subprocess.run([sys.executable, "-m", "captioner", "sessions", "show", "1"], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    first_words = printed[0].split("] ", 1)[1].split()[:2]
+    assert " ".join(first_words) in done.stdout.replace("\n", " "), (printed[0], done.stdout)
