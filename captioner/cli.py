@@ -21,7 +21,7 @@ __all__ = ["build_parser", "run"]
 logger = logging.getLogger(__name__)
 
 # Subcommand modules under captioner.commands, in the order --help lists them.
-COMMANDS: tuple[str, ...] = ("gui", "models", "devices", "listen", "sessions", "transcribe", "doctor")
+COMMANDS: tuple[str, ...] = ("gui", "models", "devices", "listen", "sessions", "transcribe", "doctor", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

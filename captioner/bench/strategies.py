@@ -38,7 +38,7 @@ from captioner.engine.runtime import Runtime
 from captioner.models.fixed_decoder_graph import FIXED_POSITIONS
 from captioner.models.pack import Pack
 
-__all__ = ["DecodeStrategy", "chunk_sizes", "encoder_buckets", "decoder_strategies", "schedule_model"]
+__all__ = ["DecodeStrategy", "chunk_sizes", "decoder_strategies", "encoder_buckets", "schedule_model"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def _median_times(candidates: Mapping[str, Callable[[], float]], reps: int, warm
 
 def _audio(seconds: float, seed: int = 0) -> np.ndarray:
     """Noise at −20 dBFS, ``seconds`` long (a whole number of 20 ms frames)."""
-    n = int(round(seconds * 50)) * 320
+    n = round(seconds * 50) * 320
     return (np.random.default_rng(seed).standard_normal(n) * 0.1).astype(np.float32)
 
 
@@ -251,7 +251,8 @@ def chunk_sizes(model: OnnxAcousticModel, graphs: ExtraGraphs, bucket: int, reps
     candidates = {}
     for k, strat in strategies:
         for n in range(1, len(schedules[k]) + 1):
-            candidates[f"{k}:{n}"] = (lambda strat=strat, t=sum(schedules[k][:n]): strat.run(t)[0])
+            positions = sum(schedules[k][:n])
+            candidates[f"{k}:{n}"] = (lambda strat=strat, t=positions: strat.run(t)[0])
     med = _median_times(candidates, reps, warmup)
     lo, hi = min(t_values), max(t_values)
     out = {}

@@ -7,9 +7,10 @@ The child:
 1. opens the pack and the runtime and feeds the first ``step`` of audio: **first round** is the time
    from the process start (imports included) and from opening the pack to that round's update,
    sessions being created lazily as the app does;
-2. creates the sessions of every graph of the pack (the whole pack loaded) and notes the RSS;
-3. streams the whole recording through a fresh :class:`~captioner.engine.Stream`, one step at a time
-   as fast as possible, keeping every round's :class:`~captioner.core.RoundStats`;
+2. streams the whole recording through a fresh :class:`~captioner.engine.Stream`, one step at a time
+   as fast as possible, keeping every round's :class:`~captioner.core.RoundStats` (sessions still
+   created lazily, as in the app: the 30 s bucket only if a re-inference needs it); notes the RSS;
+3. creates the sessions of every graph of the pack (the whole pack loaded) and notes the RSS again;
 4. reports real-time factor, per-round stage costs, tokens and chunks per round, peak RSS and the
    provider that ran each graph, as one JSON line on stdout.
 
@@ -146,16 +147,12 @@ def _child(pack_dir: str, audio_path: str, step_s: float, provider: str, threads
     model = OnnxAcousticModel(pack, runtime)
     audio = np.load(audio_path)
     config = StreamConfig(step_s=step_s, language="en")
-    step_n = int(round(step_s * RATE))
+    step_n = round(step_s * RATE)
     probe = Stream(model, config)
     probe.feed(audio[:step_n])
     probe.step()
     first_round_s = time.perf_counter() - t_open
     first_round_process_s = time.time() - t_process
-    for bucket in model.buckets:  # the whole pack loaded
-        model.preload(bucket)
-    rss_loaded = _rss_bytes()
-
     stream = Stream(model, config)
     rounds: list[dict] = []
     t0 = time.perf_counter()
@@ -168,12 +165,17 @@ def _child(pack_dir: str, audio_path: str, step_s: float, provider: str, threads
     if final.stats is not None:
         rounds.append(_stats(final.stats))
     wall_s = time.perf_counter() - t0
+    sessions_used = len(runtime.loaded())
+    rss_streaming, peak_streaming = _rss_bytes(), peak_rss_bytes()
+    for bucket in model.buckets:  # the whole pack loaded
+        model.preload(bucket)
     info = runtime.info()
     result = summarise_rounds(rounds, len(audio) / RATE, wall_s)
     result.update(
         step_s=step_s, threads=runtime.threads, provider=info.chosen, provider_summary=info.summary(),
         first_round_s=first_round_s, first_round_from_process_start_s=first_round_process_s,
-        rss_loaded_bytes=rss_loaded, peak_rss_bytes=peak_rss_bytes(),
+        rss_streaming_bytes=rss_streaming, peak_rss_streaming_bytes=peak_streaming, sessions_streaming=sessions_used,
+        rss_loaded_bytes=_rss_bytes(), peak_rss_bytes=peak_rss_bytes(),
         weights_bytes=runtime.weights.nbytes, sessions=len(runtime.loaded()),
         placement={name: dict(counts) for name, counts in info.placement.items()},
         words=len(stream.words),

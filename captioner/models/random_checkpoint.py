@@ -37,9 +37,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-LANGUAGES = ["en", "zh", "de", "es", "ru", "ko", "fr", "ja", "pt", "tr", "pl", "ca", "nl", "ar", "sv", "it", "id", "hi", "fi", "vi", "he", "uk", "el", "ms", "cs", "ro", "da", "hu", "ta", "no", "th", "ur", "hr", "bg", "lt", "la", "mi", "ml", "cy", "sk", "te", "fa", "lv", "bn", "sr", "az", "sl", "kn", "et", "mk", "br", "eu", "is", "hy", "ne", "mn", "bs", "kk", "sq", "sw", "gl", "mr", "pa", "si", "km", "sn", "yo", "so", "af", "oc", "ka", "be", "tg", "sd", "gu", "am", "yi", "lo", "uz", "fo", "ht", "ps", "tk", "nn", "mt", "sa", "lb", "my", "bo", "tl", "mg", "as", "tt", "haw", "ln", "ha", "ba", "jw", "su", "yue"]  # noqa: E501
+LANGUAGES = ["en", "zh", "de", "es", "ru", "ko", "fr", "ja", "pt", "tr", "pl", "ca", "nl", "ar", "sv", "it", "id", "hi", "fi", "vi", "he", "uk", "el", "ms", "cs", "ro", "da", "hu", "ta", "no", "th", "ur", "hr", "bg", "lt", "la", "mi", "ml", "cy", "sk", "te", "fa", "lv", "bn", "sr", "az", "sl", "kn", "et", "mk", "br", "eu", "is", "hy", "ne", "mn", "bs", "kk", "sq", "sw", "gl", "mr", "pa", "si", "km", "sn", "yo", "so", "af", "oc", "ka", "be", "tg", "sd", "gu", "am", "yi", "lo", "uz", "fo", "ht", "ps", "tk", "nn", "mt", "sa", "lb", "my", "bo", "tl", "mg", "as", "tt", "haw", "ln", "ha", "ba", "jw", "su", "yue"]
 
-WORDS = ["the", "be", "to", "of", "and", "a", "in", "that", "have", "it", "for", "not", "on", "with", "he", "as", "you", "do", "at", "this", "but", "his", "by", "from", "they", "we", "say", "her", "she", "or", "an", "will", "my", "one", "all", "would", "there", "their", "what", "so", "up", "out", "if", "about", "who", "get", "which", "go", "me", "when", "make", "can", "like", "time", "no", "just", "him", "know", "take", "people", "into", "year", "your", "good", "some", "could", "them", "see", "other", "than", "then", "now", "look", "only", "come", "its", "over", "think", "also", "back", "after", "use", "two", "how", "our", "work", "first", "well", "way", "even", "new", "want", "because", "any", "these", "give", "day", "most", "us", "hello", "world", "caption", "speech", "model", "audio", "voice", "music", "meeting", "video", "window", "room", "quick", "brown", "fox", "jumps", "lazy", "dog", "morning", "evening", "question", "answer", "number", "minute", "second", "hour", "today"]  # noqa: E501
+WORDS = ["the", "be", "to", "of", "and", "a", "in", "that", "have", "it", "for", "not", "on", "with", "he", "as", "you", "do", "at", "this", "but", "his", "by", "from", "they", "we", "say", "her", "she", "or", "an", "will", "my", "one", "all", "would", "there", "their", "what", "so", "up", "out", "if", "about", "who", "get", "which", "go", "me", "when", "make", "can", "like", "time", "no", "just", "him", "know", "take", "people", "into", "year", "your", "good", "some", "could", "them", "see", "other", "than", "then", "now", "look", "only", "come", "its", "over", "think", "also", "back", "after", "use", "two", "how", "our", "work", "first", "well", "way", "even", "new", "want", "because", "any", "these", "give", "day", "most", "us", "hello", "world", "caption", "speech", "model", "audio", "voice", "music", "meeting", "video", "window", "room", "quick", "brown", "fox", "jumps", "lazy", "dog", "morning", "evening", "question", "answer", "number", "minute", "second", "hour", "today"]
 PUNCT = [".", ",", "?", "!", "...", " -", ":", ";", "'", '"', "(", ")", "'s", "'t", "'re", "'ll", "-", " ("]
 PIECES = ["ing", "ed", "er", "ly", "tion", "ment", "ness", "able", "al", "ize", "ous", "ful", "less", "est", "ity",
           "ism", "ist", "ance", "ence", "un", "re", "pre", "dis"]
@@ -216,9 +216,11 @@ def write_random_checkpoint(path: Path | str, *, dims: str | None = "base", d_mo
     for key, value in (("d_model", d_model), ("layers", layers), ("heads", heads), ("ffn", ffn)):
         if value is not None:
             spec[key] = value
-    if dims is None and "alignment_heads" not in spec:
+    heads_fit = [[i, h] for i, h in spec.get("alignment_heads", []) if i < spec["layers"] and h < spec["heads"]]
+    if not heads_fit:  # custom sizes: openai/whisper's default, the last half of the layers, all heads
         half = spec["layers"] // 2
-        spec["alignment_heads"] = [[i, h] for i in range(half, spec["layers"]) for h in range(spec["heads"])]
+        heads_fit = [[i, h] for i in range(half, spec["layers"]) for h in range(spec["heads"])]
+    spec["alignment_heads"] = heads_fit
     d, n_layers, n_heads, n_ffn = spec["d_model"], spec["layers"], spec["heads"], spec["ffn"]
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

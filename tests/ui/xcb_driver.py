@@ -126,6 +126,9 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     faulthandler.dump_traceback_later(90, exit=False)  # where it hangs, if it ever does
 
+    # Qt's own file dialog, not a platform one: after an app on this display has autolaunched a
+    # D-Bus session, Qt may pick a desktop-portal dialog, which has no window the driver can fill.
+    QApplication.setAttribute(Qt.ApplicationAttribute.AA_DontUseNativeDialogs, True)
     qapp = QApplication(sys.argv[:1])
     qapp.setQuitOnLastWindowClosed(False)
     paths = AppPaths.default(args.home)
@@ -136,12 +139,13 @@ def main() -> int:
     srt_path = args.out / "from-tray.srt"
 
     def fill_save_dialog() -> None:
-        dialog = QApplication.activeModalWidget()
-        if isinstance(dialog, QFileDialog):
-            report["save_dialog"] = type(dialog).__name__
-            dialog.selectFile(str(srt_path))
-            dialog.accept()
+        dialogs = [w for w in QApplication.topLevelWidgets() if isinstance(w, QFileDialog) and w.isVisible()]
+        if dialogs:
+            report["save_dialog"] = type(dialogs[0]).__name__
+            dialogs[0].selectFile(str(srt_path))
+            dialogs[0].accept()
         else:
+            report["save_dialog_polls"] = report.get("save_dialog_polls", 0) + 1
             QTimer.singleShot(50, fill_save_dialog)
 
     def on_status(state: str) -> None:
