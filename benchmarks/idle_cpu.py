@@ -64,6 +64,8 @@ def main() -> int:
     qapp = QApplication(sys.argv[:1])
     qapp.setQuitOnLastWindowClosed(False)
     paths = AppPaths.default(tmp / "home")
+    paths.config.mkdir(parents=True)  # 1 s rounds: more rounds, so the tiny test packs show words too
+    (paths.config / "settings.json").write_text('{"engine": {"step_s": 1.0}}')
     app = CaptionerApp(paths, GuiOptions(source_file=wav, model=args.model),
                        engine_factory=engine_factory, capture_factory=capture_factory(wav))
     proc = psutil.Process()
@@ -79,7 +81,8 @@ def main() -> int:
             wall = _now() - start_wall
             results[name] = 100.0 * cpu / wall
             print(f"{name:7s} idle CPU {results[name]:.2f} % of one core over {wall:.1f} s "
-                  f"({cpu * 1000:.0f} ms CPU; bar paints so far {app.bar.paint_count})")
+                  f"({cpu * 1000:.0f} ms CPU; words on the bar {len(' '.join(app.bar.visible_lines()).split())}, "
+                  f"bar paints so far {app.bar.paint_count})")
             then()
 
         QTimer.singleShot(window_ms, done)

@@ -71,12 +71,21 @@ class GuiOptions:
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """What one engine run is made of: its streams per source and the provider label."""
+    """What one engine run is made of.
+
+    Attributes:
+        streams: the engine stream of each source.
+        provider: label of the provider running the graphs ("QNN-HTP", "CPU", ...).
+        provider_summary: one line with the fallbacks and their reasons (for the log).
+        model: pack name.
+        warning: shown as a tray message when not empty (a forced provider could not be used).
+    """
 
     streams: Mapping[Source, StreamLike]
     provider: str
     provider_summary: str
     model: str
+    warning: str = ""
 
 
 class EngineFactory(Protocol):
@@ -155,8 +164,7 @@ class CaptionerApp(QObject):
             engine = dataclasses.replace(engine, model=self.options.model)
         if self.options.provider:
             engine = dataclasses.replace(engine, provider=self.options.provider)
-        audio = settings.audio
-        return dataclasses.replace(settings, engine=engine, audio=audio)
+        return dataclasses.replace(settings, engine=engine)
 
     def _open_store(self) -> SessionStore:
         try:
@@ -224,7 +232,7 @@ class CaptionerApp(QObject):
             self.tray.show_error("captioner", w)
         if self.options.quit_after > 0:
             QTimer.singleShot(int(self.options.quit_after * 1000), self._on_quit_after_timeout)
-        if not self._installed_models() and not self.options.model:
+        if not self._installed_models() and not self.settings.engine.model:
             QTimer.singleShot(0, self.show_first_run)
             self.tray.set_status(state="no model installed")
             return
@@ -263,8 +271,8 @@ class CaptionerApp(QObject):
             self.tray.show_error(title, str(exc))
             return False
         self.provider = session.provider
-        if session.provider_summary and "requested" in session.provider_summary and ";" in session.provider_summary:
-            self.tray.show_info("Provider fell back", session.provider_summary)
+        if session.warning:
+            self.tray.show_error("Provider fell back", session.warning)
         self._begin_session(sources, session)
         worker = CaptionWorker(open_capture, session.streams, paused=self.paused)
         thread = QThread()
@@ -476,18 +484,16 @@ class CaptionerApp(QObject):
         if self._settings_dialog is not None:
             self._settings_dialog.raise_()
             return
-        before = self.settings
-        dialog = SettingsDialog(before, self._installed_models())
+        dialog = SettingsDialog(self.settings, self._installed_models())
         dialog.settings_changed.connect(lambda s: self._preview_settings(s))
         self._settings_dialog = dialog
 
         def done(result: int) -> None:
             self._settings_dialog = None
-            self.bar.set_style(self.settings.captions if result else before.captions)
             if result:
                 self.update_settings(dataclasses.replace(dialog.current_settings(), window=self.settings.window))
             else:
-                self.bar.set_style(before.captions)
+                self.bar.set_style(self.settings.captions)  # undo the live preview
             dialog.deleteLater()
 
         dialog.finished.connect(done)

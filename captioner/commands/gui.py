@@ -126,7 +126,10 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     clock: Callable[[], float] = lambda: time.monotonic() - t0  # noqa: E731 - seconds since session start
     streams = {src: Stream(model, config, source=src, clock=clock) for src in sources}
     info = runtime.info()
-    return Session(streams, info.chosen, info.summary(), pack.root.name)
+    # under "auto" skipping the NPU where there is none is expected; a forced provider that could
+    # not be used is worth a tray message
+    warning = info.summary() if settings.engine.provider != "auto" and info.fallbacks else ""
+    return Session(streams, info.chosen, info.summary(), pack.root.name, warning)
 
 
 # ------------------------------------------------------------------- model install

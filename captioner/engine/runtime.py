@@ -177,7 +177,6 @@ class Runtime:
         self.threads = threads or default_threads()
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.weights = SharedWeights(pack.weights_file())
-        self._encoder_stems = {pack.encoder_file(b).stem for b in pack.buckets}
         self._plan: list[Candidate | Attempt] = plan_candidates(provider)
         self._fallbacks: list[Attempt] = []
         self._advance()
@@ -282,6 +281,11 @@ class Runtime:
         # pool that spins after its run steals the cores from the next session's (captioner bench,
         # whisper-base, 2 cores: 30 positions 438 -> 281 ms, one graph per token 949 -> 292 ms).
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # No per-session memory arena: an arena keeps its peak forever and extends in doubling steps,
+        # and a pack has dozens of sessions (the 30 s encoder: 72 MB per attention map; a 30 s
+        # re-inference touches 44 chunk graphs). whisper-base, 2 s step, 300 s: RSS grew 522 -> 716 MB
+        # with arenas, 455 -> 515 MB without; decoding is 0-5 % slower (captioner bench).
+        so.enable_cpu_mem_arena = False
         if cand.label == "DirectML":
             so.enable_mem_pattern = False  # DirectML rejects memory patterns (ECOSYSTEM.md §3)
         cand.configure(so)
@@ -318,11 +322,6 @@ class Runtime:
                  inits: list[onnx.TensorProto]) -> ort.InferenceSession:
         for tensor in inits:
             so.add_initializer(tensor.name, self.weights.ortvalue(tensor))
-        if Path(path).stem.removesuffix("_ctx") in self._encoder_stems:
-            # The encoders' intermediates are large (30 s: 72 MB per attention map) and an arena never
-            # gives memory back; one malloc per tensor costs nothing next to an encoder run
-            # (captioner bench, whisper-base, whole pack loaded: RSS 1335 -> ~520 MB).
-            so.enable_cpu_mem_arena = False
         providers = None if cand.uses_devices else cand.providers
         sess = ort.InferenceSession(str(path), sess_options=so, providers=providers)
         if cand.strict:

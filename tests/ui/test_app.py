@@ -148,3 +148,73 @@ def test_bar_geometry_is_saved_per_screen_layout(qtbot, tmp_path):
 
 def test_quit_does_not_stop_the_test_application():
     assert QCoreApplication.instance() is not None
+
+
+def test_settings_apply_live_and_save_on_ok(qtbot, tmp_path):
+    from PySide6.QtWidgets import QApplication
+
+    from captioner.ui.settings_dialog import SettingsDialog
+
+    app = make_app(qtbot, tmp_path)
+    app.start()
+    app.tray.actions["settings"].trigger()
+    dialog = next(w for w in QApplication.topLevelWidgets() if isinstance(w, SettingsDialog) and w.isVisible())
+    dialog.editors[("captions", "lines")].setValue(5)
+    assert app.bar.style_settings.lines == 5  # live preview
+    assert load_settings(app.paths.settings_file)[0].captions.lines == 2  # saved only on OK
+    dialog.accept()
+    assert load_settings(app.paths.settings_file)[0].captions.lines == 5
+    quit_and_wait(qtbot, app)
+
+
+def test_history_opens_from_the_tray_with_the_recorded_session(qtbot, tmp_path):
+    app = make_app(qtbot, tmp_path)
+    app.start()
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 3, timeout=10_000)
+    from PySide6.QtWidgets import QApplication
+
+    from captioner.ui.history_window import HistoryWindow
+
+    app.tray.actions["history"].trigger()
+    history = next(w for w in QApplication.topLevelWidgets() if isinstance(w, HistoryWindow) and w.isVisible())
+    assert history.session_ids() == [app.session_id]
+    history.close()
+    quit_and_wait(qtbot, app)
+
+
+def test_a_missing_model_is_a_tray_message_not_a_crash(qtbot, tmp_path):
+    from captioner.errors import ModelError
+
+    paths = AppPaths.default(tmp_path / "home")
+
+    def engine_factory(settings, sources, paths):
+        raise ModelError("no pack 'gone'; installed: none")
+
+    app = CaptionerApp(paths, GuiOptions(model="gone"), engine_factory=engine_factory,
+                       capture_factory=lambda s: ((lambda: FakeCapture()), ("system",)))
+    qtbot.addWidget(app.bar)
+    shown = []
+    app.tray.show_error = lambda title, msg: shown.append((title, msg))
+    app.start()
+    assert not app.running
+    assert shown == [("Model problem", "no pack 'gone'; installed: none")]
+    assert "Stopped" in app.tray.tray.toolTip()
+    quit_and_wait(qtbot, app)
+
+
+def test_a_forced_provider_that_fell_back_is_a_tray_message(qtbot, tmp_path):
+    paths = AppPaths.default(tmp_path / "home")
+
+    def engine_factory(settings, sources, paths):
+        return Session({"system": FakeStream()}, "CPU", "CPU (requested qnn; QNN-HTP: no NPU)", "p",
+                       warning="CPU (requested qnn; QNN-HTP: no NPU)")
+
+    app = CaptionerApp(paths, GuiOptions(model="p", provider="qnn"), engine_factory=engine_factory,
+                       capture_factory=lambda s: ((lambda: FakeCapture(finite=False)), ("system",)))
+    qtbot.addWidget(app.bar)
+    shown = []
+    app.tray.show_error = lambda title, msg: shown.append((title, msg))
+    app.start()
+    assert ("Provider fell back", "CPU (requested qnn; QNN-HTP: no NPU)") in shown
+    assert "on CPU" in app.tray.tray.toolTip()
+    quit_and_wait(qtbot, app)

@@ -28,7 +28,7 @@ from captioner.storage.paths import AppPaths
 from captioner.storage.settings import CaptionStyle
 from captioner.ui.caption_bar import CaptionBar
 
-DEADLINE_MS = 420_000  # generous: CI machines with 2 busy cores are slow to create sessions
+DEADLINE_MS = 240_000  # generous: CI machines with 2 busy cores are slow to create sessions
 
 LIGHT = CaptionStyle(text_color="#111111", background_color="#F4F4F4", background_opacity=0.85, theme="light",
                      system_color="#111111", mic_color="#8A4B00")
@@ -106,7 +106,7 @@ def desktop_shot(path: Path, size=(1280, 720)) -> None:
     bar.show()
     bar.apply_update(EngineUpdate(0, scripted_words("did the new build fix the crash on startup?", "mic", 0),
                                   source="mic"))
-    bar.apply_update(EngineUpdate(0, scripted_words("yes, it starts cleanly now and the captions keep up", "system")))
+    bar.apply_update(EngineUpdate(0, scripted_words("yes, it starts cleanly now and keeps up", "system")))
     QApplication.processEvents()
     bar.settle()
     bar.render(p, QPoint(190, h - 40 - 24 - bar.height()))
@@ -126,8 +126,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     faulthandler.dump_traceback_later(90, exit=False)  # where it hangs, if it ever does
 
-    # Qt's own file dialog, not a platform one: after an app on this display has autolaunched a
-    # D-Bus session, Qt may pick a desktop-portal dialog, which has no window the driver can fill.
+    # Qt's own file dialog (a widget the driver can fill in), never a platform or portal dialog
+    # that a CI machine might offer instead.
     QApplication.setAttribute(Qt.ApplicationAttribute.AA_DontUseNativeDialogs, True)
     qapp = QApplication(sys.argv[:1])
     qapp.setQuitOnLastWindowClosed(False)
@@ -137,6 +137,7 @@ def main() -> int:
                        install_model=install_function(paths), import_model=import_function(paths))
     report: dict = {"platform": qapp.platformName(), "statuses": []}
     srt_path = args.out / "from-tray.srt"
+    srt_path.unlink(missing_ok=True)  # else the dialog asks whether to replace it
 
     def fill_save_dialog() -> None:
         dialogs = [w for w in QApplication.topLevelWidgets() if isinstance(w, QFileDialog) and w.isVisible()]

@@ -1,0 +1,110 @@
+"""``captioner bench``: measure what NPUsper saves, and the streaming engine's cost, on this machine.
+
+By default the bench builds (once, cached under the user cache directory) a pack from a random
+checkpoint with whisper-base's real dimensions — weights do not change what a graph costs — so it
+runs offline anywhere; ``--model`` measures a real pack instead. Sections: encoder per bucket,
+decoder strategies (controlled unrolling vs a graph per token vs AI Hub's fixed 200-position graph),
+tail chunk size K = 3/5/7, and streaming runs over a 5-minute recording at 1 s and 2 s steps. The
+Markdown summary goes to stdout (or ``--report``), progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from captioner.audio import load_audio_file
+from captioner.bench.plots import matplotlib_available, write_plots
+from captioner.bench.random_pack import RANDOM_DIMS, cached_random_pack
+from captioner.bench.report import markdown
+from captioner.bench.run import BenchOptions, run_bench
+from captioner.commands._engine import resolve_pack_path
+from captioner.engine import PROVIDER_CHOICES
+from captioner.errors import CaptionerError
+from captioner.models.pack import Pack
+from captioner.storage.paths import AppPaths
+from captioner.transcript.export import atomic_write_text
+
+__all__ = ["register"]
+
+logger = logging.getLogger(__name__)
+
+_SHORT_STREAM_S = 16.0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``bench`` subcommand."""
+    p = subparsers.add_parser("bench", help="measure the engine: buckets, decoder strategies, streaming",
+                              description=__doc__.split("\n\n")[0])
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--model", metavar="PACK", help="measure this installed pack or pack directory")
+    which.add_argument("--random-dims", choices=RANDOM_DIMS, default=None,
+                       help="random weights with these real Whisper dimensions (default: base)")
+    p.add_argument("--provider", choices=PROVIDER_CHOICES, default="cpu", help="execution provider (default: cpu)")
+    p.add_argument("--step", type=float, action="append", metavar="S",
+                   help="streaming step in seconds (repeatable; default: 1 and 2)")
+    p.add_argument("--threads", type=int, default=0, metavar="N", help="intra-op threads (default: the engine's)")
+    p.add_argument("--audio", type=Path, metavar="WAV", help="stream this recording instead of synthetic speech")
+    p.add_argument("--json", type=Path, metavar="OUT", help="write the full result as JSON")
+    p.add_argument("--report", type=Path, metavar="OUT.md", help="write the Markdown summary here (not to stdout)")
+    p.add_argument("--plots", type=Path, metavar="DIR", help="write PNG plots into DIR (needs matplotlib)")
+    p.add_argument("--short", action="store_true", help="a quick run: 2 repetitions, 16 s of audio (for CI)")
+    p.add_argument("--sections", default="encoder,decoder,chunk_sizes,streaming",
+                   help="comma-separated subset of encoder,decoder,chunk_sizes,streaming")
+    p.set_defaults(func=_run)
+
+
+def _progress(line: str) -> None:
+    sys.stderr.write(f"bench: {line}\n")
+    sys.stderr.flush()
+
+
+def _options(args: argparse.Namespace) -> BenchOptions:
+    sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
+    unknown = set(sections) - set(BenchOptions().sections)
+    if unknown or not sections:
+        raise CaptionerError(f"unknown bench section(s) {', '.join(sorted(unknown)) or '(none)'}; "
+                             "choose from encoder, decoder, chunk_sizes, streaming")
+    steps = tuple(args.step) if args.step else (1.0, 2.0)
+    if any(not 0.5 <= s <= 3.0 for s in steps):
+        raise CaptionerError(f"step must be between 0.5 and 3.0 seconds, got {', '.join(map(str, steps))}")
+    if args.threads < 0:
+        raise CaptionerError("--threads must not be negative")
+    audio = load_audio_file(args.audio) if args.audio else None
+    if audio is not None and len(audio) < 16000 * max(steps):
+        raise CaptionerError(f"{args.audio} is shorter than one step")
+    if args.short:
+        return BenchOptions(provider=args.provider, threads=args.threads, steps=steps, stream_s=_SHORT_STREAM_S,
+                            audio=audio, reps=2, warmup=1, sections=sections)
+    return BenchOptions(provider=args.provider, threads=args.threads, steps=steps, audio=audio, sections=sections)
+
+
+def _run(args: argparse.Namespace, paths: AppPaths) -> int:
+    options = _options(args)
+    if args.model:
+        root = resolve_pack_path(args.model, paths)
+        pack = Pack.load(root, verify=True)
+        label = root.name
+    else:
+        dims = args.random_dims or "base"
+        pack = cached_random_pack(dims, paths.cache, progress=_progress)
+        label = f"random whisper-{dims} (random weights, real dimensions)"
+    result = run_bench(pack, paths.cache / "bench", options, _progress, pack_label=label)
+    text = markdown(result)
+    if args.json:
+        atomic_write_text(args.json, json.dumps(result, indent=1))
+        _progress(f"wrote {args.json}")
+    if args.plots and not matplotlib_available():
+        _progress("no plots: matplotlib is not installed (pip install matplotlib; it is a dev dependency)")
+    elif args.plots:
+        for path in write_plots(result, args.plots):
+            _progress(f"wrote {path}")
+    if args.report:
+        atomic_write_text(args.report, text)
+        _progress(f"wrote {args.report}")
+    else:
+        sys.stdout.write(text + "\n")
+    return 0
