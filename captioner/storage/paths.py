@@ -7,12 +7,13 @@ folder instead.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
-__all__ = ["AppPaths"]
+__all__ = ["AppPaths", "aside_path"]
 
 APP_NAME = "captioner"
 
@@ -71,3 +72,17 @@ class AppPaths:
         for path in (self.config, self.data, self.cache, self.logs):
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
         return self
+
+
+def aside_path(path: Path, tag: str = "corrupt") -> Path:
+    """A free name beside ``path`` to move a bad file to: ``<name>.<tag>-<UTC stamp>[-n]``.
+
+    Used for corrupt settings and databases, which are kept for the user, never overwritten.
+    """
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = path.with_name(f"{path.name}.{tag}-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.{tag}-{stamp}-{n}")
+    return target

@@ -26,13 +26,13 @@ import math
 import os
 import re
 import tempfile
-import time
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from captioner.errors import SettingsError
+from captioner.storage.paths import aside_path
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -374,12 +374,7 @@ def _migrate(data: dict[str, Any], version: int) -> dict[str, Any]:
 
 def _backup_corrupt(path: Path) -> Path:
     """Rename ``path`` aside to ``<name>.corrupt-<UTC timestamp>`` (never overwriting a backup)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    n = 1
-    while target.exists():
-        n += 1
-        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    target = aside_path(path)
     os.replace(path, target)
     return target
 

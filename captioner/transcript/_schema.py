@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import time
 from pathlib import Path
 
 from captioner.errors import StorageError
+from captioner.storage.paths import aside_path
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_version", "move_aside", "upgrade"]
 
@@ -122,12 +122,7 @@ def upgrade(conn: sqlite3.Connection, path: Path) -> None:
 
 def move_aside(path: Path) -> Path:
     """Rename a bad database (and its -wal/-shm) to ``<name>.corrupt-<UTC timestamp>``."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    n = 1
-    while target.exists():
-        n += 1
-        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    target = aside_path(path)
     try:
         os.replace(path, target)
         for suffix in ("-wal", "-shm"):
