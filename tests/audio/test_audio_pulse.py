@@ -213,6 +213,14 @@ def test_listen_survives_the_sound_server_dying(private_pulse, signals: dict[str
         restarted.append(time.monotonic())
         proc, _ = start_pulse(server.runtime)
         procs.append(proc)
+        # Play once the capture has reconnected (a recording stream on the new server) and has had
+        # time to start reading: audio played into a monitor before its reader runs is not kept,
+        # and this test compares the whole signal. The reconnection time itself is measured below.
+        deadline = time.monotonic() + 10
+        while not server.pactl("list", "short", "source-outputs").strip():
+            assert time.monotonic() < deadline, "capture never reconnected to the restarted server"
+            time.sleep(0.05)
+        time.sleep(1.0)
         _play(server, ("testsink", signals["speech"]))()
 
     lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "12", "--record", "out.wav"], kill_and_restart)
