@@ -25,13 +25,13 @@ import logging
 import math
 import os
 import re
-import tempfile
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from captioner.errors import SettingsError
+from captioner.storage.atomic import replace_atomically
 from captioner.storage.paths import aside_path
 
 __all__ = [
@@ -425,33 +425,10 @@ def save_settings(settings: Settings, path: Path) -> None:
     """
     path = Path(path)
     text = json.dumps(to_dict(settings), indent=2, ensure_ascii=False) + "\n"
-    tmp_name: str | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, path)
-        tmp_name = None
-        _fsync_dir(path.parent)
+        replace_atomically(path, text.encode("utf-8"))
     except OSError as exc:
         raise SettingsError(f"cannot save the settings to {path}: {exc.strerror or exc}") from exc
-    finally:
-        if tmp_name is not None:
-            try:
-                os.unlink(tmp_name)
-            except OSError:
-                logger.debug("could not remove %s", tmp_name, exc_info=True)
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename durable (POSIX); a no-op where directories cannot be opened (Windows)."""
-    if os.name != "posix":
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from captioner.core import Word
 from captioner.errors import StorageError
+from captioner.storage.atomic import replace_atomically
 from captioner.transcript.cues import Cue, CueOptions, build_cues, merge_sources, normalize_text
 
 __all__ = [
@@ -218,14 +217,6 @@ def export_words(
     return Path(path)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """Write every byte of ``data`` to ``fd`` (the seam tests use to simulate a full disk)."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 def atomic_write_text(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` (UTF-8) so that readers see the old or the new file, never half.
 
@@ -237,31 +228,8 @@ def atomic_write_text(path: Path, text: str) -> None:
             folder; the target is untouched and the temporary file removed.
     """
     path = Path(path)
-    data = text.encode("utf-8")
-    tmp: str | None = None
     try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "Is a directory", str(path))
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        tmp = None
-        if os.name == "posix":
-            dir_fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+        replace_atomically(path, text.encode("utf-8"))
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise StorageError(f"cannot write {path}: {reason}; nothing was written") from exc
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                logger.warning("could not remove the temporary file %s", tmp, exc_info=True)

@@ -17,7 +17,7 @@ import webvtt
 
 from captioner.core import Word
 from captioner.errors import StorageError
-from captioner.transcript import export as export_mod
+from captioner.storage import atomic as atomic_mod
 from captioner.transcript.cues import CueOptions, build_cues, normalize_text
 from captioner.transcript.export import (
     atomic_write_text,
@@ -222,7 +222,7 @@ def test_full_disk_injected_at_the_write_seam(tmp_path: Path, monkeypatch: pytes
         calls.append(len(data))
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(export_mod, "_write_all", write_then_fail)
+    monkeypatch.setattr(atomic_mod, "_write_all", write_then_fail)
     with pytest.raises(StorageError, match="No space left on device"):
         export_words(big_words(200), target)
     assert calls and target.read_text(encoding="utf-8") == "previous export\n"
