@@ -33,7 +33,91 @@ from captioner.models.checkpoint import Checkpoint
 from captioner.models.encoder_graph import MASK_BIAS, qkv_weights
 from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
 
-__all__ = ["build_decoder_chunk"]
+__all__ = [
+    "add_head_sum",
+    "alignment_heads_by_layer",
+    "build_decoder_chunk",
+    "cross_attention_and_mlp",
+    "greedy_choice",
+    "linear_out",
+    "self_attention_qkv",
+    "split_per_layer",
+]
+
+
+def split_per_layer(g: GraphBuilder, name: str, n_layers: int, heads: int, length: int, hd: int) -> list[str]:
+    """Graph input ``name`` [L, 1, H, length, hd] as one [H, length, hd] tensor per layer."""
+    parts = g.op("Split", [name, g.const([1] * n_layers)], outputs=n_layers, axis=0)
+    parts = [parts] if n_layers == 1 else parts
+    return [g.op("Reshape", [t, g.const([heads, length, hd])]) for t in parts]
+
+
+def self_attention_qkv(g: GraphBuilder, ckpt: Checkpoint, x: str, pre: str, scale: float,
+                       head_split: str) -> tuple[str, str, str]:
+    """Layer norm + the fused, query-scaled q/k/v projection of decoder layer ``pre``: [H, 1, hd] each."""
+    w, d = ckpt.weights, ckpt.dims.d_model
+    h = g.layer_norm(x, f"{pre}.self_attn_layer_norm", w)
+    qkv = g.linear(h, f"{pre}.self_attn.qkv", lambda: qkv_weights(w, f"{pre}.self_attn", scale)[0],
+                   lambda: qkv_weights(w, f"{pre}.self_attn", scale)[1], 1, d, 3 * d, batch=False)
+    q, k, v = (g.op("Reshape", [t, head_split]) for t in g.op("Split", [qkv, g.const([d, d, d])],
+                                                               outputs=3, axis=-1))
+    return q, k, v
+
+
+def linear_out(g: GraphBuilder, ckpt: Checkpoint, h: str, name: str, d_in: int, d_out: int) -> str:
+    """The linear layer ``name`` (weight + bias from the checkpoint) on a [1, d_in] row."""
+    w = ckpt.weights
+    return g.linear(h, name, lambda: w[f"{name}.weight"], lambda: w[f"{name}.bias"], 1, d_in, d_out, batch=False)
+
+
+def cross_attention_and_mlp(g: GraphBuilder, ckpt: Checkpoint, x: str, pre: str, scale: float, cross_kt: str,
+                            cross_v: str, head_split: str, row: str) -> tuple[str, str]:
+    """The rest of decoder layer ``pre`` after self-attention: cross-attention (with ``cross_mask``)
+    and the MLP, each with its residual. Returns (x, cross-attention probabilities [H, 1, T])."""
+    w, dims = ckpt.weights, ckpt.dims
+    d = dims.d_model
+    h = g.layer_norm(x, f"{pre}.encoder_attn_layer_norm", w)
+    q = g.linear(h, f"{pre}.encoder_attn.q_proj_scaled",
+                 lambda: np.asarray(w[f"{pre}.encoder_attn.q_proj.weight"], np.float32) * np.float32(scale),
+                 lambda: np.asarray(w[f"{pre}.encoder_attn.q_proj.bias"], np.float32) * np.float32(scale),
+                 1, d, d, batch=False)
+    probs = g.op("Softmax", [g.op("Add", [g.op("MatMul", [g.op("Reshape", [q, head_split]), cross_kt]),
+                                          "cross_mask"])], axis=-1)  # [H, 1, T]
+    o = g.op("Reshape", [g.op("MatMul", [probs, cross_v]), row])
+    x = g.op("Add", [x, linear_out(g, ckpt, o, f"{pre}.encoder_attn.out_proj", d, d)])
+    h = g.layer_norm(x, f"{pre}.final_layer_norm", w)
+    h = g.gelu(linear_out(g, ckpt, h, f"{pre}.fc1", d, dims.decoder_ffn_dim))
+    x = g.op("Add", [x, linear_out(g, ckpt, h, f"{pre}.fc2", dims.decoder_ffn_dim, d)])
+    return x, probs
+
+
+def alignment_heads_by_layer(ckpt: Checkpoint) -> dict[int, list[int]]:
+    """Decoder layer → its alignment heads."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in ckpt.alignment_heads:
+        by_layer.setdefault(layer, []).append(head)
+    return by_layer
+
+
+def add_head_sum(g: GraphBuilder, total: str | None, probs: str, heads: list[int]) -> str:
+    """``total`` + the sum over ``heads`` of ``probs`` [H, 1, T] → [1, T]."""
+    summed = g.op("ReduceSum", [g.op("Gather", [probs, g.const(heads)], axis=0), g.const([0])], keepdims=0)
+    return summed if total is None else g.op("Add", [total, summed])
+
+
+def greedy_choice(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str,
+                  names: tuple[str, str, str] | None = None) -> tuple[str, str, str]:
+    """Final layer norm, logits and the greedy pick below EOT: (argmax [1] int64, its logit [1], EOT logit [1])."""
+    eot = ckpt.special.eot
+    x = g.layer_norm(x, "decoder.layer_norm", ckpt.weights)
+    logits = g.op("Gemm", [x, proj], transB=1)  # [1, V]
+    text = g.op("Slice", [logits, g.const([0]), g.const([eot]), g.const([1])])
+    kw = [{"outputs": [n]} for n in names] if names else [{}, {}, {}]
+    choice = g.op("ArgMax", [text], axis=1, keepdims=0, **kw[0])  # first maximum
+    logit = g.op("ReduceMax", [text, g.const([1])], keepdims=0, **kw[1])
+    eot_logit = g.op("Reshape", [g.op("Slice", [logits, g.const([eot]), g.const([eot + 1]), g.const([1])]),
+                                 g.const([1])], **kw[2])
+    return choice, logit, eot_logit
 
 
 def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, start: int, size: int, linear: str):
@@ -44,7 +128,7 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, start
     """
     dims, w = ckpt.dims, ckpt.weights
     d, heads, hd, n_layers = dims.d_model, dims.decoder_heads, dims.head_dim, dims.decoder_layers
-    frames, eot = 50 * bucket, ckpt.special.eot
+    frames = 50 * bucket
     p, k_steps = start, size
     if k_steps < 1:
         raise ValueError("a decoder chunk runs at least 1 step")
@@ -63,18 +147,11 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, start
         proj = g.weight("proj_out.weight", wt("proj_out.weight"))
     positions = g.weight("decoder.embed_positions.weight", wt("decoder.embed_positions.weight"))
 
-    ones = g.const([1] * n_layers)
-    per_layer = {}
-    for name in ("self_k", "self_v", "cross_k", "cross_v"):
-        length = 1 + p if name.startswith("self") else frames
-        parts = g.op("Split", [name, ones], outputs=n_layers, axis=0)
-        parts = [parts] if n_layers == 1 else parts
-        per_layer[name] = [g.op("Reshape", [t, g.const([heads, length, hd])]) for t in parts]  # [H, len, hd]
+    per_layer = {name: split_per_layer(g, name, n_layers, heads, 1 + p if name.startswith("self") else frames, hd)
+                 for name in ("self_k", "self_v", "cross_k", "cross_v")}  # [H, len, hd] per layer
     past_kt = [g.op("Transpose", [t], perm=[0, 2, 1]) for t in per_layer["self_k"]]  # [H, hd, 1+p]
     cross_kt = [g.op("Transpose", [t], perm=[0, 2, 1]) for t in per_layer["cross_k"]]  # [H, hd, T]
-    align_by_layer: dict[int, list[int]] = {}
-    for layer, head in ckpt.alignment_heads:
-        align_by_layer.setdefault(layer, []).append(head)
+    align_by_layer = alignment_heads_by_layer(ckpt)
     n_align = len(ckpt.alignment_heads)
 
     new_k: list[list[str]] = [[] for _ in range(n_layers)]
@@ -92,11 +169,7 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, start
         align_sum = None
         for i in range(n_layers):
             pre = f"decoder.layers.{i}"
-            h = g.layer_norm(x, f"{pre}.self_attn_layer_norm", w)
-            qkv = g.linear(h, f"{pre}.self_attn.qkv", lambda pre=pre: qkv_weights(w, f"{pre}.self_attn", scale)[0],
-                           lambda pre=pre: qkv_weights(w, f"{pre}.self_attn", scale)[1], 1, d, 3 * d, batch=False)
-            q, k, v = (g.op("Reshape", [t, head_split]) for t in g.op("Split", [qkv, g.const([d, d, d])],
-                                                                       outputs=3, axis=-1))
+            q, k, v = self_attention_qkv(g, ckpt, x, pre, scale, head_split)
             new_k[i].append(k)
             new_v[i].append(v)
             k_cat = k if s == 0 else g.op("Concat", new_k[i], axis=1)  # [H, s+1, hd]
@@ -106,44 +179,19 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, start
             probs = g.op("Softmax", [g.op("Add", [scores, self_bias_c])], axis=-1)
             p_past, p_new = g.op("Split", [probs, g.const([1 + p, s + 1])], outputs=2, axis=-1)
             o = g.op("Add", [g.op("MatMul", [p_past, per_layer["self_v"][i]]), g.op("MatMul", [p_new, v_cat])])
-            o = g.linear(g.op("Reshape", [o, row]), f"{pre}.self_attn.out_proj", wt(f"{pre}.self_attn.out_proj.weight"),
-                         wt(f"{pre}.self_attn.out_proj.bias"), 1, d, d, batch=False)
-            x = g.op("Add", [x, o])
-
-            h = g.layer_norm(x, f"{pre}.encoder_attn_layer_norm", w)
-            q = g.linear(h, f"{pre}.encoder_attn.q_proj_scaled",
-                         lambda pre=pre: np.asarray(w[f"{pre}.encoder_attn.q_proj.weight"], np.float32) * np.float32(scale),
-                         lambda pre=pre: np.asarray(w[f"{pre}.encoder_attn.q_proj.bias"], np.float32) * np.float32(scale),
-                         1, d, d, batch=False)
-            probs = g.op("Softmax", [g.op("Add", [g.op("MatMul", [g.op("Reshape", [q, head_split]), cross_kt[i]]),
-                                                  "cross_mask"])], axis=-1)  # [H, 1, T]
+            x = g.op("Add", [x, linear_out(g, ckpt, g.op("Reshape", [o, row]), f"{pre}.self_attn.out_proj", d, d)])
+            x, probs = cross_attention_and_mlp(g, ckpt, x, pre, scale, cross_kt[i], per_layer["cross_v"][i],
+                                               head_split, row)
             if i == n_layers - 1:
                 outs["attn_last"].append(g.op("ReduceMean", [probs, g.const([0])], keepdims=0))  # [1, T]
             if i in align_by_layer:
-                picked = g.op("Gather", [probs, g.const(align_by_layer[i])], axis=0)
-                summed = g.op("ReduceSum", [picked, g.const([0])], keepdims=0)
-                align_sum = summed if align_sum is None else g.op("Add", [align_sum, summed])
-            o = g.op("Reshape", [g.op("MatMul", [probs, per_layer["cross_v"][i]]), row])
-            o = g.linear(o, f"{pre}.encoder_attn.out_proj", wt(f"{pre}.encoder_attn.out_proj.weight"),
-                         wt(f"{pre}.encoder_attn.out_proj.bias"), 1, d, d, batch=False)
-            x = g.op("Add", [x, o])
-
-            h = g.layer_norm(x, f"{pre}.final_layer_norm", w)
-            h = g.gelu(g.linear(h, f"{pre}.fc1", wt(f"{pre}.fc1.weight"), wt(f"{pre}.fc1.bias"),
-                                1, d, dims.decoder_ffn_dim, batch=False))
-            h = g.linear(h, f"{pre}.fc2", wt(f"{pre}.fc2.weight"), wt(f"{pre}.fc2.bias"),
-                         1, dims.decoder_ffn_dim, d, batch=False)
-            x = g.op("Add", [x, h])
+                align_sum = add_head_sum(g, align_sum, probs, align_by_layer[i])
         outs["attn_align"].append(g.op("Mul", [align_sum, g.const([1.0 / n_align], np.float32)]))
 
-        x = g.layer_norm(x, "decoder.layer_norm", w)
-        logits = g.op("Gemm", [x, proj], transB=1)  # [1, V]
-        text = g.op("Slice", [logits, g.const([0]), g.const([eot]), g.const([1])])
-        choice = g.op("ArgMax", [text], axis=1, keepdims=0)  # [1] int64, first maximum
+        choice, logit, eot_logit = greedy_choice(g, ckpt, x, proj)
         outs["tokens"].append(choice)
-        outs["token_logit"].append(g.op("ReduceMax", [text, g.const([1])], keepdims=0))
-        outs["eot_logit"].append(g.op("Reshape", [g.op("Slice", [logits, g.const([eot]), g.const([eot + 1]),
-                                                                 g.const([1])]), g.const([1])]))
+        outs["token_logit"].append(logit)
+        outs["eot_logit"].append(eot_logit)
         if s < k_steps - 1:
             forced = g.op("Slice", ["forced", g.const([s]), g.const([s + 1])])
             token = g.op("Where", [g.op("GreaterOrEqual", [forced, g.const([0])]), forced, choice])

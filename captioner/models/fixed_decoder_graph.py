@@ -26,7 +26,15 @@ import numpy as np
 from onnx import TensorProto
 
 from captioner.models.checkpoint import Checkpoint
-from captioner.models.encoder_graph import qkv_weights
+from captioner.models.decoder_graph import (
+    add_head_sum,
+    alignment_heads_by_layer,
+    cross_attention_and_mlp,
+    greedy_choice,
+    linear_out,
+    self_attention_qkv,
+    split_per_layer,
+)
 from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
 
 __all__ = ["FIXED_POSITIONS", "build_fixed_decoder"]
@@ -39,7 +47,7 @@ def build_fixed_decoder(ckpt: Checkpoint, store: WeightStore, bucket: int, linea
     """The ModelProto of the fixed-cache single-step decoder for ``bucket`` seconds."""
     dims, w = ckpt.dims, ckpt.weights
     d, heads, hd, n_layers = dims.d_model, dims.decoder_heads, dims.head_dim, dims.decoder_layers
-    frames, eot, m = 50 * bucket, ckpt.special.eot, positions
+    frames, m = 50 * bucket, positions
     if m > dims.n_text_ctx:
         raise ValueError(f"{m} cache positions exceed the model's {dims.n_text_ctx}")
     scale = float(hd) ** -0.5
@@ -52,30 +60,19 @@ def build_fixed_decoder(ckpt: Checkpoint, store: WeightStore, bucket: int, linea
     proj = embed if ckpt.tied_output else g.weight("proj_out.weight", wt("proj_out.weight"))
     pos_table = g.weight("decoder.embed_positions.weight", wt("decoder.embed_positions.weight"))
 
-    ones = g.const([1] * n_layers)
-    per_layer = {}
-    for name in ("self_k", "self_v", "cross_k", "cross_v"):
-        length = m if name.startswith("self") else frames
-        parts = g.op("Split", [name, ones], outputs=n_layers, axis=0)
-        parts = [parts] if n_layers == 1 else parts
-        per_layer[name] = [g.op("Reshape", [t, g.const([heads, length, hd])]) for t in parts]  # [H, len, hd]
+    per_layer = {name: split_per_layer(g, name, n_layers, heads, m if name.startswith("self") else frames, hd)
+                 for name in ("self_k", "self_v", "cross_k", "cross_v")}  # [H, len, hd] per layer
     self_kt = [g.op("Transpose", [t], perm=[0, 2, 1]) for t in per_layer["self_k"]]  # [H, hd, M]
     cross_kt = [g.op("Transpose", [t], perm=[0, 2, 1]) for t in per_layer["cross_k"]]
     bias = g.op("Concat", ["self_mask", g.const([0.0], np.float32)], axis=0)  # [M + 1]: cache slots, then self
-    align_by_layer: dict[int, list[int]] = {}
-    for layer, head in ckpt.alignment_heads:
-        align_by_layer.setdefault(layer, []).append(head)
+    align_by_layer = alignment_heads_by_layer(ckpt)
 
     head_split, row = g.const([heads, 1, hd]), g.const([1, d])
     x = g.op("Add", [g.op("Gather", [embed, "token"], axis=0), g.op("Gather", [pos_table, "position"], axis=0)])
     new_k, new_v, align_sum, attn_last = [], [], None, None
     for i in range(n_layers):
         pre = f"decoder.layers.{i}"
-        h = g.layer_norm(x, f"{pre}.self_attn_layer_norm", w)
-        qkv = g.linear(h, f"{pre}.self_attn.qkv", lambda pre=pre: qkv_weights(w, f"{pre}.self_attn", scale)[0],
-                       lambda pre=pre: qkv_weights(w, f"{pre}.self_attn", scale)[1], 1, d, 3 * d, batch=False)
-        q, k, v = (g.op("Reshape", [t, head_split]) for t in g.op("Split", [qkv, g.const([d, d, d])],
-                                                                   outputs=3, axis=-1))
+        q, k, v = self_attention_qkv(g, ckpt, x, pre, scale, head_split)
         new_k.append(k)
         new_v.append(v)
         scores = g.op("Concat", [g.op("MatMul", [q, self_kt[i]]),
@@ -83,44 +80,16 @@ def build_fixed_decoder(ckpt: Checkpoint, store: WeightStore, bucket: int, linea
         probs = g.op("Softmax", [g.op("Add", [scores, bias])], axis=-1)  # [H, 1, M + 1]
         p_cache, p_self = g.op("Split", [probs, g.const([m, 1])], outputs=2, axis=-1)
         o = g.op("Add", [g.op("MatMul", [p_cache, per_layer["self_v"][i]]), g.op("Mul", [p_self, v])])
-        o = g.linear(g.op("Reshape", [o, row]), f"{pre}.self_attn.out_proj", wt(f"{pre}.self_attn.out_proj.weight"),
-                     wt(f"{pre}.self_attn.out_proj.bias"), 1, d, d, batch=False)
-        x = g.op("Add", [x, o])
-
-        h = g.layer_norm(x, f"{pre}.encoder_attn_layer_norm", w)
-        q = g.linear(h, f"{pre}.encoder_attn.q_proj_scaled",
-                     lambda pre=pre: np.asarray(w[f"{pre}.encoder_attn.q_proj.weight"], np.float32) * np.float32(scale),
-                     lambda pre=pre: np.asarray(w[f"{pre}.encoder_attn.q_proj.bias"], np.float32) * np.float32(scale),
-                     1, d, d, batch=False)
-        probs = g.op("Softmax", [g.op("Add", [g.op("MatMul", [g.op("Reshape", [q, head_split]), cross_kt[i]]),
-                                              "cross_mask"])], axis=-1)  # [H, 1, T]
+        x = g.op("Add", [x, linear_out(g, ckpt, g.op("Reshape", [o, row]), f"{pre}.self_attn.out_proj", d, d)])
+        x, probs = cross_attention_and_mlp(g, ckpt, x, pre, scale, cross_kt[i], per_layer["cross_v"][i],
+                                           head_split, row)
         if i == n_layers - 1:
             attn_last = g.op("ReduceMean", [probs, g.const([0])], keepdims=0, outputs=["attn_last"])
         if i in align_by_layer:
-            summed = g.op("ReduceSum", [g.op("Gather", [probs, g.const(align_by_layer[i])], axis=0), g.const([0])],
-                          keepdims=0)
-            align_sum = summed if align_sum is None else g.op("Add", [align_sum, summed])
-        o = g.op("Reshape", [g.op("MatMul", [probs, per_layer["cross_v"][i]]), row])
-        o = g.linear(o, f"{pre}.encoder_attn.out_proj", wt(f"{pre}.encoder_attn.out_proj.weight"),
-                     wt(f"{pre}.encoder_attn.out_proj.bias"), 1, d, d, batch=False)
-        x = g.op("Add", [x, o])
-
-        h = g.layer_norm(x, f"{pre}.final_layer_norm", w)
-        h = g.gelu(g.linear(h, f"{pre}.fc1", wt(f"{pre}.fc1.weight"), wt(f"{pre}.fc1.bias"),
-                            1, d, dims.decoder_ffn_dim, batch=False))
-        h = g.linear(h, f"{pre}.fc2", wt(f"{pre}.fc2.weight"), wt(f"{pre}.fc2.bias"),
-                     1, dims.decoder_ffn_dim, d, batch=False)
-        x = g.op("Add", [x, h])
+            align_sum = add_head_sum(g, align_sum, probs, align_by_layer[i])
     assert attn_last is not None and align_sum is not None
     g.op("Mul", [align_sum, g.const([1.0 / len(ckpt.alignment_heads)], np.float32)], outputs=["attn_align"])
-
-    x = g.layer_norm(x, "decoder.layer_norm", w)
-    logits = g.op("Gemm", [x, proj], transB=1)  # [1, V]
-    text = g.op("Slice", [logits, g.const([0]), g.const([eot]), g.const([1])])
-    g.op("ArgMax", [text], axis=1, keepdims=0, outputs=["tokens"])
-    g.op("ReduceMax", [text, g.const([1])], keepdims=0, outputs=["token_logit"])
-    g.op("Reshape", [g.op("Slice", [logits, g.const([eot]), g.const([eot + 1]), g.const([1])]), g.const([1])],
-         outputs=["eot_logit"])
+    greedy_choice(g, ckpt, x, proj, names=("tokens", "token_logit", "eot_logit"))
     for name, per in (("new_k", new_k), ("new_v", new_v)):
         layers = [g.op("Reshape", [t, g.const([1, 1, heads, 1, hd])]) for t in per]
         g.op("Concat", layers, outputs=[name], axis=0)
