@@ -2,14 +2,14 @@
 
 The strategies the bench compares must run the very same layers and weights as the pack:
 
-* one single-step chunk graph per position (K = 1: a dispatch per token),
+* the single-step graph (K = 1: a dispatch per token) over the bucket's cache,
 * the tail chunk sizes K = 3 and 7 next to the pack's 5 (paper Table 8),
-* the fixed 200-position cache graph (Qualcomm AI Hub's design).
+* the single-step graph over a fixed 200-position cache (Qualcomm AI Hub's design),
+* the pack's first chunk without batching the prompt (to show what the batching saves).
 
 :class:`PackWeightStore` is a read-only weight store over the pack's ``weights.bin`` (from the
 manifest's ``weights_index``), so the graphs are written with the pack's own builders
-(:func:`~captioner.models.decoder_graph.build_decoder_chunk`,
-:func:`~captioner.models.fixed_decoder_graph.build_fixed_decoder`) without the checkpoint and
+(:func:`~captioner.models.decoder_graph.build_decoder_chunk`) without the checkpoint and
 without copying a single weight: their initializers point into the pack's weight file, which the
 runtime maps once and shares with every session. The graphs live in a work directory next to a
 hard link to that file (ONNX resolves external data relative to the graph).
@@ -21,7 +21,6 @@ import hashlib
 import logging
 import os
 import shutil
-from collections.abc import Iterable
 from pathlib import Path
 from types import MappingProxyType
 
@@ -29,8 +28,7 @@ import onnx
 
 from captioner.errors import ModelError
 from captioner.models.checkpoint import Checkpoint
-from captioner.models.decoder_graph import build_decoder_chunk
-from captioner.models.fixed_decoder_graph import FIXED_POSITIONS, build_fixed_decoder
+from captioner.models.decoder_graph import build_decoder_chunk, graph_name
 from captioner.models.graph_ops import WeightStore
 from captioner.models.pack import Pack
 
@@ -38,7 +36,7 @@ __all__ = ["ExtraGraphs", "PackWeightStore", "pack_as_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
-_GRAPHS_VERSION = "1"  # bump when the graph builders change in a way the cache key cannot see
+_GRAPHS_VERSION = "2"  # bump when the graph builders change in a way the cache key cannot see
 
 
 class PackWeightStore(WeightStore):
@@ -107,22 +105,15 @@ class ExtraGraphs:
             os.replace(tmp, path)
         return path
 
-    def chunk(self, bucket: int, start: int, size: int) -> Path:
-        """The pack's graph for ``(bucket, start, size)`` if it has one, else one built here."""
-        try:
-            return self.pack.decoder_file(bucket, start, size)
-        except ModelError:
-            return self._write(f"decoder_{bucket}s_p{start}_k{size}.onnx", lambda: build_decoder_chunk(
-                self._ckpt, self._store, bucket, start, size, self.pack.linear))
-
-    def chunks(self, bucket: int, plan: Iterable[tuple[int, int]]) -> dict[tuple[int, int], Path]:
-        """Graph files for every ``(start, size)`` of ``plan``."""
-        return {(s, k): self.chunk(bucket, s, k) for s, k in plan}
-
-    def fixed(self, bucket: int, positions: int = FIXED_POSITIONS) -> Path:
-        """The fixed-cache single-step graph (AI Hub design) of ``bucket``."""
-        return self._write(f"decoder_fixed{positions}_{bucket}s.onnx", lambda: build_fixed_decoder(
-            self._ckpt, self._store, bucket, self.pack.linear, positions))
+    def chunk(self, bucket: int, size: int, slots: int, known: int = 1) -> Path:
+        """The chunk graph of ``bucket`` with ``size`` steps, ``known`` of them batched, over a cache of
+        ``slots``: the pack's own file if it has that graph, else one built here."""
+        if slots == self.pack.cache_slots.get(bucket):
+            for start, k in self.pack.decoder_chunks(bucket):
+                if k == size and self.pack.decoder_known(bucket, start, k) == known:
+                    return self.pack.decoder_file(bucket, start, k)
+        return self._write(f"{graph_name(bucket, size, known)}_s{slots}.onnx", lambda: build_decoder_chunk(
+            self._ckpt, self._store, bucket, size, slots, self.pack.linear, known))
 
     def remove(self) -> None:
         """Delete the work directory of this pack."""

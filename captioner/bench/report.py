@@ -34,7 +34,7 @@ def check_targets(result: dict) -> list[dict]:
     dec = result.get("decoder", {}).get("strategies", {})
     for t in ("10", "20", "30"):
         if t in dec.get("unrolled", {}):
-            best_other = min(dec[s][t]["ratio_to_unrolled"] for s in dec if s != "unrolled")
+            best_other = min(dec[s][t]["ratio_to_unrolled"] for s in ("per_token", "fixed200") if s in dec)
             rows.append({"target": f"unrolled_fastest_T{t}", "what": f"unrolled fastest at T = {t} "
                          "(best other / unrolled)", "value": best_other, "limit": 1.0, "met": best_other >= 1.0})
     for run in result.get("streaming", []):
@@ -90,9 +90,10 @@ def markdown(result: dict) -> str:
         for name, rows in dec["strategies"].items():
             cells = [f"{_f(rows[t]['ms'])} (×{_f(rows[t]['ratio_to_unrolled'], 2)}, {rows[t]['dispatches']})" for t in ts]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        mac = dec["self_attention_mac_ratio_fixed_vs_unrolled"]
-        lines += ["", "Self-attention MAC ratio fixed-200 / unrolled (paper Eq. 5, 2M/(T+1)): "
-                  + ", ".join(f"T={t}: {_f(mac[t])}×" for t in ts) + ".", ""]
+        ratio = dec["self_attention_mac_ratio_fixed_vs_unrolled"]
+        lines += ["", f"Self-attention multiply-adds per step, fixed-200 / unrolled: {_f(ratio)}× (the chunk graphs "
+                  f"attend over the bucket's {dec['cache_slots']} cache slots; the paper's growing cache gives "
+                  "2M/(T+1), M = 200). `unrolled_stepwise` runs the same chunks without batching the prompt.", ""]
     if "chunk_sizes" in result:
         cs = result["chunk_sizes"]
         ts = [str(t) for t in cs["t_values"]]

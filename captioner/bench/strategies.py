@@ -11,8 +11,11 @@ each generated token but the last consumed once, as a round needs):
 
 * ``unrolled``: our chunk graphs along the pack's schedule ``[4, 6, 5, 5, 5, 5]`` (the engine's own
   runner), dispatching chunks until T positions are consumed; a chunk is run whole, so positions
-  beyond T inside the last chunk are computed too (that is the design's cost, counted here);
-* ``per_token``: one single-step graph per position (K = 1), a dispatch per position;
+  beyond T inside the last chunk are computed too (that is the design's cost, counted here); the
+  first chunk batches the four prompt tokens;
+* ``unrolled_stepwise``: the same chunks, the prompt consumed one step at a time (what the batching
+  saves, and controlled unrolling alone against the next two);
+* ``per_token``: the single-step graph (K = 1) over the same cache, a dispatch per position;
 * ``fixed200``: AI Hub's single-step graph over a fixed 200-slot cache with a mask, T dispatches.
 
 Chunk sizes: the schedule ``[4, 6, K, K, …]`` for K = 3, 5, 7 (paper Table 8) over the same T values,
@@ -35,7 +38,7 @@ from captioner.bench.graphs import ExtraGraphs
 from captioner.engine.model import Encoding
 from captioner.engine.onnx_model import OnnxAcousticModel
 from captioner.engine.runtime import Runtime
-from captioner.models.fixed_decoder_graph import FIXED_POSITIONS
+from captioner.models.build import cache_slots, prompt_length
 from captioner.models.pack import Pack
 
 __all__ = ["DecodeStrategy", "chunk_sizes", "decoder_strategies", "encoder_buckets", "schedule_model"]
@@ -45,6 +48,7 @@ logger = logging.getLogger(__name__)
 DECODE_T = (5, 10, 20, 30)
 CHUNK_T = (5, 10, 15, 20, 25, 30)
 TAIL_SIZES = (3, 5, 7)
+FIXED_POSITIONS = 200  # AI Hub's maximum decode length M: the fixed cache of its decoder
 _TAIL_POSITIONS = 20
 # Two means closer than this are a tie: the run-to-run spread of one K's mean on the 2-core CI machine
 # was 4 % (whisper-base, three runs), so a smaller gap is not a measured difference.
@@ -98,31 +102,42 @@ def encoder_buckets(model: OnnxAcousticModel, reps: int, warmup: int,
 class _PackView:
     """A pack whose decoder chunks and schedules come from elsewhere (same weights, same runtime)."""
 
-    def __init__(self, pack: Pack, files: Mapping[tuple[int, int], Path], bucket: int,
-                 schedules: Mapping[str, tuple[int, ...]]) -> None:
+    def __init__(self, pack: Pack, files: Mapping[tuple[int, int], tuple[Path, int]], bucket: int,
+                 schedules: Mapping[str, tuple[int, ...]], slots: int) -> None:
         self._pack, self._files, self._bucket = pack, dict(files), bucket
         self.schedules = MappingProxyType(dict(schedules))
+        self.cache_slots = MappingProxyType({bucket: slots})
         self.long_chunk = 0  # no continuation beyond the schedule
 
     def __getattr__(self, name: str):
         return getattr(self._pack, name)
 
     def decoder_file(self, bucket: int, start: int, size: int) -> Path:
-        return self._files[(start, size)]
+        return self._files[(start, size)][0]
+
+    def decoder_known(self, bucket: int, start: int, size: int) -> int:
+        return self._files[(start, size)][1]
 
     def decoder_chunks(self, bucket: int) -> list[tuple[int, int]]:
         return sorted(self._files) if bucket == self._bucket else []
 
 
-def schedule_model(pack: Pack, runtime: Runtime, graphs: ExtraGraphs, bucket: int,
-                   sizes: Sequence[int]) -> OnnxAcousticModel:
+def schedule_model(pack: Pack, runtime: Runtime, graphs: ExtraGraphs, bucket: int, sizes: Sequence[int],
+                   slots: int | None = None, batch_prompt: bool = True) -> OnnxAcousticModel:
     """An :class:`OnnxAcousticModel` on ``runtime`` whose plan in ``bucket`` is ``sizes`` (both
-    schedules), with chunk graphs from the pack or built over its weights."""
+    schedules), over a cache of ``slots`` (default: what the plan needs), the prompt batched in the
+    first chunk unless ``batch_prompt`` is False; chunk graphs from the pack or built over its weights."""
     plan, start = [], 0
     for size in sizes:
         plan.append((start, size))
         start += size
-    view = _PackView(pack, graphs.chunks(bucket, plan), bucket, {"default": tuple(sizes), "prefixed": tuple(sizes)})
+    slots = slots or cache_slots(plan)
+    head = min(sizes[0], prompt_length(pack.multilingual)) if batch_prompt else 1
+    files = {}
+    for s, k in plan:
+        known = head if s == 0 else 1
+        files[(s, k)] = (graphs.chunk(bucket, k, slots, known), known)
+    view = _PackView(pack, files, bucket, {"default": tuple(sizes), "prefixed": tuple(sizes)}, slots)
     return OnnxAcousticModel(view, runtime)  # type: ignore[arg-type]  # duck-typed Pack
 
 
@@ -160,35 +175,6 @@ def _chain_strategy(name: str, model: OnnxAcousticModel, encoding: Encoding, pro
     return DecodeStrategy(name, run)
 
 
-def _fixed_strategy(runtime: Runtime, graph: Path, encoding: Encoding, prompt: Sequence[int],
-                    kv_shape: tuple[int, int, int, int]) -> DecodeStrategy:
-    layers, one, heads, head_dim = kv_shape
-    cross_k, cross_v, cross_mask = encoding.payload
-    cache_k = np.zeros((layers, one, heads, FIXED_POSITIONS, head_dim), np.float32)
-    cache_v = np.zeros_like(cache_k)
-    mask = np.empty(FIXED_POSITIONS, np.float32)
-    names = ["tokens", "new_k", "new_v"]
-
-    def run(positions: int) -> tuple[float, int, int]:
-        t0 = time.perf_counter()
-        sess = runtime.session(graph)
-        mask.fill(-100.0)  # the cache is reused: stale slots stay masked
-        seq = list(prompt)
-        for p in range(positions):
-            tokens, new_k, new_v = sess.run(names, {
-                "token": np.array([seq[p]], np.int64), "position": np.array([p], np.int64),
-                "self_k": cache_k, "self_v": cache_v, "self_mask": mask,
-                "cross_k": cross_k, "cross_v": cross_v, "cross_mask": cross_mask})
-            cache_k[:, :, :, p] = new_k[:, :, :, 0]
-            cache_v[:, :, :, p] = new_v[:, :, :, 0]
-            mask[p] = 0.0
-            if p + 1 >= len(prompt):
-                seq.append(int(tokens[0]))
-        return (time.perf_counter() - t0) * 1000.0, positions, positions
-
-    return DecodeStrategy("fixed200", run)
-
-
 def _measure(strategies: Sequence[DecodeStrategy], t_values: Sequence[int], reps: int, warmup: int) -> dict:
     """{strategy: {T: {ms, dispatches, positions}}} with medians over rotated repetitions."""
     extra: dict[tuple[str, int], tuple[int, int]] = {}
@@ -207,17 +193,22 @@ def _measure(strategies: Sequence[DecodeStrategy], t_values: Sequence[int], reps
 
 def decoder_strategies(model: OnnxAcousticModel, graphs: ExtraGraphs, bucket: int, reps: int, warmup: int,
                        progress: Callable[[str], None], t_values: Sequence[int] = DECODE_T) -> dict:
-    """Unrolled vs per-token vs fixed-200 for each T; ratios relative to ``unrolled``."""
+    """Unrolled (prompt batched or not) vs per-token vs fixed-200 for each T; ratios relative to ``unrolled``."""
     pack, runtime = model.pack, model.runtime
     encoding = model.encode(_audio(bucket - 0.5, seed=7))
     prompt = model.vocab.prompt("en", "transcribe")
     longest = max(t_values)
     progress(f"decoder strategies: bucket {bucket} s, T = {', '.join(map(str, t_values))}, building graphs")
-    per_token = schedule_model(pack, runtime, graphs, encoding.bucket, (1,) * longest)
+    schedule = pack.schedules["default"]
+    stepwise = schedule_model(pack, runtime, graphs, encoding.bucket, schedule,
+                              slots=pack.cache_slots[encoding.bucket], batch_prompt=False)
+    per_token = schedule_model(pack, runtime, graphs, encoding.bucket, (1,) * longest)  # T − 1 slots
+    fixed = schedule_model(pack, runtime, graphs, encoding.bucket, (1,) * longest, slots=FIXED_POSITIONS)
     strategies = [
         _chain_strategy("unrolled", model, encoding, prompt),
+        _chain_strategy("unrolled_stepwise", stepwise, encoding, prompt),
         _chain_strategy("per_token", per_token, encoding, prompt),
-        _fixed_strategy(runtime, graphs.fixed(encoding.bucket), encoding, prompt, model._kv_shape),
+        _chain_strategy("fixed200", fixed, encoding, prompt),
     ]
     progress(f"decoder strategies: timing ({reps} repetitions)")
     table = _measure(strategies, t_values, reps, warmup)
@@ -225,9 +216,10 @@ def decoder_strategies(model: OnnxAcousticModel, graphs: ExtraGraphs, bucket: in
         base = table["unrolled"][t]["ms"]
         for name in table:
             table[name][t]["ratio_to_unrolled"] = table[name][t]["ms"] / base
-    mac = {str(t): 2 * FIXED_POSITIONS / (t + 1) for t in t_values}
+    slots = pack.cache_slots[encoding.bucket]
     return {"bucket_s": encoding.bucket, "t_values": list(t_values), "schedule": list(pack.schedules["default"]),
-            "fixed_positions": FIXED_POSITIONS, "self_attention_mac_ratio_fixed_vs_unrolled": mac,
+            "fixed_positions": FIXED_POSITIONS, "cache_slots": slots,
+            "self_attention_mac_ratio_fixed_vs_unrolled": FIXED_POSITIONS / slots,
             "strategies": table}
 
 
@@ -281,13 +273,14 @@ def chunk_sizes(model: OnnxAcousticModel, graphs: ExtraGraphs, bucket: int, reps
 
 def _graphs_per_pack(pack: Pack, tail: int) -> int:
     """Graphs a pack with this pack's buckets and heads would have with tail chunks of ``tail``."""
-    from captioner.models.build import BuildOptions, chunk_plan
+    from captioner.models.build import BuildOptions, chunk_plan, known_steps
 
     heads = {name: tuple(sizes[:2]) for name, sizes in pack.schedules.items()}
     options = BuildOptions(buckets=tuple(pack.buckets), heads=heads, tail_chunk=tail,
                            max_positions=pack.max_positions)
     plan = chunk_plan(options, full_window=pack.dims.n_audio_ctx // 50)
-    return len(plan) + sum(len(chunks) for chunks in plan.values())
+    known = known_steps(options, prompt_length(pack.multilingual))
+    return len(plan) + sum(len({(k, known.get((s, k), 1)) for s, k in chunks}) for chunks in plan.values())
 
 
 def _chunks_for(sizes: Sequence[int], positions: int) -> int:

@@ -68,7 +68,9 @@ class ChunkOutput:
 
     Attributes:
         tokens: int64 [K]; ``tokens[s]`` is the model's argmax over ids < EOT for position
-            ``start+s+1`` (ties → lowest id), reported even where that position was forced.
+            ``start+s+1`` (ties → lowest id), reported even where that position was forced, except
+            in the rows a chunk graph batches (the first ``known − 1`` rows of a chunk whose head
+            consumes given tokens, e.g. the prompt): they predict nothing and carry the forced id.
         token_logit: float32 [K], the logit of ``tokens[s]``.
         eot_logit: float32 [K], the EOT logit of the same step; EOT "wins" the unrestricted
             argmax exactly when ``eot_logit[s] > token_logit[s]`` (NPUSPER.md §4.4).

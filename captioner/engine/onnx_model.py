@@ -5,12 +5,10 @@ audio (no 30 s padding), pad it with 0.0 to the bucket, run the bucket's encoder
 count (the graph masks the rest), then hand out a :class:`OnnxChunkRunner` that runs the bucket's
 decoder chunk graphs along the pack's schedule (ARCHITECTURE.md §5).
 
-KV cache: each runner owns two preallocated flat buffers per K and V, each large enough for the
-bucket's longest chain. The cache of ``1 + p`` positions is a contiguous view
-``buf[:L·H·(1+p)·D].reshape(L, 1, H, 1+p, D)`` — exactly the graph's ``self_k`` input, no copy on the
-way in. After a chunk the next view (``1+p+K`` positions) is written into the other buffer (old rows
-plus ``new_k``) and the two swap: one copy of the cache per chunk and no allocation. Slot 0 is the
-graph's dummy position and holds zeros.
+KV cache: each runner owns one zeroed [L, 1, H, S, D] array for K and one for V (S: the bucket's
+``cache_slots``), which are the graphs' ``self_k``/``self_v`` inputs as they are, and the
+``self_mask`` [S] that opens the slots filled so far. After a chunk its ``new_k``/``new_v`` are
+written into slots p…p+K−1 in place: no allocation and no copy of the old positions.
 """
 
 from __future__ import annotations
@@ -108,9 +106,9 @@ class OnnxAcousticModel:
         raise ValueError(f"{n_samples / SAMPLE_RATE:.2f} s of audio exceed the longest bucket ({self.buckets[-1]} s)")
 
     def graphs(self, bucket: int) -> list[Path]:
-        """Every graph file of ``bucket``: its encoder, then its decoder chunks."""
-        return [self.pack.encoder_file(bucket)] + [self.pack.decoder_file(bucket, s, k)
-                                                   for s, k in self.pack.decoder_chunks(bucket)]
+        """Every graph file of ``bucket``, once: its encoder, then its decoder chunk graphs."""
+        decoders = dict.fromkeys(self.pack.decoder_file(bucket, s, k) for s, k in self.pack.decoder_chunks(bucket))
+        return [self.pack.encoder_file(bucket), *decoders]
 
     def preload(self, bucket: int) -> None:
         """Create the sessions of every graph of ``bucket`` now instead of on first use."""
@@ -161,9 +159,7 @@ class OnnxAcousticModel:
 
     def decoder(self, encoding: Encoding) -> OnnxChunkRunner:
         """A fresh decoder (empty KV cache) over ``encoding`` for one round."""
-        plan = self.chunk_plan(encoding.bucket, False) + self.chunk_plan(encoding.bucket, True)
-        capacity = 1 + max(start + size for start, size in plan)
-        return OnnxChunkRunner(self, encoding, capacity)
+        return OnnxChunkRunner(self, encoding, self.pack.cache_slots[encoding.bucket])
 
     def close(self) -> None:
         """Release every session."""
@@ -176,68 +172,56 @@ class OnnxChunkRunner:
     Args:
         model: the model whose graphs to run.
         encoding: the round's encoder output.
-        capacity: KV positions to preallocate, dummy slot included.
+        slots: positions the fixed KV cache holds (the bucket's ``cache_slots``).
     """
 
-    def __init__(self, model: OnnxAcousticModel, encoding: Encoding, capacity: int) -> None:
+    def __init__(self, model: OnnxAcousticModel, encoding: Encoding, slots: int) -> None:
         self._model = model
         self._encoding = encoding
         self._cross_k, self._cross_v, self._mask = encoding.payload
-        layers, _, heads, head_dim = model._kv_shape
-        self._row = layers * heads * head_dim  # floats per position
-        self._capacity = capacity
-        self._bufs = [np.empty(self._row * capacity, dtype=np.float32) for _ in range(4)]
-        self._k, self._v = self._view(0, 1), self._view(1, 1)
-        self._k.fill(0.0)  # slot 0: the dummy position, masked in the graph
-        self._v.fill(0.0)
-        self._live, self._spare = (0, 1), (2, 3)  # buffer indices of the current and the next K/V
+        layers, one, heads, head_dim = model._kv_shape
+        self._slots = slots
+        self._k = np.zeros((layers, one, heads, slots, head_dim), dtype=np.float32)
+        self._v = np.zeros_like(self._k)
+        self._self_mask = np.full(slots, MASKED, dtype=np.float32)
         self.consumed = 0  # positions consumed so far
-
-    def _view(self, index: int, positions: int) -> np.ndarray:
-        layers, one, heads, head_dim = self._model._kv_shape
-        return self._bufs[index][: self._row * positions].reshape(layers, one, heads, positions, head_dim)
 
     def run(self, start: int, size: int, token: int, forced: np.ndarray) -> ChunkOutput:
         """Dispatch chunk ``(start, size)``; see :meth:`captioner.engine.model.ChunkRunner.run`.
 
         Raises:
             ValueError: ``start`` is not the number of positions consumed so far, ``forced`` is not
-                [size − 1], or the chunk would overflow the cache.
+                [size − 1], a token the graph batches is not given, or the cache cannot hold ``start``.
         """
         if start != self.consumed:
             raise ValueError(f"chunk starts at {start} but {self.consumed} positions were consumed")
         forced = np.asarray(forced, dtype=np.int64).reshape(-1)
         if forced.shape != (size - 1,):
             raise ValueError(f"forced must have {size - 1} entries, got {forced.shape}")
-        if 1 + start + size > self._capacity:
-            raise ValueError(f"chunk ({start}, {size}) exceeds the {self._capacity - 1} positions of this round")
+        if start > self._slots:
+            raise ValueError(f"chunk ({start}, {size}) starts beyond the {self._slots} cached positions of this round")
         enc = self._encoding
-        graph = self._model.pack.decoder_file(enc.bucket, start, size)
-        sess = self._model.runtime.session(graph)
+        pack = self._model.pack
+        known = pack.decoder_known(enc.bucket, start, size)
+        if (forced[: known - 1] < 0).any():
+            raise ValueError(f"chunk ({start}, {size}) batches its first {known} steps: their tokens must be given")
+        sess = self._model.runtime.session(pack.decoder_file(enc.bucket, start, size))
         t0 = time.perf_counter()
         tokens, token_logit, eot_logit, attn_last, attn_align, new_k, new_v = sess.run(_OUTPUTS, {
             "token": np.array([token], dtype=np.int64), "forced": forced,
-            "self_k": self._k, "self_v": self._v,
+            "positions": np.arange(start, start + size, dtype=np.int64),
+            "self_k": self._k, "self_v": self._v, "self_mask": self._self_mask,
             "cross_k": self._cross_k, "cross_v": self._cross_v, "cross_mask": self._mask,
         })
         elapsed = (time.perf_counter() - t0) * 1000.0
-        self._append(new_k, new_v, start, size)
+        end = min(start + size, self._slots)  # the last chunk's keys are never read again
+        self._k[:, :, :, start:end] = new_k[:, :, :, : end - start]
+        self._v[:, :, :, start:end] = new_v[:, :, :, : end - start]
+        self._self_mask[start:end] = 0.0
+        self.consumed = start + size
         n = enc.n_frames
         return ChunkOutput(
             tokens=tokens, token_logit=token_logit, eot_logit=eot_logit,
             attn_last=np.ascontiguousarray(attn_last[:, :n]), attn_align=np.ascontiguousarray(attn_align[:, :n]),
             elapsed_ms=elapsed,
         )
-
-    def _append(self, new_k: np.ndarray, new_v: np.ndarray, start: int, size: int) -> None:
-        """Write the cache of ``1 + start + size`` positions into the spare buffers and swap."""
-        old = 1 + start
-        (ki, vi), current = self._spare, self._live
-        k, v = self._view(ki, old + size), self._view(vi, old + size)
-        k[:, :, :, :old] = self._k
-        k[:, :, :, old:] = new_k
-        v[:, :, :, :old] = self._v
-        v[:, :, :, old:] = new_v
-        self._k, self._v = k, v
-        self._live, self._spare = (ki, vi), current
-        self.consumed = start + size

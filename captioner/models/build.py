@@ -22,12 +22,13 @@ import onnx
 from captioner import __version__
 from captioner.errors import PackBuildError
 from captioner.models.checkpoint import Checkpoint, load_checkpoint
-from captioner.models.decoder_graph import build_decoder_chunk
+from captioner.models.decoder_graph import build_decoder_chunk, graph_name
 from captioner.models.encoder_graph import build_encoder
 from captioner.models.graph_ops import OPSET, WeightStore
 from captioner.models.pack import FORMAT, FORMAT_VERSION, MANIFEST, Pack, file_sha256
 
-__all__ = ["BUCKETS", "BuildOptions", "build_pack", "chunk_plan", "parse_buckets"]
+__all__ = ["BUCKETS", "BuildOptions", "build_pack", "cache_slots", "chunk_plan", "known_steps", "parse_buckets",
+           "prompt_length"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,32 @@ def chunk_plan(options: BuildOptions, full_window: int = 30) -> dict[int, list[t
     return plan
 
 
+def prompt_length(multilingual: bool) -> int:
+    """Tokens of the decoder prompt: ``[SOT, lang, task, notimestamps]`` or ``[SOT, notimestamps]``."""
+    return 4 if multilingual else 2
+
+
+def known_steps(options: BuildOptions, prompt_len: int) -> dict[tuple[int, int], int]:
+    """(start, size) → steps at the chunk's head whose consumed tokens the host always has.
+
+    A round forces its whole prompt, and the prefixed schedule at least one prefix token as well, so
+    the first chunk of the default schedule knows ``prompt_len`` tokens and the first chunk of the
+    prefixed one ``prompt_len + 1`` (capped at the chunk size; the smaller of the two if both
+    schedules begin with the same chunk). Every other chunk knows only its ``token`` input (1).
+    """
+    known: dict[tuple[int, int], int] = {}
+    for name, sizes in options.schedules().items():
+        head = (0, sizes[0])
+        given = min(sizes[0], prompt_len + (1 if name == "prefixed" else 0))
+        known[head] = min(known.get(head, given), given)
+    return known
+
+
+def cache_slots(chunks: Iterable[tuple[int, int]]) -> int:
+    """Self-attention cache slots of a bucket: the positions before its last chunk's start (≥ 1)."""
+    return max(1, max(start for start, _ in chunks))
+
+
 def _save(model: onnx.ModelProto, path: Path) -> None:
     onnx.save_model(model, path)
     onnx.checker.check_model(str(path))
@@ -164,11 +191,14 @@ def build_pack(
 def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
                 progress: Callable[[int, int, str], None] | None) -> None:
     plan = chunk_plan(options, full_window=ckpt.dims.n_audio_ctx // 50)
-    total = len(plan) + sum(len(c) for c in plan.values())
+    known = known_steps(options, prompt_length(ckpt.multilingual))
+    graphs = {b: sorted({(size, known.get((start, size), 1)) for start, size in plan[b]}) for b in plan}
+    total = len(plan) + sum(len(g) for g in graphs.values())
     done = 0
     store = WeightStore(root / WEIGHTS_FILE, options.precision)
     encoders: dict[str, str] = {}
     decoders: list[dict] = []
+    slots = {str(b): cache_slots(plan[b]) for b in plan}
 
     def step(file: str) -> None:
         nonlocal done
@@ -183,11 +213,15 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
             _save(build_encoder(ckpt, store, bucket, options.linear), root / file)
             encoders[str(bucket)] = file
             step(file)
-            for start, size in plan[bucket]:
-                file = f"decoder_{bucket}s_p{start}_k{size}.onnx"
-                _save(build_decoder_chunk(ckpt, store, bucket, start, size, options.linear), root / file)
-                decoders.append({"bucket": bucket, "start": start, "size": size, "file": file})
+            for size, k in graphs[bucket]:
+                file = f"{graph_name(bucket, size, k)}.onnx"
+                _save(build_decoder_chunk(ckpt, store, bucket, size, slots[str(bucket)], options.linear, k),
+                      root / file)
                 step(file)
+            for start, size in plan[bucket]:
+                k = known.get((start, size), 1)
+                decoders.append({"bucket": bucket, "start": start, "size": size, "known": k,
+                                 "file": f"{graph_name(bucket, size, k)}.onnx"})
     finally:
         store.close()
     (root / VOCAB_FILE).write_text(json.dumps([t.hex() for t in ckpt.token_bytes]), encoding="utf-8")
@@ -205,6 +239,7 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
         "buckets": sorted(plan),
         "schedules": {k: list(v) for k, v in options.schedules().items()},
         "long_chunk": options.tail_chunk,
+        "cache_slots": slots,
         "max_positions": options.max_positions,
         "precision": options.precision,
         "linear": options.linear,

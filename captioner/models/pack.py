@@ -8,7 +8,8 @@ engine never meets a half-formed pack. Layout of a pack directory::
     tokens.json          id -> hex of the token's raw bytes (byte-level BPE decoded)
     weights.bin          every weight tensor once; each graph's initializers point into it by offset
     encoder_3s.onnx ...  one encoder graph per bucket (seconds)
-    decoder_3s_p0_k4.onnx ...  one decoder chunk graph per (bucket, start position, size)
+    decoder_3s_k5.onnx ...     one decoder chunk graph per (bucket, chunk size, known steps); the
+                               manifest maps every (bucket, start, size) of the chunk plan to one
 
 Weight sharing contract for the runtime: every initializer stored in ``weights.bin`` (the ONNX
 ``data_location == EXTERNAL`` ones) has the same name and the same bytes in every graph of the pack,
@@ -42,7 +43,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FORMAT = "captioner-pack"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: fixed-size self-attention cache, one graph per chunk size (not per position)
 MANIFEST = "manifest.json"
 
 
@@ -137,6 +138,7 @@ class Pack:
             "prefixed": (6, 4, 5, 5, 5, 5)}``.
         long_chunk: chunk size with which the 30 s bucket continues after the schedule (5).
         max_positions: decoder positions the longest bucket reaches (224).
+        cache_slots: bucket → S, the slots of the fixed self-attention cache its chunk graphs read.
         precision: ``"fp32"`` or ``"fp16"`` (weights; graph I/O is always float32).
         linear: ``"matmul"`` or ``"conv"`` (lowering of the linear layers).
         token_bytes: id -> raw bytes of that single token (specials as their ``<|...|>`` text).
@@ -153,12 +155,13 @@ class Pack:
     schedules: Mapping[str, tuple[int, ...]]
     long_chunk: int
     max_positions: int
+    cache_slots: Mapping[int, int]
     precision: str
     linear: str
     token_bytes: tuple[bytes, ...]
     pack_hash: str
     _encoders: Mapping[int, str] = field(repr=False)
-    _decoders: Mapping[tuple[int, int, int], str] = field(repr=False)
+    _decoders: Mapping[tuple[int, int, int], tuple[str, int]] = field(repr=False)
 
     def encoder_file(self, bucket: int) -> Path:
         """The encoder graph of ``bucket`` seconds; ModelError if the pack has no such bucket."""
@@ -169,8 +172,15 @@ class Pack:
 
     def decoder_file(self, bucket: int, start: int, size: int) -> Path:
         """The decoder chunk graph that starts at position ``start`` and runs ``size`` steps."""
+        return self.root / self._decoder(bucket, start, size)[0]
+
+    def decoder_known(self, bucket: int, start: int, size: int) -> int:
+        """Steps at the head of that chunk that consume given tokens (the graph batches them; ≥ 1)."""
+        return self._decoder(bucket, start, size)[1]
+
+    def _decoder(self, bucket: int, start: int, size: int) -> tuple[str, int]:
         try:
-            return self.root / self._decoders[(int(bucket), int(start), int(size))]
+            return self._decoders[(int(bucket), int(start), int(size))]
         except KeyError:
             raise ModelError(
                 f"pack {self.root} has no decoder chunk for bucket {bucket} s, start {start}, size {size}"
@@ -185,10 +195,10 @@ class Pack:
         return self.root / self.manifest["weights"]
 
     def graph_files(self) -> list[Path]:
-        """Every ONNX graph of the pack (encoders first, then decoders in (bucket, start) order)."""
+        """Every ONNX graph of the pack, once (encoders first, then decoders in (bucket, start) order)."""
         enc = [self.root / self._encoders[b] for b in sorted(self._encoders)]
-        dec = [self.root / self._decoders[key] for key in sorted(self._decoders)]
-        return enc + dec
+        dec = dict.fromkeys(self.root / self._decoders[key][0] for key in sorted(self._decoders))
+        return enc + list(dec)
 
     @classmethod
     def load(cls, root: Path | str, *, verify: bool = False) -> Pack:
@@ -236,13 +246,18 @@ class Pack:
             if not (root / name).is_file():
                 raise ModelError(f"{root / name} is missing (listed in {mpath})")
         encoders = {int(b): str(f) for b, f in manifest["encoders"].items()}
-        decoders = {(int(d["bucket"]), int(d["start"]), int(d["size"])): str(d["file"]) for d in manifest["decoders"]}
-        for name in [*encoders.values(), *decoders.values(), manifest["weights"], manifest["vocabulary"]]:
+        decoders = {(int(d["bucket"]), int(d["start"]), int(d["size"])): (str(d["file"]), int(d["known"]))
+                    for d in manifest["decoders"]}
+        for name in [*encoders.values(), *(f for f, _ in decoders.values()), manifest["weights"],
+                     manifest["vocabulary"]]:
             if name not in files:
                 raise ModelError(f"{mpath} does not list {name} in 'files'")
         buckets = tuple(sorted(int(b) for b in manifest["buckets"]))
         if set(buckets) != set(encoders):
             raise ModelError(f"{mpath}: buckets {buckets} do not match the encoders {sorted(encoders)}")
+        slots = {int(b): int(s) for b, s in manifest["cache_slots"].items()}
+        if set(slots) != set(buckets):
+            raise ModelError(f"{mpath}: cache_slots {sorted(slots)} do not match the buckets {buckets}")
         if verify:
             for name, digest in files.items():
                 if file_sha256(root / name) != digest:
@@ -259,6 +274,7 @@ class Pack:
             schedules=MappingProxyType({str(k): tuple(int(x) for x in v) for k, v in manifest["schedules"].items()}),
             long_chunk=int(manifest["long_chunk"]),
             max_positions=int(manifest["max_positions"]),
+            cache_slots=MappingProxyType(slots),
             precision=str(manifest["precision"]),
             linear=str(manifest["linear"]),
             token_bytes=token_bytes,

@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 ENCODER_IO = (["mel", "n_frames"], ["cross_k", "cross_v"])
 DECODER_IO = (
-    ["token", "forced", "self_k", "self_v", "cross_k", "cross_v", "cross_mask"],
+    ["token", "forced", "positions", "self_k", "self_v", "self_mask", "cross_k", "cross_v", "cross_mask"],
     ["tokens", "token_logit", "eot_logit", "attn_last", "attn_align", "new_k", "new_v"],
 )
 
@@ -29,7 +29,7 @@ def _shape(value: onnx.ValueInfoProto) -> list[int]:
     return [d.dim_value for d in value.type.tensor_type.shape.dim]
 
 
-def _graph_problems(pack: Pack, path: Path, bucket: int, chunk: tuple[int, int] | None) -> list[str]:
+def _graph_problems(pack: Pack, path: Path, bucket: int, size: int | None) -> list[str]:
     """Contract checks of one graph (names, static shapes, references into the weight file)."""
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -38,15 +38,16 @@ def _graph_problems(pack: Pack, path: Path, bucket: int, chunk: tuple[int, int] 
     dims = pack.dims
     frames = 50 * bucket
     cross = [dims.decoder_layers, 1, dims.decoder_heads, frames, dims.head_dim]
-    if chunk is None:
+    if size is None:
         names = ENCODER_IO
         expect = {"mel": [1, dims.n_mels, 100 * bucket], "n_frames": [1], "cross_k": cross, "cross_v": cross}
     else:
-        start, size = chunk
         names = DECODER_IO
-        cache = [dims.decoder_layers, 1, dims.decoder_heads, 1 + start, dims.head_dim]
+        slots = pack.cache_slots[bucket]
+        cache = [dims.decoder_layers, 1, dims.decoder_heads, slots, dims.head_dim]
         new = [dims.decoder_layers, 1, dims.decoder_heads, size, dims.head_dim]
-        expect = {"token": [1], "forced": [size - 1], "self_k": cache, "self_v": cache, "cross_k": cross,
+        expect = {"token": [1], "forced": [size - 1], "positions": [size], "self_k": cache, "self_v": cache,
+                  "self_mask": [slots], "cross_k": cross,
                   "cross_v": cross, "cross_mask": [frames], "tokens": [size], "token_logit": [size],
                   "eot_logit": [size], "attn_last": [size, frames], "attn_align": [size, frames],
                   "new_k": new, "new_v": new}
@@ -100,8 +101,9 @@ def pack_problems(root: Path | str, *, checksums: bool = True) -> list[str]:
         if problems:
             return problems  # corrupt files make the graph checks below noisy
         problems += _graph_problems(pack, pack.encoder_file(bucket), bucket, None)
-        for chunk in sorted(chunks):
-            problems += _graph_problems(pack, pack.decoder_file(bucket, *chunk), bucket, chunk)
+        sizes = {pack.decoder_file(bucket, *chunk): chunk[1] for chunk in sorted(chunks)}
+        for path, size in sizes.items():
+            problems += _graph_problems(pack, path, bucket, size)
     return problems
 
 

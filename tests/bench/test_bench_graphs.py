@@ -1,8 +1,10 @@
 """The comparison graphs compute what the pack's chunk graphs compute (same layers, same weights).
 
-A strategy comparison is only fair if the three decoders are the same model: the single-step
-graphs (K = 1), the K = 3/7 chunks and AI Hub's fixed 200-slot graph are run along one forced token
-sequence next to the pack's own chunk graphs, and every step's outputs must agree.
+A strategy comparison is only fair if the decoders are the same model: the single-step graph
+(K = 1), the K = 3/7 chunks, the chunks without the batched prompt and AI Hub's fixed 200-slot graph
+are run along one forced token sequence next to the pack's own chunk graphs, and every step's
+outputs must agree (the predictions of the prompt rows, which the pack's first chunk batches and
+does not predict, excepted).
 """
 
 from __future__ import annotations
@@ -11,9 +13,8 @@ import numpy as np
 import pytest
 
 from captioner.bench.graphs import ExtraGraphs
-from captioner.bench.strategies import schedule_model
+from captioner.bench.strategies import FIXED_POSITIONS, schedule_model
 from captioner.engine import OnnxAcousticModel, Runtime
-from captioner.models.fixed_decoder_graph import FIXED_POSITIONS
 
 POSITIONS = 20
 
@@ -44,33 +45,13 @@ def _chain(model: OnnxAcousticModel, encoding, forced: list[int]) -> dict[str, n
     return {k: np.asarray(v)[:POSITIONS] for k, v in rows.items()}
 
 
-def _fixed(model: OnnxAcousticModel, encoding, graphs: ExtraGraphs, forced: list[int]) -> dict[str, np.ndarray]:
-    sess = model.runtime.session(graphs.fixed(encoding.bucket))
-    layers, one, heads, hd = model._kv_shape
-    cross_k, cross_v, mask = encoding.payload
-    cache_k = np.zeros((layers, one, heads, FIXED_POSITIONS, hd), np.float32)
-    cache_v = np.zeros_like(cache_k)
-    self_mask = np.full(FIXED_POSITIONS, -100.0, np.float32)
-    names = ["tokens", "token_logit", "eot_logit", "attn_last", "attn_align", "new_k", "new_v"]
-    rows: dict[str, list] = {k: [] for k in names[:5]}
-    for p in range(POSITIONS):
-        out = dict(zip(names, sess.run(names, {
-            "token": np.array([forced[p]]), "position": np.array([p]), "self_k": cache_k, "self_v": cache_v,
-            "self_mask": self_mask, "cross_k": cross_k, "cross_v": cross_v, "cross_mask": mask}), strict=True))
-        cache_k[:, :, :, p] = out["new_k"][:, :, :, 0]
-        cache_v[:, :, :, p] = out["new_v"][:, :, :, 0]
-        self_mask[p] = 0.0
-        for key in rows:
-            rows[key].append(out[key][0])
-    n = encoding.n_frames
-    res = {k: np.asarray(v) for k, v in rows.items()}
-    res["attn_last"], res["attn_align"] = res["attn_last"][:, :n], res["attn_align"][:, :n]
-    return res
-
-
 def _assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
-    np.testing.assert_array_equal(got["tokens"], want["tokens"])
-    for key in ("token_logit", "eot_logit", "attn_last", "attn_align"):
+    """Every consumed position's attention; the predictions from the last prompt token on."""
+    first = 3  # rows 0-2 predict prompt positions 1-3, which the pack's first chunk does not predict
+    np.testing.assert_array_equal(got["tokens"][first:], want["tokens"][first:])
+    for key in ("token_logit", "eot_logit"):
+        np.testing.assert_allclose(got[key][first:], want[key][first:], rtol=1e-4, atol=1e-5, err_msg=key)
+    for key in ("attn_last", "attn_align"):
         np.testing.assert_allclose(got[key], want[key], rtol=1e-4, atol=1e-5, err_msg=key)
 
 
@@ -82,9 +63,22 @@ def test_single_step_and_other_chunk_sizes_match_the_pack(setup, tiny_pack) -> N
         _assert_same(_chain(view, encoding, forced), want)
 
 
-def test_fixed_200_graph_matches_the_pack(setup) -> None:
+def test_stepwise_prompt_predicts_what_the_batch_skips(setup, tiny_pack) -> None:
+    """Without batching, the first chunk also predicts positions 1-3 (which a round then forces)."""
     model, encoding, graphs, forced = setup
-    _assert_same(_fixed(model, encoding, graphs, forced), _chain(model, encoding, forced))
+    want = _chain(model, encoding, forced)
+    stepwise = schedule_model(tiny_pack, model.runtime, graphs, encoding.bucket, tiny_pack.schedules["default"],
+                              slots=tiny_pack.cache_slots[encoding.bucket], batch_prompt=False)
+    got = _chain(stepwise, encoding, forced)
+    _assert_same(got, want)
+    np.testing.assert_array_equal(want["tokens"][:3], forced[1:4])  # the batched rows carry the given tokens
+    assert not np.array_equal(got["token_logit"][:3], want["token_logit"][:3])  # real predictions here
+
+
+def test_fixed_200_graph_matches_the_pack(setup, tiny_pack) -> None:
+    model, encoding, graphs, forced = setup
+    fixed = schedule_model(tiny_pack, model.runtime, graphs, encoding.bucket, (1,) * 30, slots=FIXED_POSITIONS)
+    _assert_same(_chain(fixed, encoding, forced), _chain(model, encoding, forced))
 
 
 def test_extra_graphs_reuse_the_pack_weights(setup, tiny_pack) -> None:
@@ -93,7 +87,7 @@ def test_extra_graphs_reuse_the_pack_weights(setup, tiny_pack) -> None:
 
     _, encoding, graphs, _ = setup
     index = tiny_pack.manifest["weights_index"]
-    for path in (graphs.fixed(encoding.bucket), graphs.chunk(encoding.bucket, 12, 1)):
+    for path in (graphs.chunk(encoding.bucket, 1, FIXED_POSITIONS), graphs.chunk(encoding.bucket, 12, 20)):
         model = onnx.load(str(path), load_external_data=False)
         external = [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
         assert external

@@ -96,9 +96,16 @@ def test_teacher_forced_outputs_equal_transformers(model, reference, seconds: fl
     eot = model.pack.special.eot
     seq = _prompt(model) + [int(t) for t in rng.integers(0, eot, 27)]
     outputs, _ = _run_chain(model, enc, seq, prefixed)
+    plan = model.chunk_plan(enc.bucket, prefixed)
+    # the first chunk batches the given prompt (and prefix) tokens and predicts only after the last
+    predicted = np.concatenate([np.arange(size) >= model.pack.decoder_known(enc.bucket, start, size) - 1
+                                for start, size in plan])
+    assert (~predicted).sum() == (4 if prefixed else 3)
     tokens = np.concatenate([o.tokens for o in outputs])
-    token_logit = np.concatenate([o.token_logit for o in outputs])
-    eot_logit = np.concatenate([o.eot_logit for o in outputs])
+    np.testing.assert_array_equal(tokens[~predicted], seq[1 : 1 + (~predicted).sum()])
+    tokens = tokens[predicted]
+    token_logit = np.concatenate([o.token_logit for o in outputs])[predicted]
+    eot_logit = np.concatenate([o.eot_logit for o in outputs])[predicted]
     attn = np.concatenate([o.attn_last for o in outputs])
 
     hidden = hf_encode(reference, log_mel(audio)[:, : 2 * enc.n_frames])
@@ -107,25 +114,33 @@ def test_teacher_forced_outputs_equal_transformers(model, reference, seconds: fl
                                       output_attentions=True)
         logits = reference.proj_out(out.last_hidden_state[0]).numpy()  # [30, V]
     ref_attn = out.cross_attentions[-1][0].mean(0).numpy()  # [30, frames]
-    np.testing.assert_array_equal(tokens, logits[:, :eot].argmax(-1))
-    np.testing.assert_allclose(token_logit, logits[:, :eot].max(-1), atol=2e-3)
-    np.testing.assert_allclose(eot_logit, logits[:, eot], atol=2e-3)
+    np.testing.assert_array_equal(tokens, logits[predicted, :eot].argmax(-1))
+    np.testing.assert_allclose(token_logit, logits[predicted, :eot].max(-1), atol=2e-3)
+    np.testing.assert_allclose(eot_logit, logits[predicted, eot], atol=2e-3)
     np.testing.assert_allclose(attn, ref_attn, atol=1e-4)
 
 
 def test_kv_cache_is_not_reallocated_per_chunk(model) -> None:
+    """One fixed cache per round: each chunk's K/V land in their slots in place and open the mask."""
     enc = model.encode(_audio(3.0, 3))
     run = model.decoder(enc)
-    buffers = [b.ctypes.data for b in run._bufs]
+    slots = model.pack.cache_slots[3]
+    buffers = (run._k.ctypes.data, run._v.ctypes.data, run._self_mask.ctypes.data)
     seq = _prompt(model)
     for start, size in model.chunk_plan(3, False)[:3]:
         forced = np.array([seq[p] if p < len(seq) else -1 for p in range(start + 1, start + size)], np.int64)
-        run.run(start, size, seq[min(start, len(seq) - 1)], forced)
-        assert run._k.base is not None and run._k.flags.c_contiguous
-        assert run._k.shape[3] == 1 + start + size
-    assert [b.ctypes.data for b in run._bufs] == buffers
+        out = run.run(start, size, seq[min(start, len(seq) - 1)], forced)
+        seq += [int(t) for t in out.tokens[max(0, len(seq) - 1 - start):]]
+        assert run._k.shape[3] == slots and run._k.flags.c_contiguous
+        assert (run._self_mask[: start + size] == 0).all() and (run._self_mask[start + size:] == -100).all()
+        assert np.abs(run._k[:, :, :, start : start + size]).max() > 0
+        assert not run._k[:, :, :, start + size :].any()
+    assert (run._k.ctypes.data, run._v.ctypes.data, run._self_mask.ctypes.data) == buffers
     with pytest.raises(ValueError, match="consumed"):
         run.run(0, 4, seq[0], np.full(3, -1, np.int64))
+    fresh = model.decoder(enc)
+    with pytest.raises(ValueError, match="must be given"):  # the prompt chunk cannot guess its tokens
+        fresh.run(0, 4, seq[0], np.array([seq[1], -1, -1], np.int64))
 
 
 def test_native_30s_encoding(model) -> None:

@@ -3,13 +3,12 @@
 The reference runs transformers' own modules on exactly the real number of mel frames (its
 ``WhisperEncoder.forward`` insists on 3000 frames, so the layers are called one by one, as
 ``forward`` does). :class:`PackRunner` drives the pack's graphs the way the engine does: encoder
-once, then the decoder chunk graphs of a schedule, appending ``new_k``/``new_v`` to the cache.
+once, then the decoder chunk graphs of a schedule, writing ``new_k``/``new_v`` into the fixed cache.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -134,10 +133,10 @@ class PackRunner:
             self._sessions[path] = ort.InferenceSession(str(path), so, providers=providers)
         return self._sessions[path]
 
-    @cached_property
-    def _empty_cache(self) -> np.ndarray:
+    def empty_cache(self, bucket: int) -> np.ndarray:
+        """A zeroed self-attention cache [L, 1, H, S, hd] of ``bucket``'s graphs."""
         d = self.pack.dims
-        return np.zeros((d.decoder_layers, 1, d.decoder_heads, 1, d.head_dim), np.float32)
+        return np.zeros((d.decoder_layers, 1, d.decoder_heads, self.pack.cache_slots[bucket], d.head_dim), np.float32)
 
     def encode(self, mel: np.ndarray, n_frames: int, bucket: int) -> Encoded:
         k, v = self.session(self.pack.encoder_file(bucket)).run(
@@ -146,11 +145,16 @@ class PackRunner:
 
     def chunk(self, enc: Encoded, start: int, size: int, token: int, forced: list[int],
               self_k: np.ndarray, self_v: np.ndarray) -> dict[str, np.ndarray]:
-        """Run one chunk graph; returns its outputs by name."""
+        """Run one chunk graph over a cache whose slots < ``start`` are filled; returns its outputs by name."""
+        known = self.pack.decoder_known(enc.bucket, start, size)
+        assert min(forced[: known - 1], default=0) >= 0, f"chunk ({start}, {size}) batches {known} given tokens"
         sess = self.session(self.pack.decoder_file(enc.bucket, start, size))
+        self_mask = np.full(self_k.shape[3], MASK, np.float32)
+        self_mask[:start] = 0.0
         feeds = {"token": np.array([token], np.int64), "forced": np.array(forced, np.int64),
-                 "self_k": self_k, "self_v": self_v, "cross_k": enc.cross_k, "cross_v": enc.cross_v,
-                 "cross_mask": enc.cross_mask}
+                 "positions": np.arange(start, start + size, dtype=np.int64),
+                 "self_k": self_k, "self_v": self_v, "self_mask": self_mask,
+                 "cross_k": enc.cross_k, "cross_v": enc.cross_v, "cross_mask": enc.cross_mask}
         names = [o.name for o in sess.get_outputs()]
         return dict(zip(names, sess.run(None, feeds), strict=True))
 
@@ -175,15 +179,16 @@ class PackRunner:
         """
         forced_at = {i: t for i, t in enumerate(prompt)} | (forced_override or {})
         seq = [prompt[0]]
-        self_k = self_v = self._empty_cache
+        self_k, self_v = self.empty_cache(enc.bucket), self.empty_cache(enc.bucket)
         outputs = []
         for start, size in chunks:
             assert len(seq) == start + 1
             forced = [forced_at.get(start + s + 1, -1) for s in range(size - 1)]
             out = self.chunk(enc, start, size, seq[start], forced, self_k, self_v)
             outputs.append(out)
-            self_k = np.concatenate([self_k, out["new_k"]], axis=3)
-            self_v = np.concatenate([self_v, out["new_v"]], axis=3)
+            end = min(start + size, self_k.shape[3])
+            self_k[:, :, :, start:end] = out["new_k"][:, :, :, : end - start]
+            self_v[:, :, :, start:end] = out["new_v"][:, :, :, : end - start]
             for s in range(size):
                 pos = start + s + 1
                 seq.append(forced_at.get(pos, int(out["tokens"][s])))

@@ -59,10 +59,15 @@ def test_decoder_chunks_match_transformers(tiny_pack, runner, reference, bucket)
     eot = tiny_pack.special.eot
     got = {name: np.concatenate([o[name] for o in outputs], axis=3 if name.startswith("new_") else 0)
            for name in outputs[0]}
-    text_logits = logits[:, :eot]
-    np.testing.assert_array_equal(got["tokens"], text_logits.argmax(axis=1))
-    assert np.abs(got["token_logit"] - text_logits.max(axis=1)).max() <= TOL
-    assert np.abs(got["eot_logit"] - logits[:, eot]).max() <= TOL
+    # rows that a chunk batches with the next one predict nothing (their next token is given)
+    predicted = np.concatenate([np.arange(size) >= tiny_pack.decoder_known(bucket, start, size) - 1
+                                for start, size in chunks])
+    assert predicted.sum() == positions - 3  # the first chunk batches the 4 prompt tokens
+    text_logits = logits[predicted, :eot]
+    np.testing.assert_array_equal(got["tokens"][predicted], text_logits.argmax(axis=1))
+    np.testing.assert_array_equal(got["tokens"][~predicted], seq[1:4])
+    assert np.abs(got["token_logit"][predicted] - text_logits.max(axis=1)).max() <= TOL
+    assert np.abs(got["eot_logit"][predicted] - logits[predicted, eot]).max() <= TOL
     last = attentions[-1].mean(axis=0)  # [S, n]
     assert np.abs(got["attn_last"][:, :n] - last).max() <= TOL
     align = np.mean([attentions[layer][head] for layer, head in tiny_pack.alignment_heads], axis=0)

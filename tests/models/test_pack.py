@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from captioner.errors import ModelError, PackBuildError
-from captioner.models.build import BuildOptions, chunk_plan, parse_buckets
+from captioner.models.build import BuildOptions, cache_slots, chunk_plan, known_steps, parse_buckets, prompt_length
 from captioner.models.checkpoint import bytes_to_unicode, load_checkpoint
 from captioner.models.pack import Pack, file_sha256
 from captioner.models.verify import pack_problems, verify_pack
@@ -20,12 +20,13 @@ DEFAULT_CHUNKS = [(0, 4), (0, 6), (4, 6), (6, 4), (10, 5), (15, 5), (20, 5), (25
 
 def test_manifest_has_the_contract_keys(tiny_pack, tiny_checkpoint):
     m = tiny_pack.manifest
-    assert m["format"] == "captioner-pack" and m["format_version"] == 1
+    assert m["format"] == "captioner-pack" and m["format_version"] == 2
     assert set(m["source"]) == {"name", "revision", "sha256"}
     assert m["source"]["name"] == "tiny-whisper"
     assert m["source"]["sha256"] == file_sha256(tiny_checkpoint / "model.safetensors")
     assert m["encoders"] == {str(b): f"encoder_{b}s.onnx" for b in (3, 4, 5, 6, 30)}
-    assert {"bucket", "start", "size", "file"} == set(m["decoders"][0])
+    assert {"bucket", "start", "size", "known", "file"} == set(m["decoders"][0])
+    assert m["cache_slots"] == {"3": 25, "4": 25, "5": 25, "6": 25, "30": 220}
     assert m["schedules"] == {"default": [4, 6, 5, 5, 5, 5], "prefixed": [6, 4, 5, 5, 5, 5]}
     assert m["long_chunk"] == 5 and m["max_positions"] == 224
     assert m["precision"] == "fp32" and m["linear"] == "matmul"
@@ -52,7 +53,14 @@ def test_pack_api(tiny_pack):
     long = p.decoder_chunks(30)
     assert long[: len(DEFAULT_CHUNKS)] == DEFAULT_CHUNKS and long[-1] == (220, 5) and len(long) == 8 + 39
     assert p.encoder_file(5).name == "encoder_5s.onnx" and p.encoder_file(5).is_file()
-    assert p.decoder_file(30, 35, 5).name == "decoder_30s_p35_k5.onnx"
+    # one graph per (bucket, size, known steps), whatever the start position
+    assert p.decoder_file(30, 35, 5).name == p.decoder_file(30, 220, 5).name == "decoder_30s_k5.onnx"
+    assert p.decoder_file(3, 0, 4).name == "decoder_3s_k4_j4.onnx" and p.decoder_known(3, 0, 4) == 4
+    assert p.decoder_file(3, 6, 4).name == "decoder_3s_k4.onnx" and p.decoder_known(3, 6, 4) == 1
+    assert p.decoder_file(3, 0, 6).name == "decoder_3s_k6_j5.onnx" and p.decoder_known(3, 0, 6) == 5
+    assert p.decoder_file(3, 4, 6).name == "decoder_3s_k6.onnx"
+    assert p.cache_slots[3] == 25 and p.cache_slots[30] == 220
+    assert len(p.graph_files()) == 5 + 5 * 5
     assert p.weights_file().name == "weights.bin"
     assert len(p.pack_hash) == 64 and p.pack_hash == file_sha256(p.root / "manifest.json")
     with pytest.raises(ModelError, match="no 7 s encoder"):
@@ -104,11 +112,13 @@ def test_graph_io_contract(tiny_pack):
     assert [o.name for o in enc.output] == ["cross_k", "cross_v"]
     assert [d.dim_value for d in enc.output[0].type.tensor_type.shape.dim] == [2, 1, 4, 200, 16]
     dec = onnx.load(str(tiny_pack.decoder_file(4, 10, 5)), load_external_data=False).graph
-    assert [i.name for i in dec.input] == ["token", "forced", "self_k", "self_v", "cross_k", "cross_v", "cross_mask"]
+    assert [i.name for i in dec.input] == ["token", "forced", "positions", "self_k", "self_v", "self_mask",
+                                           "cross_k", "cross_v", "cross_mask"]
     assert [o.name for o in dec.output] == ["tokens", "token_logit", "eot_logit", "attn_last", "attn_align",
                                             "new_k", "new_v"]
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in [*dec.input, *dec.output]}
-    assert shapes["self_k"] == [2, 1, 4, 11, 16] and shapes["forced"] == [4] and shapes["attn_last"] == [5, 200]
+    assert shapes["self_k"] == [2, 1, 4, 25, 16] and shapes["self_mask"] == [25] and shapes["positions"] == [5]
+    assert shapes["forced"] == [4] and shapes["attn_last"] == [5, 200]
     assert all(d > 0 for s in shapes.values() for d in s)  # static shapes only
     assert pack_problems(tiny_pack.root, checksums=False) == []
 
@@ -119,6 +129,10 @@ def test_chunk_plan_parameters():
                                                       "prefixed": (6, 4, 3, 3, 3, 3, 3, 3, 3)}
     assert (28, 3) in plan[3] and (31, 3) in plan[30] and (31, 3) not in plan[3]
     assert max(s + k - 1 for s, k in plan[30]) <= 224
+    assert known_steps(BuildOptions(), prompt_length(True)) == {(0, 4): 4, (0, 6): 5}
+    assert known_steps(BuildOptions(), prompt_length(False)) == {(0, 4): 2, (0, 6): 3}
+    assert known_steps(BuildOptions(heads={"default": (3, 7), "prefixed": (3, 7)}), 4) == {(0, 3): 3}
+    assert cache_slots(plan[3]) == 28 and cache_slots([(0, 4)]) == 1
     assert parse_buckets(["3,4", "30"]) == (3, 4, 30)
     with pytest.raises(PackBuildError):
         parse_buckets(["three"])

@@ -146,5 +146,6 @@ def test_turbo_shaped_checkpoint_deep_encoder_shallow_decoder(tmp_path):
     assert enc.cross_k.shape == (1, 1, 4, 250, 16)
     assert np.abs(enc.cross_k[:, :, :, :n] - ref_k).max() <= 1e-4
     assert np.abs(enc.cross_v[:, :, :, :n] - ref_v).max() <= 1e-4
-    seq, _ = run.greedy(enc, prompt(pack), run.plan(5, "prefixed"))
-    assert seq == reference.greedy(enc_ref, prompt(pack), positions=len(seq) - 1)
+    start = [*prompt(pack), 1000]  # the prefixed schedule carries at least one prefix token
+    seq, _ = run.greedy(enc, start, run.plan(5, "prefixed"))
+    assert seq == reference.greedy(enc_ref, start, positions=len(seq) - 1)
