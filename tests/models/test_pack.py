@@ -10,7 +10,14 @@ import onnx
 import pytest
 
 from captioner.errors import ModelError, PackBuildError
-from captioner.models.build import BuildOptions, cache_slots, chunk_plan, known_steps, parse_buckets, prompt_length
+from captioner.models.build import (
+    BuildOptions,
+    cache_slots,
+    chunk_plan,
+    known_steps,
+    parse_buckets,
+    prompt_length,
+)
 from captioner.models.checkpoint import bytes_to_unicode, load_checkpoint
 from captioner.models.pack import Pack, file_sha256
 from captioner.models.verify import pack_problems, verify_pack
