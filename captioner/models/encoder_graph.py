@@ -10,6 +10,12 @@ the padding holds: the mel input and conv1's output are zeroed beyond 2·n_frame
 convolutions see the same zero padding as the exact run), and the
 self-attention adds −100 to the scores of keys at or beyond n_frames (finite, for fp16 NPUs).
 The attention scale head_dim^-0.5 is folded into the query weights at build time.
+
+Long buckets compute self-attention in blocks of at most ``QUERY_BLOCK`` query frames (the same
+arithmetic): the 30 s graph's full score matrix is [8, 1500, 1500] floats, 72 MB for whisper-base,
+and the add, softmax and product each held one, so one run of that graph peaked ~150 MB above the
+rest of the process (``captioner bench``: streaming RSS peaks of 700–750 MB against ~510 MB steady).
+Blocks of 300 queries hold 14 MB each; an NPU's on-chip memory prefers small tensors too.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
 __all__ = ["MASK_BIAS", "build_encoder", "qkv_weights"]
 
 MASK_BIAS = -100.0  # additive attention bias of masked positions (paper's NPU choice)
+QUERY_BLOCK = 300  # encoder frames of queries per self-attention block in buckets longer than this
 
 
 def qkv_weights(w: dict[str, np.ndarray], prefix: str, scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -85,8 +92,12 @@ def build_encoder(ckpt: Checkpoint, store: WeightStore, bucket: int, linear: str
         q = g.op("Transpose", [g.op("Reshape", [q, split_heads])], perm=[1, 0, 2])  # [H, T, hd]
         kt = g.op("Transpose", [g.op("Reshape", [k, split_heads])], perm=[1, 2, 0])  # [H, hd, T]
         v = g.op("Transpose", [g.op("Reshape", [v, split_heads])], perm=[1, 0, 2])
-        probs = g.op("Softmax", [g.op("Add", [g.op("MatMul", [q, kt]), key_bias])], axis=-1)
-        o = g.op("Transpose", [g.op("MatMul", [probs, v])], perm=[1, 0, 2])  # [T, H, hd]
+        blocks = [min(QUERY_BLOCK, frames - s) for s in range(0, frames, QUERY_BLOCK)]
+        q_blocks = [q] if len(blocks) == 1 else g.op("Split", [q, g.const(blocks)], outputs=len(blocks), axis=1)
+        o_blocks = [g.op("MatMul", [g.op("Softmax", [g.op("Add", [g.op("MatMul", [qb, kt]), key_bias])], axis=-1), v])
+                    for qb in q_blocks]  # [H, block, hd] each
+        o = o_blocks[0] if len(blocks) == 1 else g.op("Concat", o_blocks, axis=1)
+        o = g.op("Transpose", [o], perm=[1, 0, 2])  # [T, H, hd]
         o = g.op("Reshape", [o, g.const([1, frames, d])])
         o = g.linear(o, f"{p}.self_attn.out_proj", wt(f"{p}.self_attn.out_proj.weight"),
                      wt(f"{p}.self_attn.out_proj.bias"), frames, d, d, batch=True)
