@@ -292,3 +292,13 @@ def test_doctor_check_qnn(tmp_path, capsys) -> None:
     cli.run(["doctor", "--check-qnn", "--no-verify"], AppPaths.default(tmp_path))
     out = capsys.readouterr().out
     assert "QNN check: OK: QNN HTP" in out and "nodes on QNNExecutionProvider" in out
+
+
+def test_runtime_keeps_numpy_blas_on_one_thread(tiny_pack) -> None:
+    """numpy's BLAS threads would spin after the log-mel product and slow the encoder (runtime docstring)."""
+    from threadpoolctl import threadpool_info
+
+    Runtime(tiny_pack, "cpu")
+    blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert blas, "numpy's BLAS is not visible to threadpoolctl"
+    assert all(pool["num_threads"] == 1 for pool in blas)
