@@ -118,7 +118,7 @@ class AcousticModel(Protocol):
 
     def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
         """The (start, size) chunks of a round, in order: [4,6,5,5,5,5] or, with a carried
-        prefix, [6,4,5,5,5,5] (30 positions); the 30 s bucket continues in 5s to 224 positions."""
+        prefix, [5,5,5,5,5,5] (30 positions); the 30 s bucket continues in 5s to 224 positions."""
         ...
 
     def encode(self, audio: np.ndarray, *, native_30s: bool = False) -> Encoding:

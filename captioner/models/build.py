@@ -49,7 +49,11 @@ class BuildOptions:
             constant-folds each Cast into an fp32 copy per session, so CPU should use fp32 packs.
         linear: ``"matmul"`` or ``"conv"`` (linear layers as 1×1 Conv, the QNN-friendly lowering).
         buckets: encoder buckets in seconds.
-        heads: the first chunks of each schedule (they differ; everything after is shared).
+        heads: the first chunks of each schedule (they differ; everything after is shared). The
+            paper's prefixed head is (6, 4); ours is (5, 5): its first chunk batches the prompt and
+            the first prefix token (5 given tokens) and the second is the shared K = 5 graph, so
+            the prefixed schedule needs one small graph of its own instead of two (6 and 4 steps)
+            for the same 5 sequential steps to position 10.
         tail_chunk: size K of the shared chunks after the heads (and of the long bucket's tail).
         tail_positions: positions the shared chunks cover after the heads (20: 30 per round).
         max_positions: the last decoder position the longest bucket's chunks consume (224).
@@ -58,7 +62,7 @@ class BuildOptions:
     precision: str = "fp32"
     linear: str = "matmul"
     buckets: tuple[int, ...] = BUCKETS
-    heads: dict[str, tuple[int, ...]] = field(default_factory=lambda: {"default": (4, 6), "prefixed": (6, 4)})
+    heads: dict[str, tuple[int, ...]] = field(default_factory=lambda: {"default": (4, 6), "prefixed": (5, 5)})
     tail_chunk: int = 5
     tail_positions: int = 20
     max_positions: int = 224

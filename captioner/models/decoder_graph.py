@@ -20,9 +20,9 @@ Out (row s belongs to step s, which consumes the token at p+s and predicts posit
         host writes them into slots p…p+K−1 of its cache.
 
 One graph per (bucket, K, known) serves every start position p. The cache has a fixed size and a
-mask instead of one static length per start position: a pack then holds 3–5 decoder graphs per
+mask instead of one static length per start position: a pack then holds 4 decoder graphs per
 bucket instead of one per chunk of the plan (84 → 25 graphs for the default buckets; the 30 s
-bucket's 45-chunk chain becomes 3 graphs). ONNX Runtime keeps ~3–5 KB of private memory per node
+bucket's 45-chunk chain needs no graph beyond the 4). ONNX Runtime keeps ~3–5 KB of private memory per node
 of every session whatever the options, so graphs, not weights (which are shared), dominated the
 memory of a loaded pack: measured on whisper-base, 84 sessions held ~530 MB. The price is that
 each step attends over S slots instead of p + 1 (0.4 % of a step's multiply-adds at S = 25 for

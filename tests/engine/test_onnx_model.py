@@ -57,7 +57,7 @@ def _run_chain(model, enc, sequence: list[int], prefixed: bool = False, limit: i
 
 def test_chunk_plans_follow_the_pack(model) -> None:
     assert model.chunk_plan(3, False) == ((0, 4), (4, 6), (10, 5), (15, 5), (20, 5), (25, 5))
-    assert model.chunk_plan(6, True) == ((0, 6), (6, 4), (10, 5), (15, 5), (20, 5), (25, 5))
+    assert model.chunk_plan(6, True) == ((0, 5), (5, 5), (10, 5), (15, 5), (20, 5), (25, 5))
     long = model.chunk_plan(30, False)
     assert long[:6] == model.chunk_plan(3, False)
     assert long[6] == (30, 5) and long[-1] == (220, 5)

@@ -92,7 +92,7 @@ def test_sessions_are_lazy_and_share_one_ortvalue_per_weight(tiny_pack, tmp_path
     loaded = {p.name for p in rt.loaded()}
     assert not any("30s" in name for name in loaded)  # the 30 s bucket stays unloaded
     files = {tiny_pack.decoder_file(3, *chunk).name for chunk in tiny_pack.decoder_chunks(3)}
-    assert len(files) == 5 and loaded == {"encoder_3s.onnx", *files}  # 8 chunks, 5 graphs
+    assert len(files) == 4 and loaded == {"encoder_3s.onnx", *files}  # 8 chunks, 4 graphs
     info = rt.info()
     assert set(info.placement) == loaded
     assert all(set(p) == {"CPUExecutionProvider"} for p in info.placement.values())
@@ -186,16 +186,16 @@ def wide_pack(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_a_loaded_pack_holds_one_copy_of_the_weights(wide_pack) -> None:
-    """All six graphs of a bucket loaded and run: RSS grows by about one weight file, not six.
+    """All five graphs of a bucket loaded and run: RSS grows by about one weight file, not five.
 
     Measured in a fresh interpreter from just before the first session to after a full round."""
     out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(wide_pack)], capture_output=True, text=True,
                          timeout=300, check=True)
     stats = json.loads(out.stdout.strip().splitlines()[-1])
     print("memory:", stats)
-    assert stats["sessions"] == 6
+    assert stats["sessions"] == 5
     assert stats["weights_mb"] > 70
-    # one copy plus ORT's own overhead; a copy per session would be ~6 × the 80 MB embedding
+    # one copy plus ORT's own overhead; a copy per session would be ~5 × the 80 MB embedding
     assert stats["rss_mb"] < 2 * stats["weights_mb"], stats
 
 

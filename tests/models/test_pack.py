@@ -22,7 +22,7 @@ from captioner.models.checkpoint import bytes_to_unicode, load_checkpoint
 from captioner.models.pack import Pack, file_sha256
 from captioner.models.verify import pack_problems, verify_pack
 
-DEFAULT_CHUNKS = [(0, 4), (0, 6), (4, 6), (6, 4), (10, 5), (15, 5), (20, 5), (25, 5)]
+DEFAULT_CHUNKS = [(0, 4), (0, 5), (4, 6), (5, 5), (10, 5), (15, 5), (20, 5), (25, 5)]
 
 
 def test_manifest_has_the_contract_keys(tiny_pack, tiny_checkpoint):
@@ -34,7 +34,7 @@ def test_manifest_has_the_contract_keys(tiny_pack, tiny_checkpoint):
     assert m["encoders"] == {str(b): f"encoder_{b}s.onnx" for b in (3, 4, 5, 6, 30)}
     assert {"bucket", "start", "size", "known", "file"} == set(m["decoders"][0])
     assert m["cache_slots"] == {"3": 25, "4": 25, "5": 25, "6": 25, "30": 220}
-    assert m["schedules"] == {"default": [4, 6, 5, 5, 5, 5], "prefixed": [6, 4, 5, 5, 5, 5]}
+    assert m["schedules"] == {"default": [4, 6, 5, 5, 5, 5], "prefixed": [5, 5, 5, 5, 5, 5]}
     assert m["long_chunk"] == 5 and m["max_positions"] == 224
     assert m["precision"] == "fp32" and m["linear"] == "matmul"
     assert m["alignment_heads"] == [[1, 0], [1, 2]] and m["alignment_heads_source"] == "generation_config"
@@ -63,11 +63,11 @@ def test_pack_api(tiny_pack):
     # one graph per (bucket, size, known steps), whatever the start position
     assert p.decoder_file(30, 35, 5).name == p.decoder_file(30, 220, 5).name == "decoder_30s_k5.onnx"
     assert p.decoder_file(3, 0, 4).name == "decoder_3s_k4_j4.onnx" and p.decoder_known(3, 0, 4) == 4
-    assert p.decoder_file(3, 6, 4).name == "decoder_3s_k4.onnx" and p.decoder_known(3, 6, 4) == 1
-    assert p.decoder_file(3, 0, 6).name == "decoder_3s_k6_j5.onnx" and p.decoder_known(3, 0, 6) == 5
+    assert p.decoder_file(3, 5, 5).name == "decoder_3s_k5.onnx" and p.decoder_known(3, 5, 5) == 1
+    assert p.decoder_file(3, 0, 5).name == "decoder_3s_k5_j5.onnx" and p.decoder_known(3, 0, 5) == 5
     assert p.decoder_file(3, 4, 6).name == "decoder_3s_k6.onnx"
     assert p.cache_slots[3] == 25 and p.cache_slots[30] == 220
-    assert len(p.graph_files()) == 5 + 5 * 5
+    assert len(p.graph_files()) == 5 + 5 * 4
     assert p.weights_file().name == "weights.bin"
     assert len(p.pack_hash) == 64 and p.pack_hash == file_sha256(p.root / "manifest.json")
     with pytest.raises(ModelError, match="no 7 s encoder"):
@@ -133,11 +133,11 @@ def test_graph_io_contract(tiny_pack):
 def test_chunk_plan_parameters():
     plan = chunk_plan(BuildOptions(buckets=(3, 30), tail_chunk=3))
     assert BuildOptions(tail_chunk=3).schedules() == {"default": (4, 6, 3, 3, 3, 3, 3, 3, 3),
-                                                      "prefixed": (6, 4, 3, 3, 3, 3, 3, 3, 3)}
+                                                      "prefixed": (5, 5, 3, 3, 3, 3, 3, 3, 3)}
     assert (28, 3) in plan[3] and (31, 3) in plan[30] and (31, 3) not in plan[3]
     assert max(s + k - 1 for s, k in plan[30]) <= 224
-    assert known_steps(BuildOptions(), prompt_length(True)) == {(0, 4): 4, (0, 6): 5}
-    assert known_steps(BuildOptions(), prompt_length(False)) == {(0, 4): 2, (0, 6): 3}
+    assert known_steps(BuildOptions(), prompt_length(True)) == {(0, 4): 4, (0, 5): 5}
+    assert known_steps(BuildOptions(), prompt_length(False)) == {(0, 4): 2, (0, 5): 3}
     assert known_steps(BuildOptions(heads={"default": (3, 7), "prefixed": (3, 7)}), 4) == {(0, 3): 3}
     assert cache_slots(plan[3]) == 28 and cache_slots([(0, 4)]) == 1
     assert parse_buckets(["3,4", "30"]) == (3, 4, 30)
