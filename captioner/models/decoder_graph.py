@@ -7,7 +7,7 @@ In:
     ``positions`` int64 [K]: p, p+1, …, p+K−1 (rows of the position embedding).
     ``self_k``, ``self_v`` float32 [L, 1, H, S, hd]: a fixed cache of S slots; slot i holds position i.
     ``self_mask`` float32 [S]: 0 for the slots < p (filled), −100 for the others (added to the scores).
-    ``cross_k``, ``cross_v`` float32 [L, 1, H, 50·B, hd]: the encoder's outputs.
+    ``cross_k``, ``cross_v`` float32 [L, 1, H, hd, 50·B]: the encoder's outputs (frames last).
     ``cross_mask`` float32 [50·B]: 0 for real frames, −100 for padding (added to the scores).
 Out (row s belongs to step s, which consumes the token at p+s and predicts position p+s+1):
     ``tokens`` int64 [K]: the model's argmax over ids < EOT (ties → lowest id), even where forced;
@@ -61,11 +61,11 @@ def graph_name(bucket: int, size: int, known: int = 1) -> str:
     return f"decoder_{bucket}s_k{size}" + (f"_j{known}" if known > 1 else "")
 
 
-def _split_per_layer(g: GraphBuilder, name: str, n_layers: int, heads: int, length: int, hd: int) -> list[str]:
-    """Graph input ``name`` [L, 1, H, length, hd] as one [H, length, hd] tensor per layer."""
+def _split_per_layer(g: GraphBuilder, name: str, n_layers: int, shape: list[int]) -> list[str]:
+    """Graph input ``name`` [L, 1, *shape] as one ``shape`` tensor per layer."""
     parts = g.op("Split", [name, g.const([1] * n_layers)], outputs=n_layers, axis=0)
     parts = [parts] if n_layers == 1 else parts
-    return [g.op("Reshape", [t, g.const([heads, length, hd])]) for t in parts]
+    return [g.op("Reshape", [t, g.const(shape)]) for t in parts]
 
 
 def _to_heads(g: GraphBuilder, t: str, rows: int, heads: int, hd: int) -> str:
@@ -100,7 +100,7 @@ def _self_qkv(g: GraphBuilder, ckpt: Checkpoint, x: str, pre: str, scale: float,
 
 
 def _cross_and_mlp(g: GraphBuilder, ckpt: Checkpoint, x: str, pre: str, scale: float, cross_kt: str,
-                   cross_v: str, rows: int) -> tuple[str, str]:
+                   cross_vt: str, rows: int) -> tuple[str, str]:
     """The rest of decoder layer ``pre`` after self-attention: cross-attention (with ``cross_mask``)
     and the MLP, each with its residual. Returns (x [rows, d], cross-attention probabilities [H, rows, T])."""
     w, dims = ckpt.weights, ckpt.dims
@@ -112,7 +112,14 @@ def _cross_and_mlp(g: GraphBuilder, ckpt: Checkpoint, x: str, pre: str, scale: f
                  rows, d, d, batch=False)
     q = _to_heads(g, q, rows, dims.decoder_heads, dims.head_dim)
     probs = g.op("Softmax", [g.op("Add", [g.op("MatMul", [q, cross_kt]), "cross_mask"])], axis=-1)  # [H, rows, T]
-    o = _from_heads(g, g.op("MatMul", [probs, cross_v]), rows, d)
+    # o = p·V computed as (Vᵀ·pᵀ)ᵀ on the transposed values; for one row both transposes are reshapes
+    heads = dims.decoder_heads
+    if rows == 1:
+        pt = g.op("Reshape", [probs, g.const([heads, -1, 1])])  # [H, T, 1]
+        o = g.op("Reshape", [g.op("MatMul", [cross_vt, pt]), g.const([1, d])])  # [H, hd, 1] -> [1, d]
+    else:
+        o = g.op("MatMul", [cross_vt, g.op("Transpose", [probs], perm=[0, 2, 1])])  # [H, hd, rows]
+        o = _from_heads(g, g.op("Transpose", [o], perm=[0, 2, 1]), rows, d)
     x = g.op("Add", [x, _linear(g, ckpt, o, f"{pre}.encoder_attn.out_proj", rows, d, d)])
     h = g.layer_norm(x, f"{pre}.final_layer_norm", w)
     h = g.gelu(_linear(g, ckpt, h, f"{pre}.fc1", rows, d, dims.decoder_ffn_dim))
@@ -164,10 +171,9 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, size:
     proj = embed if ckpt.tied_output else g.weight("proj_out.weight", lambda: w["proj_out.weight"])
     pos_table = g.weight("decoder.embed_positions.weight", lambda: w["decoder.embed_positions.weight"])
 
-    per_layer = {name: _split_per_layer(g, name, n_layers, heads, slots if name.startswith("self") else frames, hd)
-                 for name in ("self_k", "self_v", "cross_k", "cross_v")}  # [H, len, hd] per layer
+    per_layer = {name: _split_per_layer(g, name, n_layers, [heads, slots, hd]) for name in ("self_k", "self_v")}
+    per_layer |= {name: _split_per_layer(g, name, n_layers, [heads, hd, frames]) for name in ("cross_k", "cross_v")}
     cache_kt = [g.op("Transpose", [t], perm=[0, 2, 1]) for t in per_layer["self_k"]]  # [H, hd, S]
-    cross_kt = [g.op("Transpose", [t], perm=[0, 2, 1]) for t in per_layer["cross_k"]]  # [H, hd, T]
     align_by_layer: dict[int, list[int]] = {}
     for layer, head in ckpt.alignment_heads:
         align_by_layer.setdefault(layer, []).append(head)
@@ -212,7 +218,7 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, size:
             o = g.op("Add", [g.op("MatMul", [p_cache, per_layer["self_v"][i]]), g.op("MatMul", [p_new, v_new])])
             o = _from_heads(g, o, rows, d)
             x = g.op("Add", [x, _linear(g, ckpt, o, f"{pre}.self_attn.out_proj", rows, d, d)])
-            x, probs = _cross_and_mlp(g, ckpt, x, pre, scale, cross_kt[i], per_layer["cross_v"][i], rows)
+            x, probs = _cross_and_mlp(g, ckpt, x, pre, scale, per_layer["cross_k"][i], per_layer["cross_v"][i], rows)
             if i == n_layers - 1:
                 outs["attn_last"].append(g.op("ReduceMean", [probs, g.const([0])], keepdims=0))  # [rows, T]
             if i in align_by_layer:
@@ -238,7 +244,7 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, size:
         g.op("Concat", layers, outputs=[name], axis=0)
 
     cache = [n_layers, 1, heads, slots, hd]
-    cross = [n_layers, 1, heads, frames, hd]
+    cross = [n_layers, 1, heads, hd, frames]
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     return g.model(
         [value_info("token", i64, [1]), value_info("forced", i64, [size - 1]), value_info("positions", i64, [size]),

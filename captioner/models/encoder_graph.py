@@ -2,8 +2,12 @@
 
 In: ``mel`` float32 [1, n_mels, 100·B] (2·n_frames real mel frames, then 0.0 padding in the
 normalised log-mel domain), ``n_frames`` int64 [1] (real encoder frames). Out: ``cross_k``,
-``cross_v`` float32 [decoder_layers, 1, heads, 50·B, head_dim], every decoder layer's cross-attention
-keys and values of the encoder output (values with their bias; keys have none in Whisper).
+``cross_v`` float32 [decoder_layers, 1, heads, head_dim, 50·B], every decoder layer's cross-attention
+keys and values of the encoder output (values with their bias; keys have none in Whisper),
+*transposed*: frames last. That is the layout the decoder's products want (q·Kᵀ takes Kᵀ; the
+values are applied as Vᵀ·pᵀ), and it falls out of one product ``W·xᵀ`` per kind with no transpose
+of the [L·d, T] result, so neither the encoder (two copies of 18 MB at 30 s for whisper-base) nor
+every decoder chunk (a copy of each layer's keys per dispatch) moves them again.
 
 Masking makes the real frames' outputs equal the encoder run on exactly the real length, whatever
 the padding holds: the mel input and conv1's output are zeroed beyond 2·n_frames (so both
@@ -111,23 +115,22 @@ def build_encoder(ckpt: Checkpoint, store: WeightStore, bucket: int, linear: str
     x = g.layer_norm(x, "encoder.layer_norm", w)
 
     n_layers = dims.decoder_layers
-    outs = {}
+    xt = g.op("Transpose", [g.op("Reshape", [x, g.const([frames, d])])], perm=[1, 0])  # [d, T]
     for kind, has_bias in (("k", False), ("v", True)):
         names = [f"decoder.layers.{j}.encoder_attn.{kind}_proj" for j in range(n_layers)]
 
         def weight(names=names):
-            return np.concatenate([w[f"{n}.weight"] for n in names])
+            return np.concatenate([w[f"{n}.weight"] for n in names])  # [L·d, d]
 
         def bias(names=names):
-            return np.concatenate([w[f"{n}.bias"] for n in names])
+            return np.concatenate([w[f"{n}.bias"] for n in names])[:, None]  # [L·d, 1]
 
-        y = g.linear(x, f"decoder.cross_attn.{kind}_proj_all", weight, bias if has_bias else None,
-                     frames, d, n_layers * d, batch=True)  # [1, T, L·d]
-        y = g.op("Transpose", [g.op("Reshape", [y, g.const([frames, n_layers, heads, hd])])], perm=[1, 2, 0, 3])
-        outs[kind] = g.op("Reshape", [y, g.const([n_layers, 1, heads, frames, hd])],
-                          outputs=[f"cross_{kind}"])
+        y = g.op("MatMul", [g.weight(f"decoder.cross_attn.{kind}_proj_all.weight", weight), xt])  # [L·d, T]
+        if has_bias:
+            y = g.op("Add", [y, g.weight(f"decoder.cross_attn.{kind}_proj_all.bias_col", bias)])
+        g.op("Reshape", [y, g.const([n_layers, 1, heads, hd, frames])], outputs=[f"cross_{kind}"])
     return g.model(
         [value_info("mel", TensorProto.FLOAT, [1, dims.n_mels, n_mel_frames]),
          value_info("n_frames", TensorProto.INT64, [1])],
-        [value_info(f"cross_{kind}", TensorProto.FLOAT, [n_layers, 1, heads, frames, hd]) for kind in ("k", "v")],
+        [value_info(f"cross_{kind}", TensorProto.FLOAT, [n_layers, 1, heads, hd, frames]) for kind in ("k", "v")],
     )

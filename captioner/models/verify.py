@@ -37,7 +37,7 @@ def _graph_problems(pack: Pack, path: Path, bucket: int, size: int | None) -> li
         return [f"{path} is not a readable ONNX model: {exc}"]
     dims = pack.dims
     frames = 50 * bucket
-    cross = [dims.decoder_layers, 1, dims.decoder_heads, frames, dims.head_dim]
+    cross = [dims.decoder_layers, 1, dims.decoder_heads, dims.head_dim, frames]
     if size is None:
         names = ENCODER_IO
         expect = {"mel": [1, dims.n_mels, 100 * bucket], "n_frames": [1], "cross_k": cross, "cross_v": cross}

@@ -50,13 +50,14 @@ class Reference:
 
     @torch.no_grad()
     def cross_kv(self, enc_out: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """Every decoder layer's encoder_attn k_proj/v_proj of ``enc_out``: [L, 1, H, n, hd] each."""
+        """Every decoder layer's encoder_attn k_proj/v_proj of ``enc_out``, laid out as the pack's encoder
+        returns them (frames last): [L, 1, H, hd, n] each."""
         ks, vs = [], []
         for layer in self.model.model.decoder.layers:
             attn = layer.encoder_attn
             shape = (1, enc_out.shape[1], attn.num_heads, attn.head_dim)
-            ks.append(attn.k_proj(enc_out).reshape(shape).permute(0, 2, 1, 3).numpy())
-            vs.append(attn.v_proj(enc_out).reshape(shape).permute(0, 2, 1, 3).numpy())
+            ks.append(attn.k_proj(enc_out).reshape(shape).permute(0, 2, 3, 1).numpy())
+            vs.append(attn.v_proj(enc_out).reshape(shape).permute(0, 2, 3, 1).numpy())
         return np.stack(ks), np.stack(vs)
 
     @torch.no_grad()

@@ -35,9 +35,9 @@ def test_encoder_matches_transformers_on_exact_length(tiny_pack, runner, referen
         mel = random_mel(tiny_pack.dims.n_mels, n, bucket, seed=100 * bucket + i)
         enc = runner.encode(mel, n, bucket)
         ref_k, ref_v = reference.cross_kv(reference.encode(mel[:, :, : 2 * n]))
-        assert enc.cross_k.shape == (2, 1, 4, 50 * bucket, 16)
-        assert np.abs(enc.cross_k[:, :, :, :n] - ref_k).max() <= TOL, (bucket, n)
-        assert np.abs(enc.cross_v[:, :, :, :n] - ref_v).max() <= TOL, (bucket, n)
+        assert enc.cross_k.shape == (2, 1, 4, 16, 50 * bucket)
+        assert np.abs(enc.cross_k[..., :n] - ref_k).max() <= TOL, (bucket, n)
+        assert np.abs(enc.cross_v[..., :n] - ref_v).max() <= TOL, (bucket, n)
         assert np.abs(ref_k).max() > 0.1  # the comparison is not between near-zero tensors
 
 
@@ -122,11 +122,11 @@ def test_padding_gets_no_attention_and_changes_nothing(tiny_pack, runner, bucket
     noisy = mel.copy()
     noisy[:, :, 2 * n :] = np.random.default_rng(9).normal(0, 3, noisy[:, :, 2 * n :].shape)
     enc_noisy = runner.encode(noisy, n, bucket)
-    assert np.abs(enc_noisy.cross_k[:, :, :, :n] - enc.cross_k[:, :, :, :n]).max() <= 1e-6
+    assert np.abs(enc_noisy.cross_k[..., :n] - enc.cross_k[..., :n]).max() <= 1e-6
     rng = np.random.default_rng(10)
     for name in ("cross_k", "cross_v"):  # padded K/V of a realistic scale but unrelated to the clean ones
-        real = getattr(enc, name)[:, :, :, :n]
-        getattr(enc_noisy, name)[:, :, :, n:] = rng.normal(0, 2 * real.std(), getattr(enc_noisy, name)[:, :, :, n:].shape)
+        real = getattr(enc, name)[..., :n]
+        getattr(enc_noisy, name)[..., n:] = rng.normal(0, 2 * real.std(), getattr(enc_noisy, name)[..., n:].shape)
     seq_noisy, outputs_noisy = runner.greedy(enc_noisy, prompt(tiny_pack), runner.plan(bucket, "default"))
     assert seq_noisy == seq
     for a, b in zip(outputs, outputs_noisy, strict=True):

@@ -117,7 +117,7 @@ def test_graph_io_contract(tiny_pack):
     enc = onnx.load(str(tiny_pack.encoder_file(4)), load_external_data=False).graph
     assert [i.name for i in enc.input] == ["mel", "n_frames"]
     assert [o.name for o in enc.output] == ["cross_k", "cross_v"]
-    assert [d.dim_value for d in enc.output[0].type.tensor_type.shape.dim] == [2, 1, 4, 200, 16]
+    assert [d.dim_value for d in enc.output[0].type.tensor_type.shape.dim] == [2, 1, 4, 16, 200]  # frames last
     dec = onnx.load(str(tiny_pack.decoder_file(4, 10, 5)), load_external_data=False).graph
     assert [i.name for i in dec.input] == ["token", "forced", "positions", "self_k", "self_v", "self_mask",
                                            "cross_k", "cross_v", "cross_mask"]

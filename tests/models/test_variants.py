@@ -87,7 +87,7 @@ def test_english_only_128_mels_pack(tmp_path):
     enc = run.encode(mel, n, 4)
     enc_ref = reference.encode(mel[:, :, : 2 * n])
     ref_k, _ = reference.cross_kv(enc_ref)
-    assert np.abs(enc.cross_k[:, :, :, :n] - ref_k).max() <= 1e-4
+    assert np.abs(enc.cross_k[..., :n] - ref_k).max() <= 1e-4
     seq, outputs = run.greedy(enc, prompt(pack), run.plan(4, "default"))
     assert seq == reference.greedy(enc_ref, prompt(pack), positions=len(seq) - 1)
     _, attentions = reference.decode(enc_ref, seq[:-1])
@@ -108,8 +108,8 @@ def test_hundred_languages_and_half_precision_checkpoint(tmp_path):
     mel = random_mel(128, 140, 3, seed=2)
     enc = run.encode(mel, 140, 3)
     ref_k, ref_v = reference.cross_kv(reference.encode(mel[:, :, :280]))
-    assert np.abs(enc.cross_k[:, :, :, :140] - ref_k).max() <= 1e-4
-    assert np.abs(enc.cross_v[:, :, :, :140] - ref_v).max() <= 1e-4
+    assert np.abs(enc.cross_k[..., :140] - ref_k).max() <= 1e-4
+    assert np.abs(enc.cross_v[..., :140] - ref_v).max() <= 1e-4
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16"])
@@ -143,9 +143,9 @@ def test_turbo_shaped_checkpoint_deep_encoder_shallow_decoder(tmp_path):
     enc = run.encode(mel, n, 5)
     enc_ref = reference.encode(mel[:, :, : 2 * n])
     ref_k, ref_v = reference.cross_kv(enc_ref)
-    assert enc.cross_k.shape == (1, 1, 4, 250, 16)
-    assert np.abs(enc.cross_k[:, :, :, :n] - ref_k).max() <= 1e-4
-    assert np.abs(enc.cross_v[:, :, :, :n] - ref_v).max() <= 1e-4
+    assert enc.cross_k.shape == (1, 1, 4, 16, 250)
+    assert np.abs(enc.cross_k[..., :n] - ref_k).max() <= 1e-4
+    assert np.abs(enc.cross_v[..., :n] - ref_v).max() <= 1e-4
     start = [*prompt(pack), 1000]  # the prefixed schedule carries at least one prefix token
     seq, _ = run.greedy(enc, start, run.plan(5, "prefixed"))
     assert seq == reference.greedy(enc_ref, start, positions=len(seq) - 1)
