@@ -135,7 +135,7 @@ class Pack:
         alignment_heads: (decoder layer, head) pairs averaged into ``attn_align`` (for DTW).
         buckets: encoder buckets in seconds, ascending, e.g. ``(3, 4, 5, 6, 30)``.
         schedules: chunk sizes per schedule name: ``{"default": (4, 6, 5, 5, 5, 5),
-            "prefixed": (6, 4, 5, 5, 5, 5)}``.
+            "prefixed": (5, 5, 5, 5, 5, 5)}`` (the paper's prefixed head is (6, 4); see ``BuildOptions``).
         long_chunk: chunk size with which the 30 s bucket continues after the schedule (5).
         max_positions: decoder positions the longest bucket reaches (224).
         cache_slots: bucket → S, the slots of the fixed self-attention cache its chunk graphs read.
