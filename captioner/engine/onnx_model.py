@@ -22,6 +22,7 @@ import numpy as np
 from captioner.engine.features import log_mel, pad_to_frames
 from captioner.engine.model import SAMPLES_PER_FRAME, ChunkOutput, Encoding
 from captioner.engine.runtime import Runtime
+from captioner.models.pack import layer_feeds
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -184,6 +185,9 @@ class OnnxChunkRunner:
         self._k = np.zeros((layers, one, heads, slots, head_dim), dtype=np.float32)
         self._v = np.zeros_like(self._k)
         self._self_mask = np.full(slots, MASKED, dtype=np.float32)
+        # each layer's cache and cross K/V as views: the graph reads them in place, the cache
+        # writes below land in them
+        self._layer_feeds = layer_feeds(self_k=self._k, self_v=self._v, cross_k=self._cross_k, cross_v=self._cross_v)
         self.consumed = 0  # positions consumed so far
 
     def run(self, start: int, size: int, token: int, forced: np.ndarray) -> ChunkOutput:
@@ -210,8 +214,8 @@ class OnnxChunkRunner:
         tokens, token_logit, eot_logit, attn_last, attn_align, new_k, new_v = sess.run(_OUTPUTS, {
             "token": np.array([token], dtype=np.int64), "forced": forced,
             "positions": np.arange(start, start + size, dtype=np.int64),
-            "self_k": self._k, "self_v": self._v, "self_mask": self._self_mask,
-            "cross_k": self._cross_k, "cross_v": self._cross_v, "cross_mask": self._mask,
+            "self_mask": self._self_mask, "cross_mask": self._mask,
+            **self._layer_feeds,
         })
         elapsed = (time.perf_counter() - t0) * 1000.0
         end = min(start + size, self._slots)  # the last chunk's keys are never read again

@@ -5,10 +5,12 @@ In:
     ``forced`` int64 [K−1]: token to place at position p+s+1 (s = 0…K−2), or −1 for the model's choice.
         The first ``known − 1`` entries must be tokens (≥ 0): the graph batches those steps.
     ``positions`` int64 [K]: p, p+1, …, p+K−1 (rows of the position embedding).
-    ``self_k``, ``self_v`` float32 [L, 1, H, S, hd]: a fixed cache of S slots; slot i holds position i.
     ``self_mask`` float32 [S]: 0 for the slots < p (filled), −100 for the others (added to the scores).
-    ``cross_k``, ``cross_v`` float32 [L, 1, H, hd, 50·B]: the encoder's outputs (frames last).
     ``cross_mask`` float32 [50·B]: 0 for real frames, −100 for padding (added to the scores).
+    then per layer i (:func:`~captioner.models.pack.layer_input_names`):
+    ``self_k_i``, ``self_v_i`` float32 [H, S, hd]: layer i's fixed cache of S slots; slot j holds position j.
+    ``cross_k_i``, ``cross_v_i`` float32 [H, hd, 50·B]: layer i's slice of the encoder's outputs
+    (frames last).
 Out (row s belongs to step s, which consumes the token at p+s and predicts position p+s+1):
     ``tokens`` int64 [K]: the model's argmax over ids < EOT (ties → lowest id), even where forced;
         rows s < known − 1 predict nothing (their next token is given): ``tokens[s] = forced[s]``.
@@ -34,6 +36,11 @@ prefixed schedule the first prefix token), so they run as one batch of rows thro
 decoder step is memory-bound (each one streams every decoder weight), so the four prompt positions
 cost about one step instead of four.
 
+Each layer's caches and cross K/V are inputs of their own, not slices of one stacked [L, …] input:
+ONNX Runtime's Split (and Slice, Gather) copy, so a stacked input was copied on every dispatch:
+37 MB of cross K/V per chunk for whisper-base at 30 s, ~40 MB of RSS peak per run and ~2 ms per chunk
+(``captioner bench``). The host passes views of its stacked arrays (:func:`~captioner.models.pack.layer_feeds`).
+
 Self-attention scores are computed against the cache and against this chunk's new keys separately
 and concatenated, so the cache is never copied inside the graph. The query scale is folded into the
 weights, and q/k/v share one fused projection.
@@ -52,6 +59,7 @@ from onnx import TensorProto
 from captioner.models.checkpoint import Checkpoint
 from captioner.models.encoder_graph import MASK_BIAS, qkv_weights
 from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
+from captioner.models.pack import LAYER_INPUTS, layer_input_names
 
 __all__ = ["build_decoder_chunk", "graph_name"]
 
@@ -59,13 +67,6 @@ __all__ = ["build_decoder_chunk", "graph_name"]
 def graph_name(bucket: int, size: int, known: int = 1) -> str:
     """File stem of a chunk graph: ``decoder_4s_k5``, ``decoder_4s_k4_j4`` (known steps batched)."""
     return f"decoder_{bucket}s_k{size}" + (f"_j{known}" if known > 1 else "")
-
-
-def _split_per_layer(g: GraphBuilder, name: str, n_layers: int, shape: list[int]) -> list[str]:
-    """Graph input ``name`` [L, 1, *shape] as one ``shape`` tensor per layer."""
-    parts = g.op("Split", [name, g.const([1] * n_layers)], outputs=n_layers, axis=0)
-    parts = [parts] if n_layers == 1 else parts
-    return [g.op("Reshape", [t, g.const(shape)]) for t in parts]
 
 
 def _to_heads(g: GraphBuilder, t: str, rows: int, heads: int, hd: int) -> str:
@@ -171,8 +172,7 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, size:
     proj = embed if ckpt.tied_output else g.weight("proj_out.weight", lambda: w["proj_out.weight"])
     pos_table = g.weight("decoder.embed_positions.weight", lambda: w["decoder.embed_positions.weight"])
 
-    per_layer = {name: _split_per_layer(g, name, n_layers, [heads, slots, hd]) for name in ("self_k", "self_v")}
-    per_layer |= {name: _split_per_layer(g, name, n_layers, [heads, hd, frames]) for name in ("cross_k", "cross_v")}
+    per_layer = {kind: [f"{kind}_{i}" for i in range(n_layers)] for kind in LAYER_INPUTS}
     cache_kt = [g.op("Transpose", [t], perm=[0, 2, 1]) for t in per_layer["self_k"]]  # [H, hd, S]
     align_by_layer: dict[int, list[int]] = {}
     for layer, head in ckpt.alignment_heads:
@@ -243,13 +243,13 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, size:
                                    g.const([1, 1, heads, size, hd])]) for pieces in per]
         g.op("Concat", layers, outputs=[name], axis=0)
 
-    cache = [n_layers, 1, heads, slots, hd]
-    cross = [n_layers, 1, heads, hd, frames]
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    layer_shape = {"self_k": [heads, slots, hd], "self_v": [heads, slots, hd],
+                   "cross_k": [heads, hd, frames], "cross_v": [heads, hd, frames]}
     return g.model(
         [value_info("token", i64, [1]), value_info("forced", i64, [size - 1]), value_info("positions", i64, [size]),
-         value_info("self_k", f32, cache), value_info("self_v", f32, cache), value_info("self_mask", f32, [slots]),
-         value_info("cross_k", f32, cross), value_info("cross_v", f32, cross), value_info("cross_mask", f32, [frames])],
+         value_info("self_mask", f32, [slots]), value_info("cross_mask", f32, [frames]),
+         *[value_info(name, f32, layer_shape[name.rsplit("_", 1)[0]]) for name in layer_input_names(n_layers)]],
         [value_info("tokens", i64, [size]), value_info("token_logit", f32, [size]),
          value_info("eot_logit", f32, [size]), value_info("attn_last", f32, [size, frames]),
          value_info("attn_align", f32, [size, frames]),

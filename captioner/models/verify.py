@@ -12,17 +12,15 @@ from pathlib import Path
 import onnx
 
 from captioner.errors import ModelError
-from captioner.models.pack import MANIFEST, Pack, file_sha256
+from captioner.models.pack import MANIFEST, Pack, file_sha256, layer_input_names
 
 __all__ = ["pack_problems", "verify_pack"]
 
 logger = logging.getLogger(__name__)
 
 ENCODER_IO = (["mel", "n_frames"], ["cross_k", "cross_v"])
-DECODER_IO = (
-    ["token", "forced", "positions", "self_k", "self_v", "self_mask", "cross_k", "cross_v", "cross_mask"],
-    ["tokens", "token_logit", "eot_logit", "attn_last", "attn_align", "new_k", "new_v"],
-)
+DECODER_INPUTS = ["token", "forced", "positions", "self_mask", "cross_mask"]  # then layer_input_names(L)
+DECODER_OUTPUTS = ["tokens", "token_logit", "eot_logit", "attn_last", "attn_align", "new_k", "new_v"]
 
 
 def _shape(value: onnx.ValueInfoProto) -> list[int]:
@@ -42,15 +40,16 @@ def _graph_problems(pack: Pack, path: Path, bucket: int, size: int | None) -> li
         names = ENCODER_IO
         expect = {"mel": [1, dims.n_mels, 100 * bucket], "n_frames": [1], "cross_k": cross, "cross_v": cross}
     else:
-        names = DECODER_IO
+        layers = layer_input_names(dims.decoder_layers)
+        names = ([*DECODER_INPUTS, *layers], DECODER_OUTPUTS)
         slots = pack.cache_slots[bucket]
-        cache = [dims.decoder_layers, 1, dims.decoder_heads, slots, dims.head_dim]
+        cache = [dims.decoder_heads, slots, dims.head_dim]
         new = [dims.decoder_layers, 1, dims.decoder_heads, size, dims.head_dim]
-        expect = {"token": [1], "forced": [size - 1], "positions": [size], "self_k": cache, "self_v": cache,
-                  "self_mask": [slots], "cross_k": cross,
-                  "cross_v": cross, "cross_mask": [frames], "tokens": [size], "token_logit": [size],
+        expect = {"token": [1], "forced": [size - 1], "positions": [size], "self_mask": [slots],
+                  "cross_mask": [frames], "tokens": [size], "token_logit": [size],
                   "eot_logit": [size], "attn_last": [size, frames], "attn_align": [size, frames],
                   "new_k": new, "new_v": new}
+        expect |= {name: cache if name.startswith("self_") else cross[2:] for name in layers}
     graph = model.graph
     got_in = [v.name for v in graph.input]
     got_out = [v.name for v in graph.output]

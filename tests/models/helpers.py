@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from captioner.models.pack import Pack
+from captioner.models.pack import Pack, layer_feeds
 
 MASK = -100.0
 
@@ -154,8 +154,8 @@ class PackRunner:
         self_mask[:start] = 0.0
         feeds = {"token": np.array([token], np.int64), "forced": np.array(forced, np.int64),
                  "positions": np.arange(start, start + size, dtype=np.int64),
-                 "self_k": self_k, "self_v": self_v, "self_mask": self_mask,
-                 "cross_k": enc.cross_k, "cross_v": enc.cross_v, "cross_mask": enc.cross_mask}
+                 "self_mask": self_mask, "cross_mask": enc.cross_mask,
+                 **layer_feeds(self_k=self_k, self_v=self_v, cross_k=enc.cross_k, cross_v=enc.cross_v)}
         names = [o.name for o in sess.get_outputs()]
         return dict(zip(names, sess.run(None, feeds), strict=True))
 

@@ -27,7 +27,7 @@ DEFAULT_CHUNKS = [(0, 4), (0, 5), (4, 6), (5, 5), (10, 5), (15, 5), (20, 5), (25
 
 def test_manifest_has_the_contract_keys(tiny_pack, tiny_checkpoint):
     m = tiny_pack.manifest
-    assert m["format"] == "captioner-pack" and m["format_version"] == 2
+    assert m["format"] == "captioner-pack" and m["format_version"] == 3
     assert set(m["source"]) == {"name", "revision", "sha256"}
     assert m["source"]["name"] == "tiny-whisper"
     assert m["source"]["sha256"] == file_sha256(tiny_checkpoint / "model.safetensors")
@@ -119,12 +119,14 @@ def test_graph_io_contract(tiny_pack):
     assert [o.name for o in enc.output] == ["cross_k", "cross_v"]
     assert [d.dim_value for d in enc.output[0].type.tensor_type.shape.dim] == [2, 1, 4, 16, 200]  # frames last
     dec = onnx.load(str(tiny_pack.decoder_file(4, 10, 5)), load_external_data=False).graph
-    assert [i.name for i in dec.input] == ["token", "forced", "positions", "self_k", "self_v", "self_mask",
-                                           "cross_k", "cross_v", "cross_mask"]
+    assert [i.name for i in dec.input] == ["token", "forced", "positions", "self_mask", "cross_mask",
+                                           "self_k_0", "self_v_0", "cross_k_0", "cross_v_0",
+                                           "self_k_1", "self_v_1", "cross_k_1", "cross_v_1"]
     assert [o.name for o in dec.output] == ["tokens", "token_logit", "eot_logit", "attn_last", "attn_align",
                                             "new_k", "new_v"]
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in [*dec.input, *dec.output]}
-    assert shapes["self_k"] == [2, 1, 4, 25, 16] and shapes["self_mask"] == [25] and shapes["positions"] == [5]
+    assert shapes["self_k_0"] == [4, 25, 16] and shapes["self_mask"] == [25] and shapes["positions"] == [5]
+    assert shapes["cross_v_1"] == [4, 16, 200]  # frames last, as the encoder writes them
     assert shapes["forced"] == [4] and shapes["attn_last"] == [5, 200]
     assert all(d > 0 for s in shapes.values() for d in s)  # static shapes only
     assert pack_problems(tiny_pack.root, checksums=False) == []
