@@ -21,7 +21,7 @@ import numpy as np
 
 from captioner.engine.features import log_mel, pad_to_frames
 from captioner.engine.model import SAMPLES_PER_FRAME, ChunkOutput, Encoding
-from captioner.engine.runtime import Runtime
+from captioner.engine.runtime import Runtime, release_free_heap
 from captioner.models.pack import layer_feeds
 
 if TYPE_CHECKING:
@@ -146,6 +146,8 @@ class OnnxAcousticModel:
             n_frames = n // SAMPLES_PER_FRAME
             mel = pad_to_frames(log_mel(audio, self.pack.dims.n_mels), 2 * total)
         t1 = time.perf_counter()
+        if bucket == self.buckets[-1] and len(self.buckets) > 1:
+            release_free_heap()  # the long bucket's buffers do not fit the short rounds' freed blocks
         sess = self.runtime.session(self.pack.encoder_file(bucket))
         cross_k, cross_v = sess.run(["cross_k", "cross_v"],
                                     {"mel": mel, "n_frames": np.array([n_frames], dtype=np.int64)})

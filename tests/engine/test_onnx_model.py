@@ -152,3 +152,17 @@ def test_native_30s_encoding(model) -> None:
     outputs, _ = _run_chain(model, enc, _prompt(model), limit=2)
     assert outputs[0].attn_last.shape == (4, 1500)
     assert enc.mel_ms > 0 and enc.encoder_ms > 0
+
+
+def test_the_heap_is_trimmed_before_the_longest_bucket_only(model, monkeypatch) -> None:
+    """A 30 s run's buffers do not fit the holes short rounds leave (runtime docstring, 'Heap')."""
+    from captioner.engine import onnx_model
+
+    calls = []
+    monkeypatch.setattr(onnx_model, "release_free_heap", lambda: calls.append(1) or True)
+    model.encode(_audio(3.0, 5))
+    model.encode(_audio(6.0, 5))
+    assert calls == []
+    model.encode(_audio(8.0, 5))  # a speculative round longer than the short buckets
+    model.encode(_audio(2.0, 5), native_30s=True)  # a re-inference
+    assert len(calls) == 2

@@ -302,3 +302,29 @@ def test_runtime_keeps_numpy_blas_on_one_thread(tiny_pack) -> None:
     blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
     assert blas, "numpy's BLAS is not visible to threadpoolctl"
     assert all(pool["num_threads"] == 1 for pool in blas)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="malloc_trim is glibc's (elsewhere a no-op)")
+def test_release_free_heap_returns_freed_heap_pages_to_the_os() -> None:
+    """Free blocks inside the heap stay resident until trimmed (the runtime docstring's 'Heap')."""
+    import ctypes
+
+    import psutil
+
+    from captioner.engine.runtime import release_free_heap
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    block = 64 * 1024  # below glibc's mmap threshold: served from the heap
+    blocks = [libc.malloc(block) for _ in range(1600)]  # 100 MB
+    for b in blocks:
+        ctypes.memset(b, 1, block)  # make every page resident
+    for b in blocks[:-1]:  # the last block stays, so free() cannot simply shrink the heap's top
+        libc.free(b)
+    process = psutil.Process()
+    before = process.memory_info().rss
+    assert release_free_heap()
+    released = before - process.memory_info().rss
+    libc.free(blocks[-1])
+    assert released > 50 * 2**20, released
