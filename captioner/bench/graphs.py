@@ -112,8 +112,8 @@ class ExtraGraphs:
             for start, k in self.pack.decoder_chunks(bucket):
                 if k == size and self.pack.decoder_known(bucket, start, k) == known:
                     return self.pack.decoder_file(bucket, start, k)
-        return self._write(f"{graph_name(bucket, size, known)}_s{slots}.onnx", lambda: build_decoder_chunk(
-            self._ckpt, self._store, bucket, size, slots, self.pack.linear, known))
+        return self._write(f"{graph_name(slots, size, known)}.onnx", lambda: build_decoder_chunk(
+            self._ckpt, self._store, size, slots, self.pack.linear, known))
 
     def remove(self) -> None:
         """Delete the work directory of this pack."""

@@ -98,6 +98,12 @@ class Candidate:
     uses_ep_context: bool = False
 
     @property
+    def static_shapes(self) -> bool:
+        """Sessions need every dimension fixed (QNN rejects symbolic ones; DirectML plans better):
+        every provider but the CPU."""
+        return self.ep_name != CPU_EP
+
+    @property
     def uses_devices(self) -> bool:
         """A plugin EP added through its devices rather than by name."""
         return bool(self.devices)

@@ -113,8 +113,10 @@ class OnnxAcousticModel:
 
     def preload(self, bucket: int) -> None:
         """Create the sessions of every graph of ``bucket`` now instead of on first use."""
-        for graph in self.graphs(bucket):
-            self.runtime.session(graph)
+        encoder, *decoders = self.graphs(bucket)
+        self.runtime.session(encoder)
+        for graph in decoders:
+            self.runtime.session(graph, frames=50 * bucket)
 
     # -- encoder ------------------------------------------------------------------------------
     def encode(self, audio: np.ndarray, *, native_30s: bool = False) -> Encoding:
@@ -211,7 +213,7 @@ class OnnxChunkRunner:
         known = pack.decoder_known(enc.bucket, start, size)
         if (forced[: known - 1] < 0).any():
             raise ValueError(f"chunk ({start}, {size}) batches its first {known} steps: their tokens must be given")
-        sess = self._model.runtime.session(pack.decoder_file(enc.bucket, start, size))
+        sess = self._model.runtime.session(pack.decoder_file(enc.bucket, start, size), frames=enc.total_frames)
         t0 = time.perf_counter()
         tokens, token_logit, eot_logit, attn_last, attn_align, new_k, new_v = sess.run(_OUTPUTS, {
             "token": np.array([token], dtype=np.int64), "forced": forced,

@@ -63,6 +63,7 @@ import onnxruntime as ort
 
 from captioner.engine._providers import PROVIDER_CHOICES, Attempt, Candidate, plan_candidates
 from captioner.errors import ModelError, ProviderError
+from captioner.models.pack import FRAMES_DIM
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -241,7 +242,7 @@ class Runtime:
             # (+740 MB instead of +140 MB for a 9-graph bucket of a d_model 384 model).
             logger.warning("pack %s has fp16 weights: on %s every session holds its own fp32 copy; "
                            "an fp32 pack uses less memory here", pack.root.name, self.provider)
-        self._sessions: dict[Path, ort.InferenceSession] = {}
+        self._sessions: dict[tuple[Path, int | None], ort.InferenceSession] = {}  # (graph, fixed frames)
         self._placement: dict[str, dict[str, int]] = {}
         self._session_ms: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -273,23 +274,29 @@ class Runtime:
             session_ms=MappingProxyType(dict(self._session_ms)),
         )
 
-    def session(self, graph: Path) -> ort.InferenceSession:
+    def session(self, graph: Path, frames: int | None = None) -> ort.InferenceSession:
         """The session of ``graph`` (a file of the pack), created on first use.
+
+        ``frames``: the round's encoder frames, for a decoder chunk graph (its ``frames`` dimension is
+        symbolic, so one graph serves every bucket). The CPU runs one session for every value; a
+        provider that needs static shapes (every other one) gets a session per value, compiled with
+        the dimension fixed.
 
         Raises:
             ProviderError: no provider, not even the CPU, could run the graph.
         """
         graph = Path(graph)
         with self._lock:
-            sess = self._sessions.get(graph)
+            fixed = frames if frames is not None and self._current.static_shapes else None
+            sess = self._sessions.get((graph, fixed))
             if sess is None:
-                sess = self._create(graph)
-                self._sessions[graph] = sess
+                sess = self._create(graph, fixed)
+                self._sessions[(graph, fixed)] = sess
             return sess
 
     def loaded(self) -> list[Path]:
-        """Graph files with a live session."""
-        return list(self._sessions)
+        """The graph file of every live session (a file once per fixed ``frames`` value)."""
+        return [graph for graph, _frames in self._sessions]
 
     def close(self) -> None:
         """Drop every session (in reverse creation order, as shared EP contexts require)."""
@@ -298,13 +305,14 @@ class Runtime:
                 del self._sessions[key]
 
     # -- internals ----------------------------------------------------------------------------
-    def _create(self, graph: Path) -> ort.InferenceSession:
+    def _create(self, graph: Path, frames: int | None) -> ort.InferenceSession:
         inits = _external_initializers(graph, self.pack.weights_file().name)
         while True:
             cand = self._current
             t0 = time.perf_counter()
+            fixed = frames if cand.static_shapes else None
             try:
-                sess = self._open(graph, cand, inits)
+                sess = self._open(graph, cand, inits, fixed)
             except Exception as exc:  # ORT raises its own Fail/InvalidGraph/... types
                 if len(self._plan) == 1:
                     raise ProviderError(f"{cand.label} cannot run {graph.name}: {_one_line(exc)}") from exc
@@ -316,14 +324,18 @@ class Runtime:
                                cand.label, reason, self._current.label)
                 continue
             ms = (time.perf_counter() - t0) * 1000.0
-            self._session_ms[graph.name] = ms
-            self._placement[graph.name] = _placement(sess)
-            logger.info("session %s on %s in %.0f ms: %s", graph.name, cand.label, ms, self._placement[graph.name])
+            name = graph.name if fixed is None else f"{graph.name}@{fixed}"
+            self._session_ms[name] = ms
+            self._placement[name] = _placement(sess)
+            logger.info("session %s on %s in %.0f ms: %s", name, cand.label, ms, self._placement[name])
             return sess
 
-    def _options(self, cand: Candidate) -> ort.SessionOptions:
-        """Session options for ``cand`` (the one place they are decided)."""
+    def _options(self, cand: Candidate, frames: int | None = None) -> ort.SessionOptions:
+        """Session options for ``cand`` (the one place they are decided); ``frames`` fixes a chunk
+        graph's symbolic number of encoder frames."""
         so = ort.SessionOptions()
+        if frames is not None:
+            so.add_free_dimension_override_by_name(FRAMES_DIM, frames)
         so.intra_op_num_threads = self.threads
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -347,25 +359,27 @@ class Runtime:
         cand.configure(so)
         return so
 
-    def _open(self, graph: Path, cand: Candidate, inits: list[onnx.TensorProto]) -> ort.InferenceSession:
-        """A session for ``graph`` on ``cand``; on EP-context providers from (or into) the cache."""
+    def _open(self, graph: Path, cand: Candidate, inits: list[onnx.TensorProto],
+              frames: int | None) -> ort.InferenceSession:
+        """A session for ``graph`` on ``cand`` (``frames`` fixed when given); on EP-context providers
+        from (or into) the cache."""
         if not (cand.uses_ep_context and self.cache_dir is not None):
-            so = self._options(cand)
+            so = self._options(cand, frames)
             if cand.uses_ep_context:
                 so.add_session_config_entry("ep.share_ep_contexts", "1")
             return self._session(graph, so, cand, inits)
-        ctx = self._context_path(graph, cand)
+        ctx = self._context_path(graph, cand, frames)
         if ctx.is_file():
-            so = self._options(cand)
+            so = self._options(cand)  # a compiled context is static already
             so.add_session_config_entry("ep.share_ep_contexts", "1")  # one QNN backend for the pack
             try:
                 return self._session(ctx, so, cand, [])  # a compiled context holds its own weights
             except Exception as exc:  # a stale or half-written cache entry: compile again
                 logger.warning("EP-context cache %s unusable (%s); recompiling", ctx, _one_line(exc))
-                for stale in ctx.parent.glob(f"{graph.stem}_ctx*"):
+                for stale in ctx.parent.glob(f"{ctx.stem}*"):
                     stale.unlink(missing_ok=True)
         ctx.parent.mkdir(parents=True, exist_ok=True)
-        so = self._options(cand)
+        so = self._options(cand, frames)
         so.add_session_config_entry("ep.context_enable", "1")
         so.add_session_config_entry("ep.context_file_path", str(ctx))
         so.add_session_config_entry("ep.context_embed_mode", "0")
@@ -386,14 +400,16 @@ class Runtime:
                 raise ProviderError(f"nodes placed on {', '.join(sorted(foreign))}")
         return sess
 
-    def _context_path(self, graph: Path, cand: Candidate) -> Path:
-        """``<cache>/ep-context/<key>/<graph>_ctx.onnx``, key = hash of pack, provider, options, versions."""
+    def _context_path(self, graph: Path, cand: Candidate, frames: int | None = None) -> Path:
+        """``<cache>/ep-context/<key>/<graph>[_f<frames>]_ctx.onnx``, key = hash of pack, provider,
+        options, versions."""
         key_src = json.dumps({
             "pack": self.pack.pack_hash, "provider": cand.label, "options": cand.options,
             "ort": ort.__version__, "plugin": cand.version, "platform": sys.platform,
         }, sort_keys=True)
         key = hashlib.sha256(key_src.encode()).hexdigest()[:20]
-        return self.cache_dir / "ep-context" / key / f"{graph.stem}_ctx.onnx"
+        stem = graph.stem if frames is None else f"{graph.stem}_f{frames}"
+        return self.cache_dir / "ep-context" / key / f"{stem}_ctx.onnx"
 
 
 def _placement(sess: ort.InferenceSession) -> dict[str, int]:

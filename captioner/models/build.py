@@ -196,13 +196,14 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
                 progress: Callable[[int, int, str], None] | None) -> None:
     plan = chunk_plan(options, full_window=ckpt.dims.n_audio_ctx // 50)
     known = known_steps(options, prompt_length(ckpt.multilingual))
-    graphs = {b: sorted({(size, known.get((start, size), 1)) for start, size in plan[b]}) for b in plan}
-    total = len(plan) + sum(len(g) for g in graphs.values())
+    slots = {str(b): cache_slots(plan[b]) for b in plan}
+    # one chunk graph per (cache slots, size, known steps), shared by the buckets with that cache
+    graphs = sorted({(slots[str(b)], size, known.get((start, size), 1)) for b in plan for start, size in plan[b]})
+    total = len(plan) + len(graphs)
     done = 0
     store = WeightStore(root / WEIGHTS_FILE, options.precision)
     encoders: dict[str, str] = {}
     decoders: list[dict] = []
-    slots = {str(b): cache_slots(plan[b]) for b in plan}
 
     def step(file: str) -> None:
         nonlocal done
@@ -217,15 +218,14 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
             _save(build_encoder(ckpt, store, bucket, options.linear), root / file)
             encoders[str(bucket)] = file
             step(file)
-            for size, k in graphs[bucket]:
-                file = f"{graph_name(bucket, size, k)}.onnx"
-                _save(build_decoder_chunk(ckpt, store, bucket, size, slots[str(bucket)], options.linear, k),
-                      root / file)
-                step(file)
             for start, size in plan[bucket]:
                 k = known.get((start, size), 1)
                 decoders.append({"bucket": bucket, "start": start, "size": size, "known": k,
-                                 "file": f"{graph_name(bucket, size, k)}.onnx"})
+                                 "file": f"{graph_name(slots[str(bucket)], size, k)}.onnx"})
+        for n_slots, size, k in graphs:
+            file = f"{graph_name(n_slots, size, k)}.onnx"
+            _save(build_decoder_chunk(ckpt, store, size, n_slots, options.linear, k), root / file)
+            step(file)
     finally:
         store.close()
     (root / VOCAB_FILE).write_text(json.dumps([t.hex() for t in ckpt.token_bytes]), encoding="utf-8")

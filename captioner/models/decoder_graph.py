@@ -6,29 +6,34 @@ In:
         The first ``known − 1`` entries must be tokens (≥ 0): the graph batches those steps.
     ``positions`` int64 [K]: p, p+1, …, p+K−1 (rows of the position embedding).
     ``self_mask`` float32 [S]: 0 for the slots < p (filled), −100 for the others (added to the scores).
-    ``cross_mask`` float32 [50·B]: 0 for real frames, −100 for padding (added to the scores).
+    ``cross_mask`` float32 [T]: 0 for real frames, −100 for padding (added to the scores).
     then per layer i (:func:`~captioner.models.pack.layer_input_names`):
     ``self_k_i``, ``self_v_i`` float32 [H, S, hd]: layer i's fixed cache of S slots; slot j holds position j.
-    ``cross_k_i``, ``cross_v_i`` float32 [H, hd, 50·B]: layer i's slice of the encoder's outputs
+    ``cross_k_i``, ``cross_v_i`` float32 [H, hd, T]: layer i's slice of the encoder's outputs
     (frames last).
+    T = 50·B encoder frames of the bucket B, a symbolic dimension named ``frames`` (see below).
 Out (row s belongs to step s, which consumes the token at p+s and predicts position p+s+1):
     ``tokens`` int64 [K]: the model's argmax over ids < EOT (ties → lowest id), even where forced;
         rows s < known − 1 predict nothing (their next token is given): ``tokens[s] = forced[s]``.
     ``token_logit`` float32 [K]: the logit of that argmax. ``eot_logit`` float32 [K]: the EOT logit
         (both 0 in the rows that predict nothing).
-    ``attn_last`` float32 [K, 50·B]: final decoder layer's cross-attention, mean over heads.
-    ``attn_align`` float32 [K, 50·B]: mean of the cross-attention of the alignment heads.
+    ``attn_last`` float32 [K, T]: final decoder layer's cross-attention, mean over heads.
+    ``attn_align`` float32 [K, T]: mean of the cross-attention of the alignment heads.
     ``new_k``, ``new_v`` float32 [L, 1, H, K, hd]: self-attention K/V of the K consumed tokens; the
         host writes them into slots p…p+K−1 of its cache.
 
-One graph per (bucket, K, known) serves every start position p. The cache has a fixed size and a
-mask instead of one static length per start position: a pack then holds 4 decoder graphs per
-bucket instead of one per chunk of the plan (84 → 25 graphs for the default buckets; the 30 s
-bucket's 45-chunk chain needs no graph beyond the 4). ONNX Runtime keeps ~3–5 KB of private memory per node
-of every session whatever the options, so graphs, not weights (which are shared), dominated the
-memory of a loaded pack: measured on whisper-base, 84 sessions held ~530 MB. The price is that
-each step attends over S slots instead of p + 1 (0.4 % of a step's multiply-adds at S = 25 for
-whisper-base, 3 % at the 30 s bucket's S = 220), and the shapes stay static for the NPU.
+One graph per (S, K, known) serves every start position p and every bucket with S cache slots. The
+cache has a fixed size and a mask instead of one static length per start position, and the number
+of encoder frames T is the symbolic dimension ``frames``: the short buckets (S = 25) share 4 decoder
+graphs and the 30 s bucket (S = 220) has 4 (a graph per bucket and chunk of the plan was 84 graphs;
+one per bucket and chunk size 20). ONNX Runtime keeps ~3–5 KB of private memory per node of every
+session whatever the options, so graphs, not weights (which are shared), dominated the memory of a
+loaded pack: measured on whisper-base, 84 sessions held ~530 MB, a K = 5 chunk session 6 MB. On the
+CPU one session per graph serves every bucket; an NPU needs static shapes, so the runtime creates
+a session per bucket there with ``frames`` fixed (``add_free_dimension_override_by_name``), which
+compiles exactly the static graph. The price of the fixed cache is that each step attends over S
+slots instead of p + 1 (0.4 % of a step's multiply-adds at S = 25 for whisper-base, 3 % at the
+30 s bucket's S = 220).
 
 Known steps: the first ``known`` steps consume tokens the host already has (the prompt, and in the
 prefixed schedule the first prefix token), so they run as one batch of rows through every layer
@@ -59,14 +64,14 @@ from onnx import TensorProto
 from captioner.models.checkpoint import Checkpoint
 from captioner.models.encoder_graph import MASK_BIAS, qkv_weights
 from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
-from captioner.models.pack import LAYER_INPUTS, layer_input_names
+from captioner.models.pack import FRAMES_DIM, LAYER_INPUTS, layer_input_names
 
 __all__ = ["build_decoder_chunk", "graph_name"]
 
 
-def graph_name(bucket: int, size: int, known: int = 1) -> str:
-    """File stem of a chunk graph: ``decoder_4s_k5``, ``decoder_4s_k4_j4`` (known steps batched)."""
-    return f"decoder_{bucket}s_k{size}" + (f"_j{known}" if known > 1 else "")
+def graph_name(slots: int, size: int, known: int = 1) -> str:
+    """File stem of a chunk graph: ``decoder_s25_k5``, ``decoder_s25_k4_j4`` (known steps batched)."""
+    return f"decoder_s{slots}_k{size}" + (f"_j{known}" if known > 1 else "")
 
 
 def _to_heads(g: GraphBuilder, t: str, rows: int, heads: int, hd: int) -> str:
@@ -148,17 +153,17 @@ def _greedy_choice(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str) -> tupl
     return choice, logit, eot_logit
 
 
-def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, size: int, slots: int, linear: str,
+def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: int, linear: str,
                         known: int = 1):
-    """The ModelProto of a chunk graph: ``size`` = K steps over a cache of ``slots`` = S positions
-    for ``bucket`` seconds of audio, the first ``known`` steps batched (see the module docstring).
+    """The ModelProto of a chunk graph: ``size`` = K steps over a cache of ``slots`` = S positions,
+    the first ``known`` steps batched, for any number of encoder frames (see the module docstring).
 
     K = 1 with S = 200 is Qualcomm AI Hub's fixed-cache single-step decoder, which ``captioner
     bench`` compares against.
     """
     dims, w = ckpt.dims, ckpt.weights
     d, heads, hd, n_layers = dims.d_model, dims.decoder_heads, dims.head_dim, dims.decoder_layers
-    frames = 50 * bucket
+    frames = FRAMES_DIM
     if size < 1:
         raise ValueError("a decoder chunk runs at least 1 step")
     if not 1 <= known <= size:
@@ -166,7 +171,7 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, bucket: int, size:
     if slots < 1 or slots + size > dims.n_text_ctx:
         raise ValueError(f"a cache of {slots} slots and {size} steps exceeds the model's {dims.n_text_ctx} positions")
     scale = float(hd) ** -0.5
-    g = GraphBuilder(graph_name(bucket, size, known), store, linear)
+    g = GraphBuilder(graph_name(slots, size, known), store, linear)
 
     embed = g.weight("decoder.embed_tokens.weight", lambda: w["decoder.embed_tokens.weight"])
     proj = embed if ckpt.tied_output else g.weight("proj_out.weight", lambda: w["proj_out.weight"])

@@ -200,6 +200,6 @@ class GraphBuilder:
         return self.op("Gelu", [x])
 
 
-def value_info(name: str, elem: int, shape: list[int]) -> onnx.ValueInfoProto:
-    """Shorthand for a typed, statically shaped graph input or output."""
+def value_info(name: str, elem: int, shape: list[int | str]) -> onnx.ValueInfoProto:
+    """Shorthand for a typed graph input or output (a str in ``shape`` is a named symbolic dimension)."""
     return helper.make_tensor_value_info(name, elem, shape)

@@ -8,8 +8,9 @@ engine never meets a half-formed pack. Layout of a pack directory::
     tokens.json          id -> hex of the token's raw bytes (byte-level BPE decoded)
     weights.bin          every weight tensor once; each graph's initializers point into it by offset
     encoder_3s.onnx ...  one encoder graph per bucket (seconds)
-    decoder_3s_k5.onnx ...     one decoder chunk graph per (bucket, chunk size, known steps); the
-                               manifest maps every (bucket, start, size) of the chunk plan to one
+    decoder_s25_k5.onnx ...    one decoder chunk graph per (cache slots, chunk size, known steps),
+                               shared by the buckets with that cache (any number of encoder frames);
+                               the manifest maps every (bucket, start, size) of the chunk plan to one
 
 Weight sharing contract for the runtime: every initializer stored in ``weights.bin`` (the ONNX
 ``data_location == EXTERNAL`` ones) has the same name and the same bytes in every graph of the pack,
@@ -33,6 +34,7 @@ from captioner.errors import ModelError
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "FRAMES_DIM",
     "LAYER_INPUTS",
     "MANIFEST",
     "Dims",
@@ -47,7 +49,8 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "captioner-pack"
 # 2: fixed-size self-attention cache, one graph per chunk size (not per position);
-# 3: the chunk graphs take each layer's caches and cross K/V as inputs of their own
+# 3: the chunk graphs take each layer's caches and cross K/V as inputs of their own, and any number
+#    of encoder frames (one graph per cache size, chunk size and known steps, shared by buckets)
 FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 
@@ -55,6 +58,7 @@ MANIFEST = "manifest.json"
 # per layer and kind, so the graph reads each layer's K/V where the host keeps them (a Split of a
 # stacked [L, …] input copies it on every dispatch: 37 MB per chunk for whisper-base at 30 s).
 LAYER_INPUTS = ("self_k", "self_v", "cross_k", "cross_v")
+FRAMES_DIM = "frames"  # the symbolic number of encoder frames of a chunk graph (shared by buckets)
 
 
 def layer_input_names(layers: int) -> list[str]:

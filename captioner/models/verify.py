@@ -12,7 +12,7 @@ from pathlib import Path
 import onnx
 
 from captioner.errors import ModelError
-from captioner.models.pack import MANIFEST, Pack, file_sha256, layer_input_names
+from captioner.models.pack import FRAMES_DIM, MANIFEST, Pack, file_sha256, layer_input_names
 
 __all__ = ["pack_problems", "verify_pack"]
 
@@ -23,12 +23,13 @@ DECODER_INPUTS = ["token", "forced", "positions", "self_mask", "cross_mask"]  # 
 DECODER_OUTPUTS = ["tokens", "token_logit", "eot_logit", "attn_last", "attn_align", "new_k", "new_v"]
 
 
-def _shape(value: onnx.ValueInfoProto) -> list[int]:
-    return [d.dim_value for d in value.type.tensor_type.shape.dim]
+def _shape(value: onnx.ValueInfoProto) -> list[int | str]:
+    """Static sizes, and the names of symbolic dimensions."""
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
 
 
 def _graph_problems(pack: Pack, path: Path, bucket: int, size: int | None) -> list[str]:
-    """Contract checks of one graph (names, static shapes, references into the weight file)."""
+    """Contract checks of one graph (names, shapes, references into the weight file)."""
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError and friends from protobuf
@@ -44,12 +45,14 @@ def _graph_problems(pack: Pack, path: Path, bucket: int, size: int | None) -> li
         names = ([*DECODER_INPUTS, *layers], DECODER_OUTPUTS)
         slots = pack.cache_slots[bucket]
         cache = [dims.decoder_heads, slots, dims.head_dim]
+        cross = [dims.decoder_heads, dims.head_dim, FRAMES_DIM]  # one graph serves every bucket
+        frames = FRAMES_DIM
         new = [dims.decoder_layers, 1, dims.decoder_heads, size, dims.head_dim]
         expect = {"token": [1], "forced": [size - 1], "positions": [size], "self_mask": [slots],
                   "cross_mask": [frames], "tokens": [size], "token_logit": [size],
                   "eot_logit": [size], "attn_last": [size, frames], "attn_align": [size, frames],
                   "new_k": new, "new_v": new}
-        expect |= {name: cache if name.startswith("self_") else cross[2:] for name in layers}
+        expect |= {name: cache if name.startswith("self_") else cross for name in layers}
     graph = model.graph
     got_in = [v.name for v in graph.input]
     got_out = [v.name for v in graph.output]
@@ -89,6 +92,7 @@ def pack_problems(root: Path | str, *, checksums: bool = True) -> list[str]:
     listed = set(pack.manifest["files"]) | {MANIFEST}
     problems += [f"{p} is not listed in {root / MANIFEST}" for p in sorted(root.iterdir()) if p.name not in listed]
     schedules = pack.schedules.values()
+    checked: set[Path] = set()  # decoder graphs are shared by the buckets with the same cache
     for bucket in pack.buckets:
         chunks = set(pack.decoder_chunks(bucket))
         for sizes in schedules:
@@ -102,7 +106,9 @@ def pack_problems(root: Path | str, *, checksums: bool = True) -> list[str]:
         problems += _graph_problems(pack, pack.encoder_file(bucket), bucket, None)
         sizes = {pack.decoder_file(bucket, *chunk): chunk[1] for chunk in sorted(chunks)}
         for path, size in sizes.items():
-            problems += _graph_problems(pack, path, bucket, size)
+            if path not in checked:
+                checked.add(path)
+                problems += _graph_problems(pack, path, bucket, size)
     return problems
 
 

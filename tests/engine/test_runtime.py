@@ -227,8 +227,8 @@ def test_qnn_emulator_runs_the_pack_and_caches_contexts(tiny_pack, tmp_path) -> 
     assert info.chosen == "QNN-HTP" and info.fallbacks == ()
     assert all(set(p) == {"QNNExecutionProvider"} for p in info.placement.values())
     contexts = list(tmp_path.glob("ep-context/*/*_ctx.onnx"))
-    assert {c.name for c in contexts} == {"encoder_3s_ctx.onnx", "decoder_3s_k4_j4_ctx.onnx",
-                                          "decoder_3s_k6_ctx.onnx"}
+    assert {c.name for c in contexts} == {"encoder_3s_ctx.onnx", "decoder_s25_k4_j4_f150_ctx.onnx",
+                                          "decoder_s25_k6_f150_ctx.onnx"}  # frames fixed per bucket
     compiled_ms = info.session_ms["encoder_3s.onnx"]
     qnn.close()
     again = Runtime(tiny_pack, "qnn", cache_dir=tmp_path)

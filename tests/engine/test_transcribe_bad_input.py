@@ -91,13 +91,13 @@ def test_96khz_stereo_is_resampled(tiny_pack, tmp_path, capsys) -> None:
 def test_a_pack_that_fails_verification(tiny_pack, tmp_path, capsys) -> None:
     broken = tmp_path / "broken-pack"
     shutil.copytree(tiny_pack.root, broken)
-    graph = broken / "decoder_3s_k5.onnx"
+    graph = broken / "decoder_s25_k5.onnx"
     data = bytearray(graph.read_bytes())
     data[len(data) // 2] ^= 0xFF
     graph.write_bytes(bytes(data))
     wav = write_wav(tmp_path / "a.wav", speech_like(2.0))
     code, _, err = _run(capsys, tmp_path, str(wav), "--model", str(broken))
-    assert code == 2 and "decoder_3s_k5.onnx is corrupt" in err
+    assert code == 2 and "decoder_s25_k5.onnx is corrupt" in err
 
 
 def test_no_pack_installed(tmp_path, capsys) -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from captioner.models.pack import Pack, layer_feeds
+from captioner.models.pack import FRAMES_DIM, Pack, layer_feeds
 
 MASK = -100.0
 
@@ -119,7 +119,7 @@ class PackRunner:
     def __init__(self, pack: Pack, make_options=None) -> None:
         self.pack = pack
         self.make_options = make_options or self._cpu_options
-        self._sessions: dict[Path, ort.InferenceSession] = {}
+        self._sessions: dict[tuple[Path, int | None], ort.InferenceSession] = {}
 
     @staticmethod
     def _cpu_options() -> tuple[ort.SessionOptions, list[str] | None]:
@@ -128,11 +128,14 @@ class PackRunner:
         so.intra_op_num_threads = 1
         return so, ["CPUExecutionProvider"]
 
-    def session(self, path: Path) -> ort.InferenceSession:
-        if path not in self._sessions:
+    def session(self, path: Path, frames: int | None = None) -> ort.InferenceSession:
+        """The session of ``path``; a chunk graph's symbolic ``frames`` fixed when given (as on the NPU)."""
+        if (path, frames) not in self._sessions:
             so, providers = self.make_options()
-            self._sessions[path] = ort.InferenceSession(str(path), so, providers=providers)
-        return self._sessions[path]
+            if frames is not None:
+                so.add_free_dimension_override_by_name(FRAMES_DIM, frames)
+            self._sessions[(path, frames)] = ort.InferenceSession(str(path), so, providers=providers)
+        return self._sessions[(path, frames)]
 
     def empty_cache(self, bucket: int) -> np.ndarray:
         """A zeroed self-attention cache [L, 1, H, S, hd] of ``bucket``'s graphs."""
@@ -149,7 +152,7 @@ class PackRunner:
         """Run one chunk graph over a cache whose slots < ``start`` are filled; returns its outputs by name."""
         known = self.pack.decoder_known(enc.bucket, start, size)
         assert min(forced[: known - 1], default=0) >= 0, f"chunk ({start}, {size}) batches {known} given tokens"
-        sess = self.session(self.pack.decoder_file(enc.bucket, start, size))
+        sess = self.session(self.pack.decoder_file(enc.bucket, start, size), frames=50 * enc.bucket)
         self_mask = np.full(self_k.shape[3], MASK, np.float32)
         self_mask[:start] = 0.0
         feeds = {"token": np.array([token], np.int64), "forced": np.array(forced, np.int64),

@@ -141,13 +141,13 @@ def test_install_from_local_checkpoint_then_list_verify_remove(tiny_checkpoint, 
     assert "OK" in capsys.readouterr().out
 
     # a flipped byte in one graph: verify names that file
-    victim = installed / "decoder_3s_k5.onnx"
+    victim = installed / "decoder_s25_k5.onnx"
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
     assert cli.run(["models", "verify", "tiny-whisper"], paths) == 2
     err = capsys.readouterr().err
-    assert "decoder_3s_k5.onnx" in err and "corrupt" in err
+    assert "decoder_s25_k5.onnx" in err and "corrupt" in err
 
     assert cli.run(["models", "install", str(tiny_checkpoint), "--buckets", "3"], paths) == 2
     assert "already installed" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 from checkpoints import make_checkpoint
 
@@ -76,11 +77,18 @@ def qnn_runner(qnn_pack) -> PackRunner:
 
 def test_every_graph_runs_on_htp_without_cpu_fallback(small_pack):
     graphs = small_pack.graph_files()
-    assert len(graphs) == 25  # 5 encoders, 4 decoder graphs per bucket (k4 batched prompt, k6, k5 batched, k5)
-    for path in graphs:
-        session = ort.InferenceSession(str(path), qnn_session_options())  # fails if a node needs the CPU
-        assert [i.name for i in session.get_inputs()][:1] in (["mel"], ["token"])
-        del session
+    # 5 encoders; 4 chunk graphs (k4 batched prompt, k6, k5 batched, k5) shared by the short buckets
+    # and 4 for the 30 s bucket's larger cache
+    assert len(graphs) == 13
+    for bucket in small_pack.buckets:  # each chunk graph as the runtime compiles it: frames fixed per bucket
+        for path in [small_pack.encoder_file(bucket),
+                     *dict.fromkeys(small_pack.decoder_file(bucket, *c) for c in small_pack.decoder_chunks(bucket))]:
+            so = qnn_session_options()
+            if path.name.startswith("decoder_"):
+                so.add_free_dimension_override_by_name("frames", 50 * bucket)
+            session = ort.InferenceSession(str(path), so)  # fails if a node needs the CPU
+            assert [i.name for i in session.get_inputs()][:1] in (["mel"], ["token"])
+            del session
 
 
 def _compare(qnn_pack, qnn_runner, bucket: int, n: int, chunks: list[tuple[int, int]], prefix: tuple[int, ...] = ()):
@@ -136,9 +144,14 @@ def test_ep_context_files_can_be_generated_and_run(qnn_pack, tmp_path):
 def test_ep_context_for_a_decoder_chunk(qnn_pack, tmp_path):
     path: Path = qnn_pack.decoder_file(3, 10, 5)
     ctx = tmp_path / "decoder_ctx.onnx"
-    ort.InferenceSession(str(path), qnn_session_options(**{
-        "ep.context_enable": "1", "ep.context_file_path": str(ctx)}))
+    with pytest.raises(Exception, match="fallback to CPU EP has been explicitly disabled"):
+        ort.InferenceSession(str(path), qnn_session_options())  # symbolic frames: the HTP takes static shapes only
+    so = qnn_session_options(**{"ep.context_enable": "1", "ep.context_file_path": str(ctx)})
+    so.add_free_dimension_override_by_name("frames", 150)
+    ort.InferenceSession(str(path), so)
     assert ctx.is_file() and list(tmp_path.glob("*.bin"))
+    compiled = onnx.load(str(ctx), load_external_data=False).graph
+    assert [d.dim_value for d in compiled.input[-1].type.tensor_type.shape.dim] == [4, 16, 150]  # cross_v_1
 
 
 def test_htp_matches_cpu_on_the_longest_graphs(qnn_pack, qnn_runner):
