@@ -273,14 +273,15 @@ def chunk_sizes(model: OnnxAcousticModel, graphs: ExtraGraphs, bucket: int, reps
 
 def _graphs_per_pack(pack: Pack, tail: int) -> int:
     """Graphs a pack with this pack's buckets and heads would have with tail chunks of ``tail``."""
-    from captioner.models.build import BuildOptions, chunk_plan, known_steps
+    from captioner.models.build import BuildOptions, cache_slots, chunk_plan, known_steps
 
     heads = {name: tuple(sizes[:2]) for name, sizes in pack.schedules.items()}
     options = BuildOptions(buckets=tuple(pack.buckets), heads=heads, tail_chunk=tail,
                            max_positions=pack.max_positions)
     plan = chunk_plan(options, full_window=pack.dims.n_audio_ctx // 50)
     known = known_steps(options, prompt_length(pack.multilingual))
-    return len(plan) + sum(len({(k, known.get((s, k), 1)) for s, k in chunks}) for chunks in plan.values())
+    decoders = {(cache_slots(chunks), k, known.get((s, k), 1)) for chunks in plan.values() for s, k in chunks}
+    return len(plan) + len(decoders)  # chunk graphs are shared by the buckets with the same cache
 
 
 def _chunks_for(sizes: Sequence[int], positions: int) -> int:
