@@ -64,7 +64,7 @@ from onnx import TensorProto
 from captioner.models.checkpoint import Checkpoint
 from captioner.models.encoder_graph import MASK_BIAS, qkv_weights
 from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
-from captioner.models.pack import FRAMES_DIM, LAYER_INPUTS, layer_input_names
+from captioner.models.pack import FRAMES_DIM, LAYER_INPUTS, layer_input
 
 __all__ = ["build_decoder_chunk", "graph_name"]
 
@@ -177,7 +177,7 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
     proj = embed if ckpt.tied_output else g.weight("proj_out.weight", lambda: w["proj_out.weight"])
     pos_table = g.weight("decoder.embed_positions.weight", lambda: w["decoder.embed_positions.weight"])
 
-    per_layer = {kind: [f"{kind}_{i}" for i in range(n_layers)] for kind in LAYER_INPUTS}
+    per_layer = {kind: [layer_input(kind, i) for i in range(n_layers)] for kind in LAYER_INPUTS}
     cache_kt = [g.op("Transpose", [t], perm=[0, 2, 1]) for t in per_layer["self_k"]]  # [H, hd, S]
     align_by_layer: dict[int, list[int]] = {}
     for layer, head in ckpt.alignment_heads:
@@ -250,11 +250,11 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
 
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     layer_shape = {"self_k": [heads, slots, hd], "self_v": [heads, slots, hd],
-                   "cross_k": [heads, hd, frames], "cross_v": [heads, hd, frames]}
+                   "cross_k": [heads, hd, frames], "cross_v": [heads, hd, frames]}  # per LAYER_INPUTS kind
     return g.model(
         [value_info("token", i64, [1]), value_info("forced", i64, [size - 1]), value_info("positions", i64, [size]),
          value_info("self_mask", f32, [slots]), value_info("cross_mask", f32, [frames]),
-         *[value_info(name, f32, layer_shape[name.rsplit("_", 1)[0]]) for name in layer_input_names(n_layers)]],
+         *[value_info(layer_input(kind, i), f32, layer_shape[kind]) for i in range(n_layers) for kind in LAYER_INPUTS]],
         [value_info("tokens", i64, [size]), value_info("token_logit", f32, [size]),
          value_info("eot_logit", f32, [size]), value_info("attn_last", f32, [size, frames]),
          value_info("attn_align", f32, [size, frames]),

@@ -42,6 +42,7 @@ __all__ = [
     "SpecialTokens",
     "file_sha256",
     "layer_feeds",
+    "layer_input",
     "layer_input_names",
 ]
 
@@ -61,9 +62,14 @@ LAYER_INPUTS = ("self_k", "self_v", "cross_k", "cross_v")
 FRAMES_DIM = "frames"  # the symbolic number of encoder frames of a chunk graph (shared by buckets)
 
 
+def layer_input(kind: str, layer: int) -> str:
+    """The chunk graph's input of ``kind`` (one of :data:`LAYER_INPUTS`) for ``layer``: ``self_k_0``."""
+    return f"{kind}_{layer}"
+
+
 def layer_input_names(layers: int) -> list[str]:
     """``self_k_0, self_v_0, cross_k_0, cross_v_0, self_k_1, …``: the per-layer inputs of a chunk graph."""
-    return [f"{kind}_{i}" for i in range(layers) for kind in LAYER_INPUTS]
+    return [layer_input(kind, i) for i in range(layers) for kind in LAYER_INPUTS]
 
 
 def layer_feeds(**stacked) -> dict:
@@ -72,7 +78,7 @@ def layer_feeds(**stacked) -> dict:
     ``stacked`` maps each of :data:`LAYER_INPUTS` to its [L, 1, …] array (caches [L, 1, H, S, hd],
     cross K/V [L, 1, H, hd, T]); the result maps ``kind_i`` to layer i's [H, …] view.
     """
-    return {f"{kind}_{i}": array[i, 0] for kind, array in stacked.items() for i in range(array.shape[0])}
+    return {layer_input(kind, i): array[i, 0] for kind, array in stacked.items() for i in range(array.shape[0])}
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,10 +35,9 @@ def _graph_problems(pack: Pack, path: Path, bucket: int, size: int | None) -> li
     except Exception as exc:  # onnx raises DecodeError and friends from protobuf
         return [f"{path} is not a readable ONNX model: {exc}"]
     dims = pack.dims
-    frames = 50 * bucket
-    cross = [dims.decoder_layers, 1, dims.decoder_heads, dims.head_dim, frames]
     if size is None:
         names = ENCODER_IO
+        cross = [dims.decoder_layers, 1, dims.decoder_heads, dims.head_dim, 50 * bucket]
         expect = {"mel": [1, dims.n_mels, 100 * bucket], "n_frames": [1], "cross_k": cross, "cross_v": cross}
     else:
         layers = layer_input_names(dims.decoder_layers)
@@ -46,11 +45,10 @@ def _graph_problems(pack: Pack, path: Path, bucket: int, size: int | None) -> li
         slots = pack.cache_slots[bucket]
         cache = [dims.decoder_heads, slots, dims.head_dim]
         cross = [dims.decoder_heads, dims.head_dim, FRAMES_DIM]  # one graph serves every bucket
-        frames = FRAMES_DIM
         new = [dims.decoder_layers, 1, dims.decoder_heads, size, dims.head_dim]
         expect = {"token": [1], "forced": [size - 1], "positions": [size], "self_mask": [slots],
-                  "cross_mask": [frames], "tokens": [size], "token_logit": [size],
-                  "eot_logit": [size], "attn_last": [size, frames], "attn_align": [size, frames],
+                  "cross_mask": [FRAMES_DIM], "tokens": [size], "token_logit": [size],
+                  "eot_logit": [size], "attn_last": [size, FRAMES_DIM], "attn_align": [size, FRAMES_DIM],
                   "new_k": new, "new_v": new}
         expect |= {name: cache if name.startswith("self_") else cross for name in layers}
     graph = model.graph
