@@ -66,7 +66,7 @@ class RoundStats:
 
     Attributes:
         round_index: 0-based count of decoding rounds of this stream.
-        bucket: encoder bucket in seconds (3, 4, 5, 6 or 30); 0 when the round was skipped.
+        bucket: encoder bucket in seconds (3, 4, 5, 6, 10 or 30); 0 when the round was skipped.
         input_s: effective input length in seconds (carry + new audio).
         carry_s: carried-over audio in seconds at the start of the round.
         stop_reason: ``"backward_shift"``, ``"peak_margin"``, ``"repetition"``, ``"eot"``,

@@ -2,8 +2,10 @@
 
 ``tiny_checkpoint`` is a multilingual, 80-mel, 2-layer, d_model 64 WhisperForConditionalGeneration
 with the real vocabulary size (tests/checkpoints.py). ``tiny_pack`` is built from it through the real
-CLI (``captioner models build``: fp32, matmul, all buckets), so every consumer tests against exactly
-what users get. Both are built once per test session (a few seconds).
+CLI (``captioner models build``: fp32, matmul, all buckets) with the paper's tail chunk K = 5, whose
+round of exactly 30 positions ([4,6,5,5,5,5]) the contract tests spell out; ``default_pack`` is the
+same checkpoint with every default (K = 3 for matmul packs), exactly what users get. Built once per
+test session (a few seconds each).
 """
 
 from __future__ import annotations
@@ -26,9 +28,19 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_pack(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
-    """The pack of ``tiny_checkpoint`` built with ``captioner models build`` (fp32, matmul, buckets 3 4 5 6 30)."""
-    out = tmp_path_factory.mktemp("packs") / "tiny-whisper"
+    """``tiny_checkpoint`` built by ``captioner models build --chunk 5`` (fp32, matmul, buckets 3 4 5 6 10 30)."""
+    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper", "--chunk", "5")
+
+
+@pytest.fixture(scope="session")
+def default_pack(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
+    """``tiny_checkpoint`` built by ``captioner models build`` with every default (tail chunk K = 3)."""
+    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper-default")
+
+
+def _build(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, name: str, *options: str) -> Pack:
+    out = tmp_path_factory.mktemp("packs") / name
     paths = AppPaths.default(tmp_path_factory.mktemp("home"))
-    code = cli.run(["models", "build", "--checkpoint", str(tiny_checkpoint), "--out", str(out)], paths)
+    code = cli.run(["models", "build", "--checkpoint", str(checkpoint), "--out", str(out), *options], paths)
     assert code == 0, "captioner models build failed for the tiny checkpoint"
     return Pack.load(out)

@@ -37,6 +37,12 @@ def check_targets(result: dict) -> list[dict]:
             best_other = min(dec[s][t]["ratio_to_unrolled"] for s in ("per_token", "fixed200") if s in dec)
             rows.append({"target": f"unrolled_fastest_T{t}", "what": f"unrolled fastest at T = {t} "
                          "(best other / unrolled)", "value": best_other, "limit": 1.0, "met": best_other >= 1.0})
+    cs = result.get("chunk_sizes")
+    if cs and "tail_chunk" in result.get("pack", {}):
+        built = result["pack"]["tail_chunk"]
+        rows.append({"target": "default_chunk", "what": f"the pack's tail chunk K = {built} is the one this "
+                     f"run chose (K = {cs['chosen']})", "value": built, "limit": cs["chosen"],
+                     "met": built == cs["chosen"]})
     for run in result.get("streaming", []):
         key = {1.0: "rtf_1s", 2.0: "rtf_2s"}.get(run["step_s"])
         if key:
@@ -99,12 +105,14 @@ def markdown(result: dict) -> str:
         ts = [str(t) for t in cs["t_values"]]
         lines += [f"## Tail chunk size K (paper Table 8; {cs['bucket_s']} s bucket)", "",
                   "| K | schedule | " + " | ".join(f"T={t}" for t in ts)
-                  + " | mean ms T=5..30 | calls/round | extra positions | graphs in a pack |",
-                  "|---:|---|" + "---:|" * (len(ts) + 4)]
+                  + " | mean ms T=5..30 | faster than K=5 in | calls/round | extra positions | graphs in a pack |",
+                  "|---:|---|" + "---:|" * (len(ts) + 5)]
         for k, row in cs["sizes"].items():
             cells = [_f(row["by_t"][t]["ms"]) for t in ts]
             lines.append(f"| {k} | {row['schedule']} | " + " | ".join(cells)
-                         + f" | {_f(row['mean_ms_t5_30'])} | {_f(row['calls_mean_t5_30'], 2)} | "
+                         + f" | {_f(row['mean_ms_t5_30'])} | {row.get('faster_than_paper_reps', '–')}/"
+                         f"{cs.get('reps', '–')} reps, {_f(100 * row.get('paired_gain', 0.0))} % "
+                         f"(t = {_f(row.get('paired_t', 0.0), 1)}) | {_f(row['calls_mean_t5_30'], 2)} | "
                          f"{_f(row['extra_positions_mean_t5_30'], 2)} | {row.get('graphs_per_pack', '–')} |")
         lines += ["", f"Fastest: K = {cs['fastest']}; chosen: K = {cs['chosen']} ({cs['rule']}).", ""]
     if result.get("streaming"):

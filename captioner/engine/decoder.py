@@ -1,14 +1,14 @@
 """Controlled unrolling: one round's greedy decode as a chain of chunk graphs with early stop.
 
-The decoder walks the model's chunk plan (``[4,6,5,5,5,5]`` or, with a carried prefix,
-``[5,5,5,5,5,5]``; NPUSPER.md §14.2 has ``[6,4,…]``, see ``BuildOptions``), forcing the prompt and the prefix positions through the
+The decoder walks the model's chunk plan (e.g. ``[4,6,5,5,5,5]`` or, with a carried prefix,
+``[5,5,5,5,5,5]``; NPUSPER.md §14.2 has ``[6,4,…]``; a matmul pack's tail chunks are of 3, see ``BuildOptions``), forcing the prompt and the prefix positions through the
 ``forced`` input (and the ``token`` input of a chunk that starts on a forced position). After
 **each** chunk it hands the chunk's steps to a validator in the reference's order — the attention of
 the consumed token first (it belongs to the token that step consumed, §5), then the EOT rule on the
 predicted one — and stops dispatching as soon as a stop condition fires: the chunks that are not
 run are the saving the design is about.
 
-The plan is finite (30 positions, or 224 for the 30 s bucket). The last token predicted by the plan
+The plan is finite (~30 positions, or 224 for the 10 s and 30 s buckets). The last token predicted by the plan
 is never consumed, so it has no attention and cannot be validated: it is dropped, and the round
 ends as if it had reached the token limit there (``stop is None``; the stream calls it "limit").
 """

@@ -43,7 +43,7 @@ class Encoding:
     """The encoder's result for one round's audio.
 
     Attributes:
-        bucket: encoder bucket in seconds (3, 4, 5, 6 or 30).
+        bucket: encoder bucket in seconds (3, 4, 5, 6, 10 or 30).
         n_frames: real encoder frames (audio samples / 320); attention vectors have this length.
         total_frames: frames of the bucket (50 · bucket); the rest are masked padding.
         native_30s: True for the re-inference fallback: audio zero-padded to 30 s and encoded
@@ -109,7 +109,7 @@ class AcousticModel(Protocol):
     Attributes:
         vocab: token texts, special ids and token classes.
         provider: the execution provider that actually runs the graphs ("QNN-HTP", "CPU", ...).
-        buckets: available encoder buckets in seconds, ascending (e.g. (3, 4, 5, 6, 30)).
+        buckets: available encoder buckets in seconds, ascending (e.g. (3, 4, 5, 6, 10, 30)).
     """
 
     vocab: Vocabulary
@@ -117,8 +117,9 @@ class AcousticModel(Protocol):
     buckets: tuple[int, ...]
 
     def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
-        """The (start, size) chunks of a round, in order: [4,6,5,5,5,5] or, with a carried
-        prefix, [5,5,5,5,5,5] (30 positions); the 30 s bucket continues in 5s to 224 positions."""
+        """The (start, size) chunks of a round, in order: the pack's schedule, e.g. [4,6,3,…,3] or,
+        with a carried prefix, [5,5,3,…,3] (~30 positions; the paper's K = 5: [4,6,5,5,5,5]); the
+        buckets over 6 s (10 and 30 s) continue in chunks of K to 224 positions."""
         ...
 
     def encode(self, audio: np.ndarray, *, native_30s: bool = False) -> Encoding:

@@ -25,7 +25,7 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
    counts of words; a token that extends an earlier word (e.g. a comma) re-emits that word.
 5. **No other special tokens**: the graphs choose among ids < EOT only, so timestamps/control tokens
    are never emitted, and the EOT runner-up is the best ordinary token (§4.3–4.4).
-6. **Token limit = a stop**: the round's plan has 30 positions (224 in the 30 s bucket); a round
+6. **Token limit = a stop**: the round's plan has ~30 positions (224 in the 10 and 30 s buckets); a round
    that exhausts it is timed with DTW and carries from the second-to-last word like any stop, instead
    of dropping the rest of its input (§2.5 d), which a 30-position plan would make frequent.
 7. **Single-word speculative rounds keep the prefix** (the reference clears it, §11.6, so the next

@@ -27,12 +27,27 @@ from captioner.models.encoder_graph import build_encoder
 from captioner.models.graph_ops import OPSET, WeightStore
 from captioner.models.pack import FORMAT, FORMAT_VERSION, MANIFEST, Pack, file_sha256
 
-__all__ = ["BUCKETS", "BuildOptions", "build_pack", "cache_slots", "chunk_plan", "known_steps", "parse_buckets",
-           "prompt_length"]
+__all__ = ["BUCKETS", "DEFAULT_TAIL_CHUNK", "SHORT_MAX_S", "BuildOptions", "build_pack", "cache_slots", "chunk_plan",
+           "known_steps", "parse_buckets", "prompt_length"]
 
 logger = logging.getLogger(__name__)
 
-BUCKETS = (3, 4, 5, 6, 30)  # seconds (NPUSPER.md §3.4)
+# Encoder buckets in seconds: the paper's (NPUSPER.md §3.4) plus 10 s. A normal round's input is at
+# most carry 2 × step + step = 6 s (2 s step); a speculative round carries its whole input (§11.7), so
+# its input grows by a step per round, and without a bucket between 6 and 30 s each of those rounds
+# ran the 30 s encoder (whisper-base, this CPU: ~690 ms against ~170 ms at 10 s; 6 of 151 rounds of
+# a 2 s-step bench run, 8–12 s each, were 16 % of its wall time). Results do not depend on the
+# bucket (the padding is masked), and the 10 s bucket shares the 30 s bucket's decoder graphs, so it
+# costs one encoder graph (and, on a static-shape provider, its own compiled sessions).
+BUCKETS = (3, 4, 5, 6, 10, 30)
+SHORT_MAX_S = 6  # buckets up to this decode the round's 30 positions; longer ones up to max_positions
+# Size K of the decoder's tail chunks by lowering: fewer dispatches against fewer positions computed
+# past a round's stop (paper Table 8). On the CPU (`captioner bench --sections chunk_sizes`,
+# whisper-base, 2 cores) K = 3 decoded a round that stops anywhere in 5..30 positions 3.4–8 % faster
+# than K = 5 in every run, significant by the bench's paired t-test (t = 3.2 and 7.0 over 7
+# repetitions): a CPU dispatch costs ~1.7 ms against ~7 ms per position. The paper measured K = 5
+# best on the Snapdragon HTP, where a dispatch costs more; 1×1 convolutions are the form built for it.
+DEFAULT_TAIL_CHUNK = {"matmul": 3, "conv": 5}
 WEIGHTS_FILE = "weights.bin"
 VOCAB_FILE = "tokens.json"
 
@@ -51,10 +66,11 @@ class BuildOptions:
         buckets: encoder buckets in seconds.
         heads: the first chunks of each schedule (they differ; everything after is shared). The
             paper's prefixed head is (6, 4); ours is (5, 5): its first chunk batches the prompt and
-            the first prefix token (5 given tokens) and the second is the shared K = 5 graph, so
-            the prefixed schedule needs one small graph of its own instead of two (6 and 4 steps)
-            for the same 5 sequential steps to position 10.
-        tail_chunk: size K of the shared chunks after the heads (and of the long bucket's tail).
+            the first prefix token (5 given tokens) and the second is the 5-step tail graph when
+            K = 5, so the prefixed schedule needs one small graph of its own instead of two (6 and
+            4 steps) for the same 5 sequential steps to position 10 (with K = 3, two).
+        tail_chunk: size K of the shared chunks after the heads (and of the long buckets' tail);
+            None: :data:`DEFAULT_TAIL_CHUNK` of the lowering (3 for matmul, 5 for conv).
         tail_positions: positions the shared chunks cover after the heads (20: 30 per round).
         max_positions: the last decoder position the longest bucket's chunks consume (224).
     """
@@ -63,9 +79,13 @@ class BuildOptions:
     linear: str = "matmul"
     buckets: tuple[int, ...] = BUCKETS
     heads: dict[str, tuple[int, ...]] = field(default_factory=lambda: {"default": (4, 6), "prefixed": (5, 5)})
-    tail_chunk: int = 5
+    tail_chunk: int | None = None
     tail_positions: int = 20
     max_positions: int = 224
+
+    def __post_init__(self) -> None:
+        if self.tail_chunk is None:
+            object.__setattr__(self, "tail_chunk", DEFAULT_TAIL_CHUNK.get(self.linear, 5))
 
     def schedules(self) -> dict[str, tuple[int, ...]]:
         """Chunk sizes per schedule: head + ⌈tail_positions / tail_chunk⌉ × tail_chunk."""
@@ -89,11 +109,14 @@ class BuildOptions:
             raise PackBuildError(f"max_positions {self.max_positions} exceeds the model's {n_text_ctx} positions")
 
 
-def chunk_plan(options: BuildOptions, full_window: int = 30) -> dict[int, list[tuple[int, int]]]:
+def chunk_plan(options: BuildOptions) -> dict[int, list[tuple[int, int]]]:
     """(start, size) of every chunk graph per bucket.
 
-    Each schedule contributes its chunks; the bucket of ``full_window`` seconds (the re-inference
-    fallback) continues with ``tail_chunk``-sized chunks while they consume positions ≤ max_positions.
+    Each schedule contributes its chunks; a bucket longer than :data:`SHORT_MAX_S` (the 30 s
+    re-inference window, and the long inputs of speculative rounds) continues with
+    ``tail_chunk``-sized chunks while they consume positions ≤ max_positions: its audio may hold
+    more words than 30 positions, and all long buckets then share one cache size, so one set of
+    decoder graphs.
     """
     plan: dict[int, list[tuple[int, int]]] = {}
     schedules = options.schedules()
@@ -106,7 +129,7 @@ def chunk_plan(options: BuildOptions, full_window: int = 30) -> dict[int, list[t
                 chunks.add((start, size))
                 start += size
             end = max(end, start)
-        if bucket == full_window:
+        if bucket > SHORT_MAX_S:
             start = end
             while start + options.tail_chunk <= options.max_positions + 1:
                 chunks.add((start, options.tail_chunk))
@@ -194,7 +217,7 @@ def build_pack(
 
 def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
                 progress: Callable[[int, int, str], None] | None) -> None:
-    plan = chunk_plan(options, full_window=ckpt.dims.n_audio_ctx // 50)
+    plan = chunk_plan(options)
     known = known_steps(options, prompt_length(ckpt.multilingual))
     slots = {str(b): cache_slots(plan[b]) for b in plan}
     # one chunk graph per (cache slots, size, known steps), shared by the buckets with that cache

@@ -167,10 +167,11 @@ class Pack:
         special: special token ids.
         multilingual: the model has language and task tokens.
         alignment_heads: (decoder layer, head) pairs averaged into ``attn_align`` (for DTW).
-        buckets: encoder buckets in seconds, ascending, e.g. ``(3, 4, 5, 6, 30)``.
+        buckets: encoder buckets in seconds, ascending, e.g. ``(3, 4, 5, 6, 10, 30)``.
         schedules: chunk sizes per schedule name: ``{"default": (4, 6, 5, 5, 5, 5),
-            "prefixed": (5, 5, 5, 5, 5, 5)}`` (the paper's prefixed head is (6, 4); see ``BuildOptions``).
-        long_chunk: chunk size with which the 30 s bucket continues after the schedule (5).
+            "prefixed": (5, 5, 5, 5, 5, 5)}`` with K = 5, ``(4, 6, 3, …, 3)`` with K = 3 (the paper's
+            prefixed head is (6, 4); see ``BuildOptions``).
+        long_chunk: the tail chunk size K, with which the buckets over 6 s continue after the schedule.
         max_positions: decoder positions the longest bucket reaches (224).
         cache_slots: bucket → S, the slots of the fixed self-attention cache its chunk graphs read.
         precision: ``"fp32"`` or ``"fp16"`` (weights; graph I/O is always float32).

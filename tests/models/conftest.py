@@ -17,3 +17,9 @@ def reference(tiny_checkpoint) -> Reference:
 def runner(tiny_pack) -> PackRunner:
     """Runs ``tiny_pack``'s graphs on ONNX Runtime's CPU provider (sessions cached)."""
     return PackRunner(tiny_pack)
+
+
+@pytest.fixture(scope="session")
+def default_runner(default_pack) -> PackRunner:
+    """Runs ``default_pack``'s graphs (tail chunk K = 3) on the CPU provider."""
+    return PackRunner(default_pack)

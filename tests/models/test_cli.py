@@ -15,6 +15,7 @@ from captioner import cli
 from captioner.errors import ModelError
 from captioner.models.build import BuildOptions
 from captioner.models.install import install_pack, list_packs
+from captioner.models.pack import Pack
 from captioner.storage.paths import AppPaths
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,13 +142,14 @@ def test_install_from_local_checkpoint_then_list_verify_remove(tiny_checkpoint, 
     assert "OK" in capsys.readouterr().out
 
     # a flipped byte in one graph: verify names that file
-    victim = installed / "decoder_s25_k5.onnx"
+    victim = Pack.load(installed).decoder_file(3, 10, 3)  # the default tail chunk of a matmul pack: K = 3
+    assert victim.name == "decoder_s28_k3.onnx"
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
     assert cli.run(["models", "verify", "tiny-whisper"], paths) == 2
     err = capsys.readouterr().err
-    assert "decoder_s25_k5.onnx" in err and "corrupt" in err
+    assert "decoder_s28_k3.onnx" in err and "corrupt" in err
 
     assert cli.run(["models", "install", str(tiny_checkpoint), "--buckets", "3"], paths) == 2
     assert "already installed" in capsys.readouterr().err
@@ -210,3 +212,13 @@ def test_install_offline_is_a_one_line_error(tmp_path):
     line = one_line_error(proc)
     assert "openai/whisper-tiny" in line
     assert not (env_home / "data" / "packs" / "openai--whisper-tiny").exists()
+
+
+def test_installed_pack_names_tell_non_default_builds_apart() -> None:
+    from captioner.models.install import pack_name
+
+    assert pack_name("openai/whisper-base") == "openai--whisper-base"
+    assert pack_name("openai/whisper-base", BuildOptions(tail_chunk=5)) == "openai--whisper-base-k5"
+    conv = BuildOptions(linear="conv", precision="fp16")  # the NPU form, with its own default K = 5
+    assert pack_name("openai/whisper-base", conv) == "openai--whisper-base-fp16-conv"
+    assert pack_name("/ckpt/my-whisper", BuildOptions(linear="conv", tail_chunk=3)) == "my-whisper-conv-k3"

@@ -15,7 +15,7 @@ import pytest
 from models.helpers import random_mel
 
 TOL = 1e-4
-BUCKETS = (3, 4, 5, 6, 30)
+BUCKETS = (3, 4, 5, 6, 10, 30)  # 10 s: blocked, with ragged last blocks
 
 
 def lengths(bucket: int) -> list[int]:
@@ -94,6 +94,20 @@ def test_greedy_schedule_equals_transformers_greedy(tiny_pack, runner, reference
         expected = reference.greedy(enc_ref, start, positions=len(seq) - 1)
         assert len(seq) == 31
         assert seq == expected, (bucket, schedule, seed)
+
+
+@pytest.mark.parametrize("bucket", [3, 6, 10])
+@pytest.mark.parametrize("schedule", ["default", "prefixed"])
+def test_default_pack_chunks_of_three_equal_transformers_greedy(default_pack, default_runner, reference, bucket,
+                                                                schedule):
+    """The default pack (K = 3: [4,6,3,…], 31 positions) decodes what transformers decodes."""
+    n = lengths(bucket)[2]
+    mel = random_mel(default_pack.dims.n_mels, n, bucket, seed=2000 + bucket)
+    enc = default_runner.encode(mel, n, bucket)
+    start = prompt(default_pack) + ([311, 4207] if schedule == "prefixed" else [])
+    seq, _ = default_runner.greedy(enc, start, default_runner.plan(bucket, schedule))
+    assert len(seq) == 32
+    assert seq == reference.greedy(reference.encode(mel[:, :, : 2 * n]), start, positions=31)
 
 
 def test_long_bucket_continues_to_224_positions(tiny_pack, runner, reference):

@@ -31,9 +31,9 @@ def test_manifest_has_the_contract_keys(tiny_pack, tiny_checkpoint):
     assert set(m["source"]) == {"name", "revision", "sha256"}
     assert m["source"]["name"] == "tiny-whisper"
     assert m["source"]["sha256"] == file_sha256(tiny_checkpoint / "model.safetensors")
-    assert m["encoders"] == {str(b): f"encoder_{b}s.onnx" for b in (3, 4, 5, 6, 30)}
+    assert m["encoders"] == {str(b): f"encoder_{b}s.onnx" for b in (3, 4, 5, 6, 10, 30)}
     assert {"bucket", "start", "size", "known", "file"} == set(m["decoders"][0])
-    assert m["cache_slots"] == {"3": 25, "4": 25, "5": 25, "6": 25, "30": 220}
+    assert m["cache_slots"] == {"3": 25, "4": 25, "5": 25, "6": 25, "10": 220, "30": 220}
     assert m["schedules"] == {"default": [4, 6, 5, 5, 5, 5], "prefixed": [5, 5, 5, 5, 5, 5]}
     assert m["long_chunk"] == 5 and m["max_positions"] == 224
     assert m["precision"] == "fp32" and m["linear"] == "matmul"
@@ -48,7 +48,7 @@ def test_manifest_has_the_contract_keys(tiny_pack, tiny_checkpoint):
 
 def test_pack_api(tiny_pack):
     p = tiny_pack
-    assert p.buckets == (3, 4, 5, 6, 30)
+    assert p.buckets == (3, 4, 5, 6, 10, 30)
     assert p.dims.n_vocab == 51865 and p.dims.head_dim == 16 and p.dims.n_mels == 80
     assert p.special.eot == 50257 and p.special.sot == 50258 and p.special.languages["en"] == 50259
     assert p.special.translate == 50358 and p.special.transcribe == 50359
@@ -62,13 +62,16 @@ def test_pack_api(tiny_pack):
     assert p.encoder_file(5).name == "encoder_5s.onnx" and p.encoder_file(5).is_file()
     # one graph per (cache slots, size, known steps), whatever the start position and the bucket
     assert p.decoder_file(30, 35, 5).name == p.decoder_file(30, 220, 5).name == "decoder_s220_k5.onnx"
+    # the 10 s bucket (speculative rounds' long inputs) decodes as far as the 30 s one, on its graphs
+    assert p.decoder_chunks(10) == long and p.cache_slots[10] == 220
+    assert {p.decoder_file(10, s, k) for s, k in long} == {p.decoder_file(30, s, k) for s, k in long}
     assert p.decoder_file(3, 0, 4).name == "decoder_s25_k4_j4.onnx" and p.decoder_known(3, 0, 4) == 4
     assert p.decoder_file(3, 5, 5).name == "decoder_s25_k5.onnx" and p.decoder_known(3, 5, 5) == 1
     assert p.decoder_file(3, 0, 5).name == "decoder_s25_k5_j5.onnx" and p.decoder_known(3, 0, 5) == 5
     assert p.decoder_file(3, 4, 6).name == "decoder_s25_k6.onnx"
     assert {p.decoder_file(b, 4, 6) for b in (3, 4, 5, 6)} == {p.decoder_file(3, 4, 6)}  # shared by the short buckets
     assert p.cache_slots[3] == 25 and p.cache_slots[30] == 220
-    assert len(p.graph_files()) == 5 + 4 + 4
+    assert len(p.graph_files()) == 6 + 4 + 4
     assert p.weights_file().name == "weights.bin"
     assert len(p.pack_hash) == 64 and p.pack_hash == file_sha256(p.root / "manifest.json")
     with pytest.raises(ModelError, match="no 7 s encoder"):
@@ -136,10 +139,11 @@ def test_graph_io_contract(tiny_pack):
 
 
 def test_chunk_plan_parameters():
-    plan = chunk_plan(BuildOptions(buckets=(3, 30), tail_chunk=3))
+    plan = chunk_plan(BuildOptions(buckets=(3, 6, 7, 30), tail_chunk=3))
     assert BuildOptions(tail_chunk=3).schedules() == {"default": (4, 6, 3, 3, 3, 3, 3, 3, 3),
                                                       "prefixed": (5, 5, 3, 3, 3, 3, 3, 3, 3)}
     assert (28, 3) in plan[3] and (31, 3) in plan[30] and (31, 3) not in plan[3]
+    assert plan[6] == plan[3] and plan[7] == plan[30]  # buckets over 6 s decode as far as the 30 s one
     assert max(s + k - 1 for s, k in plan[30]) <= 224
     assert known_steps(BuildOptions(), prompt_length(True)) == {(0, 4): 4, (0, 5): 5}
     assert known_steps(BuildOptions(), prompt_length(False)) == {(0, 4): 2, (0, 5): 3}
@@ -206,3 +210,18 @@ def test_tokenizer_json_alone_gives_the_same_vocabulary(tiny_checkpoint, tmp_pat
     original = load_checkpoint(tiny_checkpoint)
     assert parsed.token_bytes == original.token_bytes
     assert parsed.special == original.special
+
+
+def test_default_pack_decodes_in_chunks_of_three(default_pack):
+    """What ``captioner models build`` gives with no options: the CPU's K = 3 (captioner bench)."""
+    p = default_pack
+    assert p.schedules == {"default": (4, 6, 3, 3, 3, 3, 3, 3, 3), "prefixed": (5, 5, 3, 3, 3, 3, 3, 3, 3)}
+    assert p.long_chunk == 3 and p.cache_slots[3] == 28 and p.cache_slots[10] == p.cache_slots[30] == 220
+    assert p.decoder_chunks(30)[-1] == (220, 3)  # the last chunk of 3 that ends by max_positions + 1
+    assert p.decoder_file(3, 10, 3).name == "decoder_s28_k3.onnx"
+    assert p.decoder_file(3, 5, 5).name == "decoder_s28_k5.onnx"  # the prefixed head's second chunk
+    # 6 encoders; per cache size: k4 (batched prompt), k6, k5 (batched), k5, k3
+    assert len(p.graph_files()) == 6 + 5 + 5
+    assert pack_problems(p.root, checksums=False) == []
+    assert BuildOptions().tail_chunk == 3 and BuildOptions(linear="conv").tail_chunk == 5
+    assert BuildOptions(linear="conv", tail_chunk=3).tail_chunk == 3
