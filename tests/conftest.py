@@ -2,10 +2,10 @@
 
 ``tiny_checkpoint`` is a multilingual, 80-mel, 2-layer, d_model 64 WhisperForConditionalGeneration
 with the real vocabulary size (tests/checkpoints.py). ``tiny_pack`` is built from it through the real
-CLI (``captioner models build``: fp32, matmul, all buckets) with the paper's tail chunk K = 5, whose
-round of exactly 30 positions ([4,6,5,5,5,5]) the contract tests spell out; ``default_pack`` is the
-same checkpoint with every default (K = 3 for matmul packs), exactly what users get. Built once per
-test session (a few seconds each).
+CLI (``captioner models build``: fp32, matmul, all buckets, tail chunk K = 5), so every consumer tests
+against exactly what users get; ``chunk3_pack`` is the same checkpoint built with ``--chunk 3`` (the
+CPU's fastest tail chunk, see ``BuildOptions.tail_chunk``). Built once per test session (a few
+seconds each).
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_pack(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
-    """``tiny_checkpoint`` built by ``captioner models build --chunk 5`` (fp32, matmul, buckets 3 4 5 6 10 30)."""
-    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper", "--chunk", "5")
+    """``tiny_checkpoint`` built by ``captioner models build`` (fp32, matmul, buckets 3 4 5 6 10 30, K = 5)."""
+    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper")
 
 
 @pytest.fixture(scope="session")
-def default_pack(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
-    """``tiny_checkpoint`` built by ``captioner models build`` with every default (tail chunk K = 3)."""
-    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper-default")
+def chunk3_pack(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
+    """``tiny_checkpoint`` built by ``captioner models build --chunk 3``."""
+    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper-k3", "--chunk", "3")
 
 
 def _build(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, name: str, *options: str) -> Pack:

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from captioner.models.build import BUCKETS, DEFAULT_TAIL_CHUNK, BuildOptions, build_pack, parse_buckets
+from captioner.models.build import BUCKETS, BuildOptions, build_pack, parse_buckets
 from captioner.models.install import DEFAULT_MODEL, install_pack, list_packs, remove_pack, resolve_pack
 from captioner.models.verify import verify_pack
 from captioner.storage.paths import AppPaths
@@ -23,10 +23,8 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
                         help="lowering of linear layers: MatMul, or 1x1 Conv for QNN (default matmul)")
     parser.add_argument("--buckets", nargs="+", metavar="SECONDS", default=[str(b) for b in BUCKETS],
                         help=f"encoder buckets in seconds (default: {' '.join(map(str, BUCKETS))})")
-    parser.add_argument("--chunk", type=int, default=None, metavar="K",
-                        help="size of the shared decoder chunks after the first 10 positions (default: "
-                             f"{DEFAULT_TAIL_CHUNK['matmul']} for matmul packs, the CPU's best; "
-                             f"{DEFAULT_TAIL_CHUNK['conv']} for conv packs, the NPU's)")
+    parser.add_argument("--chunk", type=int, default=5, metavar="K",
+                        help="size of the shared decoder chunks after the first 10 positions (default 5)")
 
 
 def _options(args: argparse.Namespace) -> BuildOptions:

@@ -1,7 +1,7 @@
 """Controlled unrolling: one round's greedy decode as a chain of chunk graphs with early stop.
 
 The decoder walks the model's chunk plan (e.g. ``[4,6,5,5,5,5]`` or, with a carried prefix,
-``[5,5,5,5,5,5]``; NPUSPER.md §14.2 has ``[6,4,…]``; a matmul pack's tail chunks are of 3, see ``BuildOptions``), forcing the prompt and the prefix positions through the
+``[5,5,5,5,5,5]``; NPUSPER.md §14.2 has ``[6,4,…]``; see ``BuildOptions``), forcing the prompt and the prefix positions through the
 ``forced`` input (and the ``token`` input of a chunk that starts on a forced position). After
 **each** chunk it hands the chunk's steps to a validator in the reference's order — the attention of
 the consumed token first (it belongs to the token that step consumed, §5), then the EOT rule on the

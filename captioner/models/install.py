@@ -75,7 +75,7 @@ def pack_name(source: str, options: BuildOptions | None = None) -> str:
     options = options or BuildOptions()
     base = Path(source).name if not _REPO_ID.match(source) else source.replace("/", "--")
     suffix = ("-fp16" if options.precision == "fp16" else "") + ("-conv" if options.linear == "conv" else "")
-    if options.tail_chunk != BuildOptions(linear=options.linear).tail_chunk:
+    if options.tail_chunk != BuildOptions().tail_chunk:
         suffix += f"-k{options.tail_chunk}"
     return base + suffix
 

@@ -20,6 +20,6 @@ def runner(tiny_pack) -> PackRunner:
 
 
 @pytest.fixture(scope="session")
-def default_runner(default_pack) -> PackRunner:
-    """Runs ``default_pack``'s graphs (tail chunk K = 3) on the CPU provider."""
-    return PackRunner(default_pack)
+def chunk3_runner(chunk3_pack) -> PackRunner:
+    """Runs ``chunk3_pack``'s graphs (tail chunk K = 3) on the CPU provider."""
+    return PackRunner(chunk3_pack)

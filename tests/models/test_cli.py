@@ -142,14 +142,14 @@ def test_install_from_local_checkpoint_then_list_verify_remove(tiny_checkpoint, 
     assert "OK" in capsys.readouterr().out
 
     # a flipped byte in one graph: verify names that file
-    victim = Pack.load(installed).decoder_file(3, 10, 3)  # the default tail chunk of a matmul pack: K = 3
-    assert victim.name == "decoder_s28_k3.onnx"
+    victim = Pack.load(installed).decoder_file(3, 10, 5)
+    assert victim.name == "decoder_s25_k5.onnx"
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
     assert cli.run(["models", "verify", "tiny-whisper"], paths) == 2
     err = capsys.readouterr().err
-    assert "decoder_s28_k3.onnx" in err and "corrupt" in err
+    assert "decoder_s25_k5.onnx" in err and "corrupt" in err
 
     assert cli.run(["models", "install", str(tiny_checkpoint), "--buckets", "3"], paths) == 2
     assert "already installed" in capsys.readouterr().err
@@ -218,7 +218,7 @@ def test_installed_pack_names_tell_non_default_builds_apart() -> None:
     from captioner.models.install import pack_name
 
     assert pack_name("openai/whisper-base") == "openai--whisper-base"
-    assert pack_name("openai/whisper-base", BuildOptions(tail_chunk=5)) == "openai--whisper-base-k5"
-    conv = BuildOptions(linear="conv", precision="fp16")  # the NPU form, with its own default K = 5
+    assert pack_name("openai/whisper-base", BuildOptions(tail_chunk=3)) == "openai--whisper-base-k3"
+    conv = BuildOptions(linear="conv", precision="fp16")  # the NPU form
     assert pack_name("openai/whisper-base", conv) == "openai--whisper-base-fp16-conv"
-    assert pack_name("/ckpt/my-whisper", BuildOptions(linear="conv", tail_chunk=3)) == "my-whisper-conv-k3"
+    assert pack_name("/ckpt/my-whisper", BuildOptions(linear="conv", tail_chunk=7)) == "my-whisper-conv-k7"

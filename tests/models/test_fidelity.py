@@ -98,14 +98,13 @@ def test_greedy_schedule_equals_transformers_greedy(tiny_pack, runner, reference
 
 @pytest.mark.parametrize("bucket", [3, 6, 10])
 @pytest.mark.parametrize("schedule", ["default", "prefixed"])
-def test_default_pack_chunks_of_three_equal_transformers_greedy(default_pack, default_runner, reference, bucket,
-                                                                schedule):
-    """The default pack (K = 3: [4,6,3,…], 31 positions) decodes what transformers decodes."""
+def test_chunks_of_three_equal_transformers_greedy(chunk3_pack, chunk3_runner, reference, bucket, schedule):
+    """A ``--chunk 3`` pack ([4,6,3,…], 31 positions) decodes what transformers decodes."""
     n = lengths(bucket)[2]
-    mel = random_mel(default_pack.dims.n_mels, n, bucket, seed=2000 + bucket)
-    enc = default_runner.encode(mel, n, bucket)
-    start = prompt(default_pack) + ([311, 4207] if schedule == "prefixed" else [])
-    seq, _ = default_runner.greedy(enc, start, default_runner.plan(bucket, schedule))
+    mel = random_mel(chunk3_pack.dims.n_mels, n, bucket, seed=2000 + bucket)
+    enc = chunk3_runner.encode(mel, n, bucket)
+    start = prompt(chunk3_pack) + ([311, 4207] if schedule == "prefixed" else [])
+    seq, _ = chunk3_runner.greedy(enc, start, chunk3_runner.plan(bucket, schedule))
     assert len(seq) == 32
     assert seq == reference.greedy(reference.encode(mel[:, :, : 2 * n]), start, positions=31)
 

@@ -212,9 +212,9 @@ def test_tokenizer_json_alone_gives_the_same_vocabulary(tiny_checkpoint, tmp_pat
     assert parsed.special == original.special
 
 
-def test_default_pack_decodes_in_chunks_of_three(default_pack):
-    """What ``captioner models build`` gives with no options: the CPU's K = 3 (captioner bench)."""
-    p = default_pack
+def test_a_chunk_3_pack_decodes_in_chunks_of_three(chunk3_pack):
+    """``captioner models build --chunk 3``: the CPU's fastest tail chunk (captioner bench)."""
+    p = chunk3_pack
     assert p.schedules == {"default": (4, 6, 3, 3, 3, 3, 3, 3, 3), "prefixed": (5, 5, 3, 3, 3, 3, 3, 3, 3)}
     assert p.long_chunk == 3 and p.cache_slots[3] == 28 and p.cache_slots[10] == p.cache_slots[30] == 220
     assert p.decoder_chunks(30)[-1] == (220, 3)  # the last chunk of 3 that ends by max_positions + 1
@@ -223,5 +223,4 @@ def test_default_pack_decodes_in_chunks_of_three(default_pack):
     # 6 encoders; per cache size: k4 (batched prompt), k6, k5 (batched), k5, k3
     assert len(p.graph_files()) == 6 + 5 + 5
     assert pack_problems(p.root, checksums=False) == []
-    assert BuildOptions().tail_chunk == 3 and BuildOptions(linear="conv").tail_chunk == 5
-    assert BuildOptions(linear="conv", tail_chunk=3).tail_chunk == 3
+    assert BuildOptions().tail_chunk == BuildOptions(linear="conv").tail_chunk == 5  # the paper's

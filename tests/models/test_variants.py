@@ -48,7 +48,7 @@ def test_conv_lowering_equals_matmul(tiny_checkpoint, tiny_pack, runner, tmp_pat
 
 
 def test_fp16_pack_agrees_with_fp32(tiny_checkpoint, tiny_pack, runner, tmp_path):
-    half = build(tiny_checkpoint, tmp_path / "fp16", "--precision", "fp16", "--buckets", "3", "6", "--chunk", "5")
+    half = build(tiny_checkpoint, tmp_path / "fp16", "--precision", "fp16", "--buckets", "3", "6")
     assert half.precision == "fp16"
     assert half.weights_file().stat().st_size < 0.6 * tiny_pack.weights_file().stat().st_size
     half_runner = PackRunner(half)
