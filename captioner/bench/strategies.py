@@ -178,7 +178,7 @@ def _chain_strategy(name: str, model: OnnxAcousticModel, encoding: Encoding, pro
 
     def run(positions: int) -> tuple[float, int, int]:
         t0 = time.perf_counter()
-        runner = model.decoder(encoding)  # a fresh cache, as every round allocates
+        runner = model.decoder(encoding)  # an emptied cache, as every round starts with
         seq = list(prompt)
         dispatches = done = 0
         for start, size in plan:

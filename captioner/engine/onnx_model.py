@@ -5,15 +5,19 @@ audio (no 30 s padding), pad it with 0.0 to the bucket, run the bucket's encoder
 count (the graph masks the rest), then hand out a :class:`OnnxChunkRunner` that runs the bucket's
 decoder chunk graphs along the pack's schedule (ARCHITECTURE.md §5).
 
-KV cache: each runner owns one zeroed [L, 1, H, S, D] array for K and one for V (S: the bucket's
+KV cache: a runner uses one [L, 1, H, S, D] array for K and one for V (S: the bucket's
 ``cache_slots``), which are the graphs' ``self_k``/``self_v`` inputs as they are, and the
 ``self_mask`` [S] that opens the slots filled so far. After a chunk its ``new_k``/``new_v`` are
-written into slots p…p+K−1 in place: no allocation and no copy of the old positions.
+written into slots p…p+K−1 in place: no allocation and no copy of the old positions. The arrays are
+allocated once per cache size and thread and reused by every round (the slots the previous round
+filled are zeroed and masked again): rounds allocate no KV memory. A runner is therefore valid until
+the next :meth:`OnnxAcousticModel.decoder` call on its thread; a superseded runner refuses to run.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -45,6 +49,33 @@ def _load_vocabulary(pack: Pack):
     return Vocabulary.from_pack(pack)
 
 
+class _KvCache:
+    """One thread's self-attention cache for one cache size, reused round after round.
+
+    Attributes:
+        k, v: float32 [L, 1, H, S, D]; self_mask: float32 [S] (0 open, ``MASKED`` closed).
+        used: slots the current round has written (zeroed again when the next round begins).
+        generation: counts the rounds that took this cache, so a superseded runner can tell.
+    """
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.k = np.zeros(shape, dtype=np.float32)
+        self.v = np.zeros_like(self.k)
+        self.self_mask = np.full(shape[3], MASKED, dtype=np.float32)
+        self.used = 0
+        self.generation = 0
+
+    def take(self) -> int:
+        """Reset the slots the last round wrote and return the new round's generation."""
+        if self.used:
+            self.k[:, :, :, : self.used] = 0.0
+            self.v[:, :, :, : self.used] = 0.0
+            self.self_mask[: self.used] = MASKED
+            self.used = 0
+        self.generation += 1
+        return self.generation
+
+
 class OnnxAcousticModel:
     """Whisper from a model pack, run by ONNX Runtime.
 
@@ -65,6 +96,15 @@ class OnnxAcousticModel:
         self._plans: dict[tuple[int, bool], tuple[tuple[int, int], ...]] = {}
         dims = pack.dims
         self._kv_shape = (dims.decoder_layers, 1, dims.decoder_heads, dims.head_dim)
+        self._kv_local = threading.local()  # per thread: cache slots -> _KvCache
+
+    def _kv_cache(self, slots: int) -> _KvCache:
+        """This thread's KV cache of ``slots`` positions (created on first use)."""
+        caches = self._kv_local.__dict__.setdefault("caches", {})
+        if slots not in caches:
+            layers, one, heads, head_dim = self._kv_shape
+            caches[slots] = _KvCache((layers, one, heads, slots, head_dim))
+        return caches[slots]
 
     @property
     def provider(self) -> str:
@@ -163,7 +203,8 @@ class OnnxAcousticModel:
         )
 
     def decoder(self, encoding: Encoding) -> OnnxChunkRunner:
-        """A fresh decoder (empty KV cache) over ``encoding`` for one round."""
+        """A decoder with an empty KV cache over ``encoding`` for one round (it supersedes this
+        thread's previous runner, whose cache it reuses)."""
         return OnnxChunkRunner(self, encoding, self.pack.cache_slots[encoding.bucket])
 
     def close(self) -> None:
@@ -184,11 +225,10 @@ class OnnxChunkRunner:
         self._model = model
         self._encoding = encoding
         self._cross_k, self._cross_v, self._mask = encoding.payload
-        layers, one, heads, head_dim = model._kv_shape
         self._slots = slots
-        self._k = np.zeros((layers, one, heads, slots, head_dim), dtype=np.float32)
-        self._v = np.zeros_like(self._k)
-        self._self_mask = np.full(slots, MASKED, dtype=np.float32)
+        self._cache = model._kv_cache(slots)
+        self._generation = self._cache.take()
+        self._k, self._v, self._self_mask = self._cache.k, self._cache.v, self._cache.self_mask
         # each layer's cache and cross K/V as views: the graph reads them in place, the cache
         # writes below land in them
         self._layer_feeds = layer_feeds(self_k=self._k, self_v=self._v, cross_k=self._cross_k, cross_v=self._cross_v)
@@ -201,6 +241,8 @@ class OnnxChunkRunner:
             ValueError: ``start`` is not the number of positions consumed so far, ``forced`` is not
                 [size − 1], a token the graph batches is not given, or the cache cannot hold ``start``.
         """
+        if self._cache.generation != self._generation:
+            raise RuntimeError("this round's decoder was superseded by a newer one on the same thread")
         if start != self.consumed:
             raise ValueError(f"chunk starts at {start} but {self.consumed} positions were consumed")
         forced = np.asarray(forced, dtype=np.int64).reshape(-1)
@@ -223,6 +265,7 @@ class OnnxChunkRunner:
         })
         elapsed = (time.perf_counter() - t0) * 1000.0
         end = min(start + size, self._slots)  # the last chunk's keys are never read again
+        self._cache.used = max(self._cache.used, end)  # before the writes: the next round zeroes them
         self._k[:, :, :, start:end] = new_k[:, :, :, : end - start]
         self._v[:, :, :, start:end] = new_v[:, :, :, : end - start]
         self._self_mask[start:end] = 0.0

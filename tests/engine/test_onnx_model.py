@@ -123,7 +123,7 @@ def test_teacher_forced_outputs_equal_transformers(model, reference, seconds: fl
 
 
 def test_kv_cache_is_not_reallocated_per_chunk(model) -> None:
-    """One fixed cache per round: each chunk's K/V land in their slots in place and open the mask."""
+    """One fixed cache for the round: each chunk's K/V land in their slots in place and open the mask."""
     enc = model.encode(_audio(3.0, 3))
     run = model.decoder(enc)
     slots = model.pack.cache_slots[3]
@@ -143,6 +143,32 @@ def test_kv_cache_is_not_reallocated_per_chunk(model) -> None:
     fresh = model.decoder(enc)
     with pytest.raises(ValueError, match="must be given"):  # the prompt chunk cannot guess its tokens
         fresh.run(0, 4, seq[0], np.array([seq[1], -1, -1], np.int64))
+
+
+def test_rounds_reuse_the_kv_cache_and_start_it_empty(model, reference) -> None:
+    """No KV allocation per round: the next round (any bucket with the same cache size) gets the same
+    arrays, emptied, and decodes exactly what a never-used cache gives; other threads get their own."""
+    import threading
+
+    first = model.encode(_audio(5.5, 4))
+    outputs, _ = _run_chain(model, first, _prompt(model))  # fills slots of the 25-slot cache
+    used = model.decoder(first)
+    buffers = (used._k.ctypes.data, used._v.ctypes.data, used._self_mask.ctypes.data)
+    assert not used._k.any() and not used._v.any() and (used._self_mask == -100).all()
+    audio = _audio(4.2, 0)
+    enc = model.encode(audio)  # another bucket (5 s), the same cache size
+    _, seq = _run_chain(model, enc, _prompt(model))
+    ref = hf_greedy(reference, log_mel(audio)[:, : 2 * enc.n_frames], _prompt(model), 30, model.pack.special.eot)
+    assert seq[4:] == ref
+    again = model.decoder(enc)
+    assert (again._k.ctypes.data, again._v.ctypes.data, again._self_mask.ctypes.data) == buffers
+    with pytest.raises(RuntimeError, match="superseded"):  # an older runner would write into its cache
+        used.run(0, 4, seq[0], np.array(seq[1:4], np.int64))
+    other: list[int] = []
+    worker = threading.Thread(target=lambda: other.append(model.decoder(enc)._k.ctypes.data))
+    worker.start()
+    worker.join()
+    assert other and other[0] != buffers[0]
 
 
 def test_native_30s_encoding(model) -> None:
