@@ -19,7 +19,9 @@ Platform notes:
 
 Weights: every large initializer of a pack lives once in ``weights.bin``. The runtime maps that file
 once (``np.memmap``), wraps each tensor as an ``OrtValue`` over the mapped bytes and hands the same
-OrtValue to every session (``SessionOptions.add_initializer``). MatMul/Gemm weight *prepacking* is
+OrtValue to every session (``SessionOptions.add_initializer``). Which weights a graph uses comes from
+the manifest (``Pack.graph_weights``), so the app never imports the ``onnx`` package (11 MB of RSS);
+only a graph outside the pack (the bench's) is read with it. MatMul/Gemm weight *prepacking* is
 disabled on the CPU provider (``session.disable_prepacking``), because ORT prepacks a shared
 initializer into a private copy per session: measured with a 80 MB weight file and four sessions,
 +330 MB with prepacking against +0 MB without, and sessions are created ~8× faster.
@@ -58,15 +60,14 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 
 from captioner.engine._providers import PROVIDER_CHOICES, Attempt, Candidate, plan_candidates
 from captioner.errors import ModelError, ProviderError
-from captioner.models.pack import FRAMES_DIM
+from captioner.models.pack import FRAMES_DIM, WeightRef
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from captioner.models.pack import Pack
 
@@ -174,28 +175,27 @@ class SharedWeights:
         """Size of the weight file in bytes."""
         return int(self._map.size)
 
-    def ortvalue(self, tensor: onnx.TensorProto) -> ort.OrtValue:
-        """The OrtValue for an external-data initializer (created on first use, then reused)."""
-        info = {e.key: e.value for e in tensor.external_data}
-        offset, length = int(info.get("offset", 0)), int(info["length"])
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
-        key = (offset, length, dtype.str, tuple(tensor.dims))
+    def ortvalue(self, ref: WeightRef) -> ort.OrtValue:
+        """The OrtValue of a shared weight (created on first use, then reused)."""
+        key = (ref.offset, ref.length, ref.dtype, ref.shape)
         with self._lock:
-            cached = self._values.get(tensor.name)
+            cached = self._values.get(ref.name)
             if cached is not None:
                 if cached[0] != key:
-                    raise ModelError(f"{self.path}: initializer {tensor.name} differs between graphs")
+                    raise ModelError(f"{self.path}: initializer {ref.name} differs between graphs")
                 return cached[1]
-            if offset + length > self._map.size:
-                raise ModelError(f"{self.path} is truncated: {tensor.name} lies beyond its end")
-            array = self._map[offset : offset + length].view(dtype).reshape(tuple(tensor.dims))
+            if ref.offset + ref.length > self._map.size:
+                raise ModelError(f"{self.path} is truncated: {ref.name} lies beyond its end")
+            array = self._map[ref.offset : ref.offset + ref.length].view(np.dtype(ref.dtype)).reshape(ref.shape)
             value = ort.OrtValue.ortvalue_from_numpy(array)
-            self._values[tensor.name] = (key, value)
+            self._values[ref.name] = (key, value)
             return value
 
 
-def _external_initializers(graph: Path, weights_name: str) -> list[onnx.TensorProto]:
-    """The initializers of ``graph`` stored in the shared weight file (protos only, no data read)."""
+def _external_initializers(graph: Path, weights_name: str) -> tuple[WeightRef, ...]:
+    """The weights of a graph the pack does not list, read from the graph (protos only, no data)."""
+    import onnx  # only for graphs outside a pack's manifest (the bench's): 11 MB the app does not pay
+
     try:
         model = onnx.load(str(graph), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError, OSError, ... for a bad file
@@ -203,11 +203,14 @@ def _external_initializers(graph: Path, weights_name: str) -> list[onnx.TensorPr
     out = []
     for tensor in model.graph.initializer:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            location = {e.key: e.value for e in tensor.external_data}.get("location")
-            if location != weights_name:
-                raise ModelError(f"{graph}: initializer {tensor.name} points to {location}, not {weights_name}")
-            out.append(tensor)
-    return out
+            info = {e.key: e.value for e in tensor.external_data}
+            if info.get("location") != weights_name:
+                raise ModelError(f"{graph}: initializer {tensor.name} points to {info.get('location')}, "
+                                 f"not {weights_name}")
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).name
+            out.append(WeightRef(tensor.name, dtype, tuple(tensor.dims), int(info.get("offset", 0)),
+                                 int(info["length"])))
+    return tuple(out)
 
 
 class Runtime:
@@ -306,7 +309,9 @@ class Runtime:
 
     # -- internals ----------------------------------------------------------------------------
     def _create(self, graph: Path, frames: int | None) -> ort.InferenceSession:
-        inits = _external_initializers(graph, self.pack.weights_file().name)
+        inits = self.pack.graph_weights(graph)
+        if inits is None:
+            inits = _external_initializers(graph, self.pack.weights_file().name)
         while True:
             cand = self._current
             t0 = time.perf_counter()
@@ -359,7 +364,7 @@ class Runtime:
         cand.configure(so)
         return so
 
-    def _open(self, graph: Path, cand: Candidate, inits: list[onnx.TensorProto],
+    def _open(self, graph: Path, cand: Candidate, inits: Sequence[WeightRef],
               frames: int | None) -> ort.InferenceSession:
         """A session for ``graph`` on ``cand`` (``frames`` fixed when given); on EP-context providers
         from (or into) the cache."""
@@ -389,9 +394,9 @@ class Runtime:
         return self._session(graph, so, cand, inits)
 
     def _session(self, path: Path, so: ort.SessionOptions, cand: Candidate,
-                 inits: list[onnx.TensorProto]) -> ort.InferenceSession:
-        for tensor in inits:
-            so.add_initializer(tensor.name, self.weights.ortvalue(tensor))
+                 inits: Sequence[WeightRef]) -> ort.InferenceSession:
+        for ref in inits:
+            so.add_initializer(ref.name, self.weights.ortvalue(ref))
         providers = None if cand.uses_devices else cand.providers
         sess = ort.InferenceSession(str(path), sess_options=so, providers=providers)
         if cand.strict:

@@ -157,9 +157,11 @@ def cache_slots(chunks: Iterable[tuple[int, int]]) -> int:
     return max(1, max(start for start, _ in chunks))
 
 
-def _save(model: onnx.ModelProto, path: Path) -> None:
+def _save(model: onnx.ModelProto, path: Path) -> list[str]:
+    """Write ``model`` and return the names of its weights in ``weights.bin`` (external data)."""
     onnx.save_model(model, path)
     onnx.checker.check_model(str(path))
+    return [t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
 def build_pack(
@@ -220,6 +222,7 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
     store = WeightStore(root / WEIGHTS_FILE, options.precision)
     encoders: dict[str, str] = {}
     decoders: list[dict] = []
+    graph_weights: dict[str, list[str]] = {}
 
     def step(file: str) -> None:
         nonlocal done
@@ -231,7 +234,7 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
     try:
         for bucket in sorted(plan):
             file = f"encoder_{bucket}s.onnx"
-            _save(build_encoder(ckpt, store, bucket, options.linear), root / file)
+            graph_weights[file] = _save(build_encoder(ckpt, store, bucket, options.linear), root / file)
             encoders[str(bucket)] = file
             step(file)
             for start, size in plan[bucket]:
@@ -240,7 +243,7 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
                                  "file": f"{graph_name(slots[str(bucket)], size, k)}.onnx"})
         for n_slots, size, k in graphs:
             file = f"{graph_name(n_slots, size, k)}.onnx"
-            _save(build_decoder_chunk(ckpt, store, size, n_slots, options.linear, k), root / file)
+            graph_weights[file] = _save(build_decoder_chunk(ckpt, store, size, n_slots, options.linear, k), root / file)
             step(file)
     finally:
         store.close()
@@ -265,6 +268,7 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
         "linear": options.linear,
         "weights": WEIGHTS_FILE,
         "weights_index": store.index,
+        "graph_weights": graph_weights,
         "encoders": encoders,
         "decoders": decoders,
         "files": files,

@@ -4,7 +4,8 @@ A pack is what ``captioner models build`` writes and what the engine reads. The 
 contract (ARCHITECTURE.md §5); :class:`Pack` is the only reader, validating them on load so that the
 engine never meets a half-formed pack. Layout of a pack directory::
 
-    manifest.json        format, source, dims, special ids, alignment heads, buckets, schedules, files
+    manifest.json        format, source, dims, special ids, alignment heads, buckets, schedules, files,
+                         every weight's place in weights.bin and the weights each graph uses
     tokens.json          id -> hex of the token's raw bytes (byte-level BPE decoded)
     weights.bin          every weight tensor once; each graph's initializers point into it by offset
     encoder_3s.onnx ...  one encoder graph per bucket (seconds)
@@ -40,6 +41,7 @@ __all__ = [
     "Dims",
     "Pack",
     "SpecialTokens",
+    "WeightRef",
     "file_sha256",
     "layer_feeds",
     "layer_input",
@@ -52,7 +54,9 @@ FORMAT = "captioner-pack"
 # 2: fixed-size self-attention cache, one graph per chunk size (not per position);
 # 3: the chunk graphs take each layer's caches and cross K/V as inputs of their own, and any number
 #    of encoder frames (one graph per cache size, chunk size and known steps, shared by buckets)
-FORMAT_VERSION = 3
+# 4: ``graph_weights`` lists each graph's weights in ``weights.bin``, so the runtime hands them to a
+#    session without parsing the graph (the ``onnx`` package cost the app 11 MB of RSS for that)
+FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
 
 # Per-layer inputs of a decoder chunk graph, in the order they follow the shared inputs: one tensor
@@ -136,6 +140,24 @@ class SpecialTokens:
     languages: Mapping[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class WeightRef:
+    """Where one shared weight lies in ``weights.bin`` (the manifest's ``weights_index`` entry).
+
+    Attributes:
+        name: the initializer name the graphs use.
+        dtype: ``"float32"`` or ``"float16"``.
+        shape: its dimensions.
+        offset, length: its bytes in the weight file.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    length: int
+
+
 def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
     """Hex sha256 of a file, read in 1 MiB chunks."""
     digest = hashlib.sha256()
@@ -197,6 +219,7 @@ class Pack:
     pack_hash: str
     _encoders: Mapping[int, str] = field(repr=False)
     _decoders: Mapping[tuple[int, int, int], tuple[str, int]] = field(repr=False)
+    _graph_weights: Mapping[str, tuple[WeightRef, ...]] = field(repr=False)
 
     def encoder_file(self, bucket: int) -> Path:
         """The encoder graph of ``bucket`` seconds; ModelError if the pack has no such bucket."""
@@ -224,6 +247,14 @@ class Pack:
     def decoder_chunks(self, bucket: int) -> list[tuple[int, int]]:
         """(start, size) of every chunk graph available for ``bucket``, sorted."""
         return sorted((s, k) for (b, s, k) in self._decoders if b == int(bucket))
+
+    def graph_weights(self, graph: Path | str) -> tuple[WeightRef, ...] | None:
+        """The shared weights of ``graph`` (a file of this pack); None for a graph the pack does not
+        list (e.g. the bench's own graphs)."""
+        graph = Path(graph)
+        if graph.parent != self.root:
+            return None
+        return self._graph_weights.get(graph.name)
 
     def weights_file(self) -> Path:
         """The shared external-data file that every graph's initializers reference."""
@@ -293,6 +324,7 @@ class Pack:
         slots = {int(b): int(s) for b, s in manifest["cache_slots"].items()}
         if set(slots) != set(buckets):
             raise ModelError(f"{mpath}: cache_slots {sorted(slots)} do not match the buckets {buckets}")
+        graph_weights = _graph_weights(manifest, mpath, [*encoders.values(), *(f for f, _ in decoders.values())])
         if verify:
             for name, digest in files.items():
                 if file_sha256(root / name) != digest:
@@ -316,7 +348,33 @@ class Pack:
             pack_hash=pack_hash,
             _encoders=MappingProxyType(encoders),
             _decoders=MappingProxyType(decoders),
+            _graph_weights=MappingProxyType(graph_weights),
         )
+
+
+def _graph_weights(manifest: dict, mpath: Path, graphs: list[str]) -> dict[str, tuple[WeightRef, ...]]:
+    """``graph_weights`` resolved through ``weights_index``, checked for every graph of the pack."""
+    try:
+        index = manifest["weights_index"]
+        refs = {name: WeightRef(name, str(e["dtype"]), tuple(int(d) for d in e["shape"]), int(e["offset"]),
+                                int(e["length"])) for name, e in index.items()}
+        listed = manifest["graph_weights"]
+        out = {str(g): tuple(refs[n] for n in names) for g, names in listed.items()}
+    except KeyError as exc:
+        raise ModelError(f"{mpath}: weights_index or graph_weights lacks {exc}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ModelError(f"{mpath}: malformed weights_index or graph_weights: {exc}") from None
+    for ref in refs.values():
+        size = {"float32": 4, "float16": 2}.get(ref.dtype)
+        n = 1
+        for d in ref.shape:
+            n *= d
+        if size is None or n * size != ref.length or ref.offset < 0:
+            raise ModelError(f"{mpath}: weights_index entry {ref.name} is inconsistent")
+    missing = sorted(set(graphs) - set(out))
+    if missing:
+        raise ModelError(f"{mpath}: graph_weights does not list {', '.join(missing)}")
+    return out
 
 
 def _load_vocabulary(path: Path, n_vocab: int) -> tuple[bytes, ...]:

@@ -63,6 +63,10 @@ def _graph_problems(pack: Pack, path: Path, bucket: int, size: int | None) -> li
     weights = pack.manifest["weights"]
     size_on_disk = pack.weights_file().stat().st_size
     index = pack.manifest.get("weights_index", {})
+    external = [i.name for i in graph.initializer if i.data_location == onnx.TensorProto.EXTERNAL]
+    listed = [ref.name for ref in pack.graph_weights(path) or ()]
+    if sorted(external) != sorted(listed):  # the runtime hands a session exactly the listed weights
+        problems.append(f"{path}: its weights differ from the manifest's graph_weights")
     for init in graph.initializer:
         if init.data_location != onnx.TensorProto.EXTERNAL:
             continue

@@ -165,7 +165,7 @@ _RSS_SCRIPT = textwrap.dedent("""
         seq += [int(t) for t in out.tokens[len(seq) - 1 - start:]]
     rss1 = proc.memory_info().rss
     print(json.dumps({"rss_mb": (rss1 - rss0) / 1e6, "weights_mb": model.runtime.weights.nbytes / 1e6,
-                      "sessions": len(model.runtime.loaded()),
+                      "sessions": len(model.runtime.loaded()), "onnx_imported": "onnx" in sys.modules,
                       "session_ms": dict(model.runtime.info().session_ms)}))
 """)
 
@@ -194,6 +194,7 @@ def test_a_loaded_pack_holds_one_copy_of_the_weights(wide_pack) -> None:
     stats = json.loads(out.stdout.strip().splitlines()[-1])
     print("memory:", stats)
     assert stats["sessions"] == 5
+    assert stats["onnx_imported"] is False  # the manifest lists each graph's weights (11 MB saved)
     assert stats["weights_mb"] > 70
     # one copy plus ORT's own overhead; a copy per session would be ~5 × the 80 MB embedding
     assert stats["rss_mb"] < 2 * stats["weights_mb"], stats

@@ -27,7 +27,7 @@ DEFAULT_CHUNKS = [(0, 4), (0, 5), (4, 6), (5, 5), (10, 5), (15, 5), (20, 5), (25
 
 def test_manifest_has_the_contract_keys(tiny_pack, tiny_checkpoint):
     m = tiny_pack.manifest
-    assert m["format"] == "captioner-pack" and m["format_version"] == 3
+    assert m["format"] == "captioner-pack" and m["format_version"] == 4
     assert set(m["source"]) == {"name", "revision", "sha256"}
     assert m["source"]["name"] == "tiny-whisper"
     assert m["source"]["sha256"] == file_sha256(tiny_checkpoint / "model.safetensors")
@@ -174,6 +174,35 @@ def test_load_errors_name_the_file(tiny_pack, tmp_path):
     manifest["format_version"] = 99
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ModelError, match="format_version"):
+        Pack.load(copy)
+
+
+def test_each_graph_lists_its_weights_in_the_manifest(tiny_pack, tmp_path):
+    """``graph_weights`` is exactly each graph's external initializers, so the runtime needs no onnx."""
+    for graph in tiny_pack.graph_files():
+        model = onnx.load(str(graph), load_external_data=False)
+        external = {t.name: t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+        refs = tiny_pack.graph_weights(graph)
+        assert refs and {r.name for r in refs} == set(external), graph.name
+        for ref in refs:
+            info = {e.key: e.value for e in external[ref.name].external_data}
+            assert (ref.offset, ref.length, ref.shape) == (int(info["offset"]), int(info["length"]),
+                                                          tuple(external[ref.name].dims))
+    assert tiny_pack.graph_weights(tmp_path / "decoder_s25_k5.onnx") is None  # not this pack's file
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_pack.root, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["graph_weights"]["encoder_3s.onnx"] = manifest["graph_weights"]["encoder_3s.onnx"][1:]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert any("encoder_3s.onnx: its weights differ" in p for p in pack_problems(copy, checksums=False))
+    del manifest["graph_weights"]["decoder_s25_k6.onnx"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match=r"graph_weights does not list decoder_s25_k6\.onnx"):
+        Pack.load(copy)
+    manifest["weights_index"]["encoder.conv1.weight"]["length"] += 4
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelError, match="encoder.conv1.weight is inconsistent"):
         Pack.load(copy)
 
 
