@@ -151,7 +151,7 @@ def test_rounds_reuse_the_kv_cache_and_start_it_empty(model, reference) -> None:
     import threading
 
     first = model.encode(_audio(5.5, 4))
-    outputs, _ = _run_chain(model, first, _prompt(model))  # fills slots of the 25-slot cache
+    _run_chain(model, first, _prompt(model))  # fills slots of the 25-slot cache
     used = model.decoder(first)
     buffers = (used._k.ctypes.data, used._v.ctypes.data, used._self_mask.ctypes.data)
     assert not used._k.any() and not used._v.any() and (used._self_mask == -100).all()

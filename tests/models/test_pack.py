@@ -202,7 +202,7 @@ def test_each_graph_lists_its_weights_in_the_manifest(tiny_pack, tmp_path):
         Pack.load(copy)
     manifest["weights_index"]["encoder.conv1.weight"]["length"] += 4
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ModelError, match="encoder.conv1.weight is inconsistent"):
+    with pytest.raises(ModelError, match=r"encoder\.conv1\.weight is inconsistent"):
         Pack.load(copy)
 
 
