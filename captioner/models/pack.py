@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -366,10 +367,7 @@ def _graph_weights(manifest: dict, mpath: Path, graphs: list[str]) -> dict[str, 
         raise ModelError(f"{mpath}: malformed weights_index or graph_weights: {exc}") from None
     for ref in refs.values():
         size = {"float32": 4, "float16": 2}.get(ref.dtype)
-        n = 1
-        for d in ref.shape:
-            n *= d
-        if size is None or n * size != ref.length or ref.offset < 0:
+        if size is None or math.prod(ref.shape) * size != ref.length or ref.offset < 0:
             raise ModelError(f"{mpath}: weights_index entry {ref.name} is inconsistent")
     missing = sorted(set(graphs) - set(out))
     if missing:

@@ -64,7 +64,7 @@ def test_left_when_it_is_strictly_smaller():
     assert path_of([[0, 1, 1], [1, 5, 2], [1, 1, 0]]) == [(0, 0), (1, 0), (2, 1), (2, 2)]
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (1, 6), (5, 1), (3, 4), (8, 40), (31, 150)])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 6), (5, 1), (3, 4), (8, 40), (31, 150), (40, 300)])
 def test_dtw_matches_the_reference_loops(shape):
     rng = np.random.default_rng(shape[0] * 100 + shape[1])
     for cost in (rng.standard_normal(shape), rng.integers(0, 3, shape).astype(float)):  # ties included
