@@ -25,7 +25,7 @@ Out (row s belongs to step s, which consumes the token at p+s and predicts posit
 One graph per (S, K, known) serves every start position p and every bucket with S cache slots. The
 cache has a fixed size and a mask instead of one static length per start position, and the number
 of encoder frames T is the symbolic dimension ``frames``: the short buckets (S = 25) share 4 decoder
-graphs and the 30 s bucket (S = 220) has 4 (a graph per bucket and chunk of the plan was 84 graphs;
+graphs and the 10 s and 30 s buckets (S = 220) 4 others (a graph per bucket and chunk of the plan was 84 graphs;
 one per bucket and chunk size 20). ONNX Runtime keeps ~3–5 KB of private memory per node of every
 session whatever the options, so graphs, not weights (which are shared), dominated the memory of a
 loaded pack: measured on whisper-base, 84 sessions held ~530 MB, a K = 5 chunk session 6 MB. On the

@@ -15,7 +15,7 @@ convolutions see the same zero padding as the exact run), and the
 self-attention adds −100 to the scores of keys at or beyond n_frames (finite, for fp16 NPUs).
 The attention scale head_dim^-0.5 is folded into the query weights at build time.
 
-Buckets longer than ``LONG_FRAMES`` (the 30 s graph) run in blocks of frames, the same arithmetic
+Buckets longer than ``LONG_FRAMES`` (the 10 s and 30 s graphs) run in blocks of frames, the same arithmetic
 with smaller intermediates: self-attention in blocks of ``QUERY_BLOCK`` queries and the MLP in blocks
 of ``ROW_BLOCK`` rows. The full score matrix of the 30 s graph is [8, 1500, 1500] floats, 72 MB for
 whisper-base, and the add, softmax and product each held one, so one run peaked ~150 MB above the
@@ -37,7 +37,7 @@ from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
 __all__ = ["MASK_BIAS", "build_encoder", "qkv_weights"]
 
 MASK_BIAS = -100.0  # additive attention bias of masked positions (paper's NPU choice)
-LONG_FRAMES = 300  # buckets with more encoder frames than this run in blocks (the 30 s graph)
+LONG_FRAMES = 300  # buckets with more encoder frames than this run in blocks (the 10 s and 30 s graphs)
 QUERY_BLOCK = 150  # query frames per self-attention block of a long bucket
 ROW_BLOCK = 300  # frames per MLP block of a long bucket
 
