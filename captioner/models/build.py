@@ -1,4 +1,8 @@
-"""Build a model pack from a Hugging Face Whisper checkpoint directory, with the ``onnx`` package only.
+"""Build a model pack from a Whisper checkpoint folder, with the ``onnx`` package only.
+
+The folder is a Hugging Face checkpoint (``model.safetensors``) or a CTranslate2/faster-whisper
+model (``model.bin`` or its parts, :mod:`captioner.models.ct2`); both parse into one
+:class:`~captioner.models.checkpoint.Checkpoint`, so every graph is built the same way.
 
 :func:`build_pack` parses the checkpoint, writes every graph of the chunk plan plus the shared
 ``weights.bin`` and ``tokens.json`` into a temporary directory next to the output, writes
@@ -21,14 +25,15 @@ import onnx
 
 from captioner import __version__
 from captioner.errors import PackBuildError
-from captioner.models.checkpoint import Checkpoint, load_checkpoint
+from captioner.models.checkpoint import WEIGHTS, Checkpoint, load_checkpoint
+from captioner.models.ct2 import is_ct2_folder, load_ct2_checkpoint
 from captioner.models.decoder_graph import build_decoder_chunk, graph_name
 from captioner.models.encoder_graph import build_encoder
 from captioner.models.graph_ops import OPSET, WeightStore
 from captioner.models.pack import FORMAT, FORMAT_VERSION, MANIFEST, Pack, file_sha256
 
 __all__ = ["BUCKETS", "SHORT_MAX_S", "BuildOptions", "build_pack", "cache_slots", "chunk_plan",
-           "known_steps", "parse_buckets", "prompt_length"]
+           "known_steps", "load_any_checkpoint", "parse_buckets", "prompt_length"]
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +169,15 @@ def _save(model: onnx.ModelProto, path: Path) -> list[str]:
     return [t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
+def load_any_checkpoint(root: Path | str, *, name: str | None = None, revision: str | None = None) -> Checkpoint:
+    """Parse a Hugging Face checkpoint folder, or a CTranslate2 one when it has ``model.bin`` (or
+    its parts) and no ``model.safetensors``."""
+    root = Path(root)
+    if not (root / WEIGHTS).is_file() and is_ct2_folder(root):
+        return load_ct2_checkpoint(root, name=name, revision=revision)
+    return load_checkpoint(root, name=name, revision=revision)
+
+
 def build_pack(
     checkpoint: Path | str | Checkpoint,
     out: Path | str,
@@ -176,7 +190,7 @@ def build_pack(
     """Build a pack from a checkpoint directory into ``out`` (which must not exist).
 
     Args:
-        checkpoint: the checkpoint directory (or an already parsed :class:`Checkpoint`).
+        checkpoint: a Hugging Face or CTranslate2 checkpoint folder (or an already parsed :class:`Checkpoint`).
         out: the pack directory to create.
         options: what to build (defaults: fp32, matmul, all buckets, the paper's schedules).
         name, revision: source name/revision recorded in the manifest.
@@ -194,7 +208,7 @@ def build_pack(
         raise PackBuildError(f"{out} already exists: choose another output or remove it first")
     if not out.parent.is_dir():
         raise PackBuildError(f"{out.parent} does not exist")
-    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_checkpoint(checkpoint, name=name, revision=revision)
+    ckpt = checkpoint if isinstance(checkpoint, Checkpoint) else load_any_checkpoint(checkpoint, name=name, revision=revision)
     options.validate(ckpt.dims.n_text_ctx, ckpt.dims.n_audio_ctx)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     if tmp.exists():

@@ -21,7 +21,16 @@ from captioner.errors import PackBuildError
 from captioner.models.pack import Dims, SpecialTokens, file_sha256
 from captioner.models.safetensors_io import SafetensorsFile
 
-__all__ = ["ALIGNMENT_FALLBACK", "Checkpoint", "bytes_to_unicode", "load_checkpoint"]
+__all__ = [
+    "ALIGNMENT_FALLBACK",
+    "Checkpoint",
+    "alignment_heads",
+    "bytes_to_unicode",
+    "check_weights",
+    "load_checkpoint",
+    "special_tokens",
+    "token_bytes_table",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +182,7 @@ def _vocabulary(root: Path, n_vocab: int) -> tuple[dict[str, int], Path]:
     return vocab, used[0]
 
 
-def _token_bytes(vocab: dict[str, int], n_vocab: int) -> tuple[bytes, ...]:
+def token_bytes_table(vocab: dict[str, int], n_vocab: int) -> tuple[bytes, ...]:
     decoder = {c: b for b, c in bytes_to_unicode().items()}
     table = [b""] * n_vocab
     for text, idx in vocab.items():
@@ -184,7 +193,7 @@ def _token_bytes(vocab: dict[str, int], n_vocab: int) -> tuple[bytes, ...]:
     return tuple(table)
 
 
-def _special(vocab: dict[str, int], gen: dict, multilingual: bool, path: Path) -> SpecialTokens:
+def special_tokens(vocab: dict[str, int], gen: dict, multilingual: bool, path: Path) -> SpecialTokens:
     def tok(*names: str) -> int | None:
         for name in names:
             if name in vocab:
@@ -219,7 +228,7 @@ def _special(vocab: dict[str, int], gen: dict, multilingual: bool, path: Path) -
     )
 
 
-def _alignment_heads(gen: dict, dims: Dims, path: Path) -> tuple[tuple[tuple[int, int], ...], str]:
+def alignment_heads(gen: dict, dims: Dims, path: Path) -> tuple[tuple[tuple[int, int], ...], str]:
     heads = gen.get("alignment_heads")
     if heads:
         try:
@@ -256,10 +265,10 @@ def load_checkpoint(root: Path | str, *, name: str | None = None, revision: str 
         raise PackBuildError(f"{gen_path} is not a JSON object")
     vocab, vocab_path = _vocabulary(root, dims.n_vocab)
     multilingual = dims.n_vocab >= 51865
-    special = _special(vocab, gen, multilingual, vocab_path)
-    heads, heads_source = _alignment_heads(gen, dims, gen_path)
+    special = special_tokens(vocab, gen, multilingual, vocab_path)
+    heads, heads_source = alignment_heads(gen, dims, gen_path)
     weights = _Unprefixed(SafetensorsFile(root / WEIGHTS))
-    _check_weights(weights, dims, root / WEIGHTS)
+    check_weights(weights, dims, root / WEIGHTS)
     tied = "proj_out.weight" not in weights
     logger.info("checkpoint %s: %s, %s", root, dims, "multilingual" if multilingual else "English-only")
     return Checkpoint(
@@ -269,14 +278,14 @@ def load_checkpoint(root: Path | str, *, name: str | None = None, revision: str 
         multilingual=multilingual,
         alignment_heads=heads,
         alignment_heads_source=heads_source,
-        token_bytes=_token_bytes(vocab, dims.n_vocab),
+        token_bytes=token_bytes_table(vocab, dims.n_vocab),
         weights=weights,
         tied_output=tied,
         source={"name": name or root.name, "revision": revision, "sha256": file_sha256(root / WEIGHTS)},
     )
 
 
-def _check_weights(w: Mapping[str, np.ndarray], dims: Dims, path: Path) -> None:
+def check_weights(w: Mapping[str, np.ndarray], dims: Dims, path: Path) -> None:
     """Every tensor the graphs need is present with the shape the config implies."""
     d = dims.d_model
     need = {
