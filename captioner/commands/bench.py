@@ -5,6 +5,8 @@ checkpoint with whisper-base's real dimensions — weights do not change what a 
 runs offline anywhere; ``--model`` measures a real pack instead. Sections: encoder per bucket,
 decoder strategies (controlled unrolling vs a graph per token vs AI Hub's fixed 200-position graph),
 tail chunk size K = 3/5/7, and streaming runs over a 5-minute recording at 1 s and 2 s steps. The
+``accuracy`` section (not run by default; it needs ``--model`` and ``--manifest``) scores the live
+engine against the same pack run offline on real speech (:mod:`captioner.bench.accuracy`). The
 Markdown summary goes to stdout (or ``--report``), progress to stderr.
 """
 
@@ -17,6 +19,8 @@ import sys
 from pathlib import Path
 
 from captioner.audio import load_audio_file
+from captioner.bench import accuracy_report
+from captioner.bench.accuracy import AccuracyOptions, accuracy_bench, load_manifest
 from captioner.bench.plots import matplotlib_available, write_plots
 from captioner.bench.random_pack import RANDOM_DIMS, cached_random_pack
 from captioner.bench.report import markdown
@@ -53,7 +57,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plots", type=Path, metavar="DIR", help="write PNG plots into DIR (needs matplotlib)")
     p.add_argument("--short", action="store_true", help="a quick run: 2 repetitions, 16 s of audio (for CI)")
     p.add_argument("--sections", default="encoder,decoder,chunk_sizes,streaming",
-                   help="comma-separated subset of encoder,decoder,chunk_sizes,streaming")
+                   help="comma-separated subset of encoder,decoder,chunk_sizes,streaming,accuracy")
+    acc = p.add_argument_group("accuracy section (real speech; needs --model)")
+    acc.add_argument("--manifest", type=Path, metavar="JSONL",
+                     help="speech items with references (the development corpus' manifest.jsonl format)")
+    acc.add_argument("--kinds", metavar="K,K", help="only items of these kinds (comma-separated)")
+    acc.add_argument("--limit", type=int, metavar="N", help="at most N items of each kind")
+    acc.add_argument("--nonspeech-s", type=float, default=60.0, metavar="S",
+                     help="seconds of each non-speech signal (silence, white, brown noise, tones); 0: none")
+    acc.add_argument("--reference-ct2", type=Path, metavar="DIR",
+                     help="CTranslate2 Whisper folder of the same weights: add faster-whisper's scores "
+                          "(dev extra)")
     p.set_defaults(func=_run)
 
 
@@ -64,10 +78,11 @@ def _progress(line: str) -> None:
 
 def _options(args: argparse.Namespace) -> BenchOptions:
     sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
-    unknown = set(sections) - set(BenchOptions().sections)
+    unknown = set(sections) - {*BenchOptions().sections, "accuracy"}
     if unknown or not sections:
         raise CaptionerError(f"unknown bench section(s) {', '.join(sorted(unknown)) or '(none)'}; "
-                             "choose from encoder, decoder, chunk_sizes, streaming")
+                             "choose from encoder, decoder, chunk_sizes, streaming, accuracy")
+    sections = tuple(s for s in sections if s != "accuracy")
     steps = tuple(args.step) if args.step else (1.0, 2.0)
     if any(not 0.5 <= s <= 3.0 for s in steps):
         raise CaptionerError(f"step must be between 0.5 and 3.0 seconds, got {', '.join(map(str, steps))}")
@@ -82,8 +97,30 @@ def _options(args: argparse.Namespace) -> BenchOptions:
     return BenchOptions(provider=args.provider, threads=args.threads, steps=steps, audio=audio, sections=sections)
 
 
+def _accuracy_options(args: argparse.Namespace):
+    """(items, options) of the accuracy section, checked before any model is loaded."""
+    if not args.model:
+        raise CaptionerError("the accuracy section needs a real model: pass --model PACK")
+    if not args.manifest:
+        raise CaptionerError("the accuracy section needs --manifest JSONL (e.g. the development corpus' "
+                             "manifest.jsonl)")
+    if args.limit is not None and args.limit < 1:
+        raise CaptionerError("--limit must be at least 1")
+    if args.nonspeech_s < 0:
+        raise CaptionerError("--nonspeech-s must not be negative")
+    if args.reference_ct2 is not None and not (args.reference_ct2 / "model.bin").is_file() and not any(
+            args.reference_ct2.glob("model.bin.part*")):
+        raise CaptionerError(f"{args.reference_ct2} is not a CTranslate2 Whisper folder (no model.bin)")
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()] if args.kinds else None
+    items = load_manifest(args.manifest, kinds, args.limit)
+    steps = tuple(sorted(set(args.step))) if args.step else (1.0, 2.0)
+    return items, AccuracyOptions(steps=steps, nonspeech_s=args.nonspeech_s, reference_ct2=args.reference_ct2)
+
+
 def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     options = _options(args)
+    accuracy = "accuracy" in {s.strip() for s in args.sections.split(",")}
+    acc_items, acc_options = _accuracy_options(args) if accuracy else (None, None)
     if args.model:
         root = resolve_pack_path(args.model, paths)
         pack = Pack.load(root, verify=True)
@@ -92,15 +129,29 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         dims = args.random_dims or "base"
         pack = cached_random_pack(dims, paths.cache, progress=_progress)
         label = f"random whisper-{dims} (random weights, real dimensions)"
-    result = run_bench(pack, paths.cache / "bench", options, _progress, pack_label=label)
-    text = markdown(result)
+    result: dict = {}
+    texts = []
+    if options.sections:
+        result = run_bench(pack, paths.cache / "bench", options, _progress, pack_label=label)
+        texts.append(markdown(result))
+    if accuracy:
+        acc = accuracy_bench(pack, acc_items, acc_options, _progress, provider=args.provider,
+                             threads=args.threads, label=label)
+        result = {**acc, **result, "accuracy": acc["accuracy"]}
+        head = (f"## Accuracy on real speech — {label}\n\ncaptioner {acc['captioner']}, commit {acc['commit']}; "
+                f"{acc['provider']}, {acc['threads']} threads; {acc['machine']['cpus']} CPUs.")
+        texts.append(accuracy_report.markdown(acc["accuracy"], header=head))
+    text = "\n\n".join(texts)
     if args.json:
         atomic_write_text(args.json, json.dumps(result, indent=1))
         _progress(f"wrote {args.json}")
     if args.plots and not matplotlib_available():
         _progress("no plots: matplotlib is not installed (pip install matplotlib; it is a dev dependency)")
     elif args.plots:
-        for path in write_plots(result, args.plots):
+        written = write_plots(result, args.plots) if options.sections else []
+        if accuracy:
+            written += accuracy_report.write_plots(result["accuracy"], args.plots)
+        for path in written:
             _progress(f"wrote {path}")
     if args.report:
         atomic_write_text(args.report, text)

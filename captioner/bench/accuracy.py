@@ -1,0 +1,438 @@
+"""The accuracy section of ``captioner bench``: the live engine against the same pack run offline.
+
+For every manifest item (real speech with a reference transcript, the format of the development
+corpus' ``manifest.jsonl``) and every non-speech signal (:mod:`captioner.bench.nonspeech`), one
+process with **one** loaded model runs:
+
+* **offline**: the pack as stock Whisper runs it: windows of at most 30 s, each zero-padded to 30 s
+  and encoded unmasked (``encode(native_30s=True)``), decoded greedily until EOT wins (no minimum
+  length, no hallucination tests; a runaway ends at 224 tokens), DTW word times on the window's
+  real frames. Audio longer than 30 s is cut like Whisper seeks: the next window starts at the start
+  of the previous window's last word, which that window drops (it may be cut), unless the window
+  reached the end of the audio. These words are the WER baseline and the **time reference**.
+* **live** at each step size: a fresh :class:`~captioner.engine.Stream` fed one step at a time as
+  fast as possible, then ``finish()``; the hypothesis is the final word list after every
+  retraction. Emission times are simulated real time: a round starts when its audio has arrived
+  (the stream's fed audio at that round) or when the previous round ends, whichever is later, and
+  shows its words ``compute`` seconds later (the wall time of that ``step()``/``finish()`` call).
+  The stream's ``clock`` returns the round number, so ``Word.emitted_at`` (first shown) says which
+  round first showed each word.
+* **faster-whisper** (optional, dev only; :mod:`captioner.bench.fw_reference`): the same weights in
+  CTranslate2 with default decoding + VAD, and greedy without fallback.
+
+Scores (:mod:`captioner.bench.scoring`): WER/CER after Whisper's normalisers, per item, per kind and
+per language; per-word latency and start error against the offline words; stutters; words emitted
+on non-speech; compute RTF per mode. Items in another language than English need a multilingual
+pack (an English-only pack skips them, said so).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from captioner.audio import load_audio_file
+from captioner.bench import nonspeech
+from captioner.bench.scoring import Counts, Scorer, TimedWord, find_stutters, latency_stats, summary
+from captioner.core import SAMPLE_RATE
+from captioner.engine import Stream, StreamConfig
+from captioner.engine.align import align_words
+from captioner.engine.decoder import decode_round
+from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
+from captioner.engine.validate import Stop
+from captioner.errors import CaptionerError
+
+__all__ = [
+    "AccuracyOptions",
+    "Item",
+    "ModeRun",
+    "OfflineValidator",
+    "load_manifest",
+    "run_accuracy",
+    "run_live",
+    "run_offline",
+]
+
+logger = logging.getLogger(__name__)
+
+WINDOW_S = 30
+MAX_TOKENS = 224
+_MANIFEST_FIELDS = ("id", "audio", "text", "language", "kind")
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One manifest entry: ``audio`` is an absolute path, ``seconds`` as the manifest says."""
+
+    id: str
+    audio: Path
+    text: str
+    language: str
+    kind: str
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AccuracyOptions:
+    """What the accuracy section runs.
+
+    Attributes:
+        steps: live step sizes, seconds.
+        nonspeech_s: seconds of each non-speech signal (0: none).
+        nonspeech_kinds: which signals (:data:`captioner.bench.nonspeech.KINDS`).
+        reference_ct2: a CTranslate2 Whisper folder for the faster-whisper reference, or None.
+        fw_threads: CPU threads of the faster-whisper reference.
+    """
+
+    steps: tuple[float, ...] = (1.0, 2.0)
+    nonspeech_s: float = 60.0
+    nonspeech_kinds: tuple[str, ...] = nonspeech.KINDS
+    reference_ct2: Path | None = None
+    fw_threads: int = 2
+
+
+@dataclass(slots=True)
+class ModeRun:
+    """One mode's output on one audio: words (with times), compute seconds, extra facts."""
+
+    words: list[TimedWord]
+    compute_s: float
+    info: dict = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return " ".join(w.text for w in self.words)
+
+
+def load_manifest(path: Path, kinds: Sequence[str] | None = None, limit: int | None = None) -> list[Item]:
+    """The items of a ``manifest.jsonl`` (audio paths relative to its folder), optionally only those
+    of ``kinds`` and at most ``limit`` per kind (manifest order).
+
+    Raises:
+        CaptionerError: unreadable file, a line that is not a JSON object with the required fields,
+            a kind filter that matches nothing.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise CaptionerError(f"cannot read the manifest {path}: {exc.strerror or exc}") from exc
+    items: list[Item] = []
+    per_kind: dict[str, int] = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CaptionerError(f"{path}:{n}: not JSON ({exc.msg})") from exc
+        missing = [f for f in _MANIFEST_FIELDS if not isinstance(entry, dict) or f not in entry]
+        if missing:
+            raise CaptionerError(f"{path}:{n}: missing field(s) {', '.join(missing)}")
+        if kinds and entry["kind"] not in kinds:
+            continue
+        if limit is not None and per_kind.get(entry["kind"], 0) >= limit:
+            continue
+        per_kind[entry["kind"]] = per_kind.get(entry["kind"], 0) + 1
+        items.append(Item(str(entry["id"]), path.parent / entry["audio"], str(entry["text"]), str(entry["language"]),
+                          str(entry["kind"]), float(entry.get("seconds", 0.0))))
+    if not items:
+        what = f" of kind {', '.join(kinds)}" if kinds else ""
+        raise CaptionerError(f"{path}: no items{what}")
+    return items
+
+
+# ------------------------------------------------------------------------------------------ offline
+class OfflineValidator:
+    """Plain greedy decoding for the offline reference: EOT ends the window as soon as it wins (no
+    minimum length, no hallucination tests); :func:`decode_round`'s token limit ends a runaway."""
+
+    def __init__(self) -> None:
+        self.decoded: list[int] = []
+        self.checked = 0
+        self.stop: Stop | None = None
+
+    def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:
+        if self.stop is None and eot_logit > token_logit:
+            self.stop = Stop("eot", len(self.decoded))
+        if self.stop is None:
+            self.decoded.append(int(token))
+        return self.stop
+
+    def on_attention(self, attn_last: np.ndarray) -> Stop | None:
+        self.checked += 1
+        return self.stop
+
+
+def _whole_frames(audio: np.ndarray) -> np.ndarray:
+    rest = audio.size % SAMPLES_PER_FRAME
+    return np.concatenate([audio, np.zeros(SAMPLES_PER_FRAME - rest, np.float32)]) if rest else audio
+
+
+def run_offline(model: AcousticModel, audio: np.ndarray, language: str = "en", task: str = "transcribe") -> ModeRun:
+    """Whisper's own way over ``audio`` (module docstring): words with absolute DTW times."""
+    vocab = model.vocab
+    prompt = vocab.prompt(language, task)
+    window_n = WINDOW_S * SAMPLE_RATE
+    words: list[TimedWord] = []
+    windows = limits = 0
+    pos = 0
+    t0 = time.perf_counter()
+    while pos < audio.size:
+        chunk = _whole_frames(np.asarray(audio[pos : pos + window_n], np.float32))
+        reaches_end = pos + window_n >= audio.size
+        encoding = model.encode(chunk, native_30s=True)
+        result = decode_round(model, encoding, prompt, (), OfflineValidator(), MAX_TOKENS)
+        windows += 1
+        limits += result.stop is None
+        tokens = [t for t in result.tokens if t < vocab.eot]
+        real = chunk.size // SAMPLES_PER_FRAME
+        spans = []
+        if tokens:
+            alignment = align_words(tokens, result.attn_align[: len(tokens), :real], vocab)
+            spans = [(vocab.decode(tokens[w.first : w.first + w.count]).strip(), w.start_frame, w.end_frame)
+                     for w in alignment.words]
+        advance = chunk.size
+        if not reaches_end and len(spans) >= 2 and spans[-1][1] > 0:
+            advance = spans[-1][1] * SAMPLES_PER_FRAME  # seek to the last (maybe cut) word; drop it here
+            spans = spans[:-1]
+        base = pos / SAMPLE_RATE
+        words += [TimedWord(text, base + max(0, s) * FRAME_S, base + max(0, e) * FRAME_S) for text, s, e in spans
+                  if text]
+        pos += advance
+    compute = time.perf_counter() - t0
+    return ModeRun(words, compute, {"windows": windows, "token_limit_windows": limits})
+
+
+# ------------------------------------------------------------------------------------------ live
+class _RoundClock:
+    """The stream's clock: returns the number of the round being run (0 at construction)."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def __call__(self) -> float:
+        return self.value
+
+
+def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: str = "en",
+             task: str = "transcribe") -> ModeRun:
+    """The live engine over ``audio`` one step at a time, then ``finish()`` (module docstring)."""
+    clock = _RoundClock()
+    stream = Stream(model, StreamConfig(step_s=step_s, language=language, task=task), clock=clock)
+    step_n = round(step_s * SAMPLE_RATE)
+    arrival: list[float] = [0.0]  # per round number: audio time at which its input had arrived
+    compute: list[float] = [0.0]
+    stops: dict[str, int] = {}
+    reinferred = 0
+
+    def run(call: Callable) -> None:
+        nonlocal reinferred
+        clock.value = float(len(arrival))
+        arrival.append(stream.audio_s)
+        t = time.perf_counter()
+        update = call()
+        compute.append(time.perf_counter() - t)
+        if update is not None and update.stats is not None:
+            reason = str(update.stats.stop_reason)
+            stops[reason] = stops.get(reason, 0) + 1
+            reinferred += update.stats.reinferred
+
+    for pos in range(0, audio.size, step_n):
+        stream.feed(audio[pos : pos + step_n])
+        run(stream.step)
+    run(stream.finish)
+    shown = [0.0] * len(arrival)  # simulated real time at which each round's words appear
+    for k in range(1, len(arrival)):
+        shown[k] = max(arrival[k], shown[k - 1]) + compute[k]
+    words = []
+    for w in stream.words:
+        k = round(w.emitted_at)
+        words.append(TimedWord(w.text, w.start, w.end, shown[k] if 0 < k < len(shown) else math.nan))
+    return ModeRun(words, sum(compute), {"rounds": len(arrival) - 1, "stop_reasons": stops,
+                                         "reinferred_rounds": reinferred,
+                                         "max_backlog_s": max(s - a for s, a in zip(shown, arrival, strict=True))})
+
+
+# ------------------------------------------------------------------------------------------ scoring
+def _mode_names(steps: Sequence[float]) -> list[str]:
+    return ["offline", *(f"live_{s:g}s" for s in steps)]
+
+
+def _score(item_text: str, language: str, run: ModeRun, reference: ModeRun | None, sc: Scorer, *,
+           latency: bool) -> dict:
+    wer = sc.word_counts(item_text, run.text, language)
+    cer = sc.char_counts(item_text, run.text, language)
+    stutters = find_stutters(sc.normalise(run.text, language), sc.normalise(item_text, language))
+    out = {"hypothesis": run.text, "wer": wer.as_dict(), "cer": cer.as_dict(), "compute_s": run.compute_s,
+           "stutters": [{"ngram": s.ngram, "repeats": s.repeats, "index": s.index} for s in stutters],
+           "words": len(run.words), "info": run.info}
+    if latency and reference is not None:
+        lat = latency_stats(run.words, reference.words, sc, language)
+        out["latency_s"] = lat["latency_s"]
+        out["start_error_s"] = lat["start_error_s"]
+        out["matched"] = lat["matched"]
+        out["leading_words"] = lat["leading"]
+    return out
+
+
+def _group(items: list[dict], mode: str) -> dict:
+    """Corpus rates and pooled timing of ``items`` (per-item results) for ``mode``."""
+    rows = [it["modes"][mode] for it in items if mode in it["modes"]]
+    if not rows:
+        return {}
+    wer = sum((Counts(**{k: r["wer"][k] for k in ("substitutions", "deletions", "insertions", "ref")})
+               for r in rows), Counts())
+    cer = sum((Counts(**{k: r["cer"][k] for k in ("substitutions", "deletions", "insertions", "ref")})
+               for r in rows), Counts())
+    seconds = sum(it["seconds"] for it in items if mode in it["modes"])
+    out = {"items": len(rows), "seconds": seconds, "wer": wer.rate, "cer": cer.rate, "ref_words": wer.ref,
+           "errors": wer.errors, "stutters": sum(len(r["stutters"]) for r in rows),
+           "compute_s": sum(r["compute_s"] for r in rows)}
+    out["rtf"] = out["compute_s"] / seconds if seconds else None
+    if any("latency_s" in r for r in rows):
+        out["latency_s"] = summary([x for r in rows for x in r.get("latency_s", [])])
+        out["start_error_s"] = summary([x for r in rows for x in r.get("start_error_s", [])])
+        out["leading_words"] = sum(r.get("leading_words", 0) for r in rows)
+    return out
+
+
+def _summaries(items: list[dict], modes: list[str]) -> dict:
+    english = [it for it in items if it["language"] == "en"]
+    groups: dict[str, list[dict]] = {"english": english}
+    for kind in dict.fromkeys(it["kind"] for it in english):
+        groups[kind] = [it for it in english if it["kind"] == kind]
+    for lang in dict.fromkeys(it["language"] for it in items if it["language"] != "en"):
+        groups[f"language:{lang}"] = [it for it in items if it["language"] == lang]
+    return {name: {mode: _group(members, mode) for mode in modes} for name, members in groups.items() if members}
+
+
+# ------------------------------------------------------------------------------------------ run
+def run_accuracy(model: AcousticModel, items: Sequence[Item], options: AccuracyOptions, sc: Scorer,
+                 progress: Callable[[str], None]) -> dict:
+    """Every mode over every item and non-speech signal; the JSON-able result (module docstring)."""
+    modes = _mode_names(options.steps)
+    fw = None
+    if options.reference_ct2 is not None:
+        from captioner.bench.fw_reference import FasterWhisperReference
+
+        fw = FasterWhisperReference(options.reference_ct2, threads=options.fw_threads)
+        modes += list(fw.modes)
+    languages = model.vocab.languages()
+    results: list[dict] = []
+    skipped: list[dict] = []
+    t_start = time.perf_counter()
+    for n, item in enumerate(items, 1):
+        if item.language not in languages:
+            skipped.append({"id": item.id, "why": f"the pack has no language {item.language!r}"})
+            continue
+        audio = load_audio_file(item.audio)
+        seconds = audio.size / SAMPLE_RATE
+        offline = run_offline(model, audio, item.language)
+        row = {"id": item.id, "kind": item.kind, "language": item.language, "seconds": seconds,
+               "reference": item.text, "offline_words": [[w.text, round(w.start, 2), round(w.end, 2)]
+                                                         for w in offline.words], "modes": {}}
+        row["modes"]["offline"] = _score(item.text, item.language, offline, None, sc, latency=False)
+        for step in options.steps:
+            live = run_live(model, audio, step, item.language)
+            row["modes"][f"live_{step:g}s"] = _score(item.text, item.language, live, offline, sc, latency=True)
+        if fw is not None:
+            for mode, run in fw.transcribe(audio, item.language).items():
+                row["modes"][mode] = _score(item.text, item.language, run, None, sc, latency=False)
+        results.append(row)
+        wers = ", ".join(f"{m} {row['modes'][m]['wer']['rate'] or 0:.1%}" for m in modes if m in row["modes"])
+        progress(f"[{n}/{len(items)}] {item.id} ({seconds:.1f} s, {item.kind}): WER {wers}")
+    noise = _nonspeech(model, options, fw, progress)
+    return {
+        "settings": {"steps": list(options.steps), "modes": modes, "nonspeech_s": options.nonspeech_s,
+                     "reference_ct2": str(options.reference_ct2) if options.reference_ct2 else None,
+                     "window_s": WINDOW_S, "max_tokens": MAX_TOKENS},
+        "items": results,
+        "skipped": skipped,
+        "summary": _summaries(results, modes),
+        "nonspeech": noise,
+        "elapsed_s": time.perf_counter() - t_start,
+    }
+
+
+def _nonspeech(model: AcousticModel, options: AccuracyOptions, fw, progress: Callable[[str], None]) -> dict:
+    """Words each mode emits on each non-speech signal (every one is invented)."""
+    out: dict = {}
+    if options.nonspeech_s <= 0:
+        return out
+    for kind in options.nonspeech_kinds:
+        audio = nonspeech.generate(kind, options.nonspeech_s)
+        runs = {"offline": run_offline(model, audio)}
+        for step in options.steps:
+            runs[f"live_{step:g}s"] = run_live(model, audio, step)
+        if fw is not None:
+            runs.update(fw.transcribe(audio, "en"))
+        out[kind] = {"seconds": options.nonspeech_s, "level_dbfs": nonspeech.LEVEL_DBFS[kind],
+                     "modes": {m: {"words": len(r.words), "text": r.text, "compute_s": r.compute_s}
+                               for m, r in runs.items()}}
+        progress(f"non-speech {kind}: words " + ", ".join(f"{m} {len(r.words)}" for m, r in runs.items()))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ entry
+def _commit() -> str | None:
+    """The git commit of the source tree this runs from (with ``-dirty``), or None outside git."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                "captioner"], capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return rev + ("-dirty" if dirty else "") if rev else None
+
+
+def accuracy_bench(pack, items: Sequence[Item], options: AccuracyOptions, progress: Callable[[str], None], *,
+                   provider: str = "cpu", threads: int = 0, label: str = "", sc: Scorer | None = None) -> dict:
+    """Load ``pack`` once (every graph's session created up front, so no item pays for it) and run
+    :func:`run_accuracy`; the result with the pack, machine, commit and thread facts.
+
+    Raises:
+        CaptionerError: scoring packages missing (before any work), bad audio, a model error.
+    """
+    import os
+    import platform
+
+    import onnxruntime as ort
+
+    from captioner import __version__
+    from captioner.bench.scoring import scorer
+    from captioner.engine import OnnxAcousticModel, Runtime
+
+    sc = sc or scorer()
+    runtime = Runtime(pack, provider, threads=threads or None)
+    model = OnnxAcousticModel(pack, runtime)
+    t0 = time.perf_counter()
+    for bucket in model.buckets:
+        model.preload(bucket)
+    progress(f"loaded {label or pack.root.name} ({runtime.provider}, {runtime.threads} threads) "
+             f"in {time.perf_counter() - t0:.1f} s; {len(items)} item(s)")
+    acc = run_accuracy(model, items, options, sc, progress)
+    result = {
+        "captioner": __version__,
+        "commit": _commit(),
+        "pack": {"label": label or pack.root.name, "path": str(pack.root), "multilingual": pack.multilingual,
+                 "precision": pack.precision},
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "onnxruntime": ort.__version__, "cpus": os.cpu_count()},
+        "provider": runtime.provider,
+        "threads": runtime.threads,
+        "accuracy": acc,
+    }
+    runtime.close()
+    return result

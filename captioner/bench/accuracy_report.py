@@ -1,0 +1,166 @@
+"""The accuracy result (:func:`captioner.bench.accuracy.run_accuracy`) as Markdown tables and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["markdown", "write_plots"]
+
+_WORST = 6
+_TEXT_CHARS = 400
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f} %"
+
+
+def _num(x: float | None, fmt: str = ".2f") -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def _gap(row: dict, base: dict) -> str:
+    if not row or not base or row.get("wer") is None or base.get("wer") is None:
+        return "–"
+    return f"{100 * (row['wer'] - base['wer']):+.1f}"
+
+
+def _clip(text: str) -> str:
+    text = text.replace("|", "\\|")
+    return text if len(text) <= _TEXT_CHARS else text[:_TEXT_CHARS] + " …"
+
+
+def markdown(acc: dict, header: str = "") -> str:
+    """Summary per mode, WER by kind, non-speech words, stutters and the worst items."""
+    modes = acc["settings"]["modes"]
+    summ = acc["summary"]
+    lines = [header or "## Accuracy on real speech", ""]
+    english = summ.get("english", {})
+    noise = acc.get("nonspeech", {})
+    lines += ["| mode | English WER | gap vs offline (points) | CER | latency median / mean / p90 (s) | "
+              "start error median (s) | words in leading silence | stutters | non-speech words | RTF |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    base = english.get("offline", {})
+    for mode in modes:
+        row = english.get(mode, {})
+        if not row:
+            continue
+        lat, se = row.get("latency_s"), row.get("start_error_s")
+        lat_s = "–" if not lat or lat["n"] == 0 else f"{lat['median']:.2f} / {lat['mean']:.2f} / {lat['p90']:.2f}"
+        se_s = "–" if not se or se["n"] == 0 else f"{se['median']:.2f}"
+        ns = sum(k["modes"][mode]["words"] for k in noise.values() if mode in k["modes"]) if noise else None
+        gap = "–" if mode == "offline" else _gap(row, base)
+        lines.append(f"| {mode} | {_pct(row['wer'])} | {gap} | {_pct(row['cer'])} | {lat_s} | {se_s} | "
+                     f"{row.get('leading_words', '–')} | {row['stutters']} | {'–' if ns is None else ns} | "
+                     f"{_num(row['rtf'], '.3f')} |")
+    n_items = english.get("offline", {}).get("items", 0)
+    secs = english.get("offline", {}).get("seconds", 0.0)
+    lines += ["", f"English corpus: {n_items} items, {secs / 60:.1f} min. WER/CER after Whisper's English "
+              "normaliser, corpus rate = errors ÷ reference words. Latency: emission (simulated real time: "
+              "round start + its compute) − the offline word's end; start error: |start − offline start|. "
+              "RTF: compute ÷ audio seconds, same run.", ""]
+
+    lines += ["### WER by kind", "", "| group | items | min | " + " | ".join(modes) + " | " +
+              " | ".join(f"gap {m}" for m in modes if m.startswith("live")) + " |",
+              "|---|---|---|" + "---|" * (len(modes) + sum(m.startswith("live") for m in modes))]
+    for group, by_mode in summ.items():
+        base = by_mode.get("offline", {})
+        if not base:
+            continue
+        measure = "cer" if group == "language:zh" else "wer"
+        cells = [_pct(by_mode.get(m, {}).get(measure)) for m in modes]
+        gaps = [_gap(by_mode.get(m, {}), base) for m in modes if m.startswith("live")]
+        label = group + (" (CER)" if measure == "cer" else "")
+        lines.append(f"| {label} | {base['items']} | {base['seconds'] / 60:.1f} | " + " | ".join(cells) + " | "
+                     + " | ".join(gaps) + " |")
+    lines.append("")
+
+    if noise:
+        lines += ["### Words on non-speech", "", "| signal | level | " + " | ".join(modes) + " |",
+                  "|---|---|" + "---|" * len(modes)]
+        for kind, row in noise.items():
+            level = "digital zero" if row["level_dbfs"] == float("-inf") else f"{row['level_dbfs']:g} dBFS"
+            cells = [str(row["modes"][m]["words"]) if m in row["modes"] else "–" for m in modes]
+            lines.append(f"| {kind} ({row['seconds']:g} s) | {level} | " + " | ".join(cells) + " |")
+        lines.append("")
+        texts = [(k, m, r["text"]) for k, row in noise.items() for m, r in row["modes"].items() if r["text"]]
+        if texts:
+            lines += ["What was emitted:", ""] + [f"- {k}, {m}: “{_clip(t)}”" for k, m, t in texts] + [""]
+
+    stutters = [(it["id"], m, s) for it in acc["items"] for m, r in it["modes"].items() for s in r["stutters"]]
+    if stutters:
+        lines += ["### Stutters", "", "| item | mode | n-gram × repeats |", "|---|---|---|"]
+        lines += [f"| {i} | {m} | “{_clip(s['ngram'])}” × {s['repeats']} |" for i, m, s in stutters[:40]]
+        if len(stutters) > 40:
+            lines.append(f"| … | | {len(stutters) - 40} more (JSON) |")
+        lines.append("")
+
+    for mode in (m for m in modes if m != "offline"):
+        rows = [it for it in acc["items"] if mode in it["modes"]]
+        rows.sort(key=lambda it: it["modes"][mode]["wer"]["errors"] - it["modes"]["offline"]["wer"]["errors"],
+                  reverse=True)
+        worst = [it for it in rows[:_WORST]
+                 if it["modes"][mode]["wer"]["errors"] > it["modes"]["offline"]["wer"]["errors"]]
+        if not worst:
+            continue
+        lines += [f"### Worst items, {mode} (most errors over offline)", ""]
+        for it in worst:
+            r, o = it["modes"][mode], it["modes"]["offline"]
+            lines += [f"- **{it['id']}** ({it['kind']}, {it['seconds']:.1f} s): {mode} {r['wer']['errors']} errors, "
+                      f"offline {o['wer']['errors']} of {o['wer']['ref']} words",
+                      f"  - reference: {_clip(it['reference'])}", f"  - offline: {_clip(o['hypothesis'])}",
+                      f"  - {mode}: {_clip(r['hypothesis'])}"]
+        lines.append("")
+    if acc.get("skipped"):
+        lines += [f"Skipped {len(acc['skipped'])} item(s): " +
+                  "; ".join(f"{s['id']} ({s['why']})" for s in acc["skipped"][:10]), ""]
+    return "\n".join(lines)
+
+
+def write_plots(acc: dict, out_dir: Path) -> list[Path]:
+    """``accuracy_wer.png`` (WER by group and mode) and ``accuracy_latency.png`` (latency
+    distribution per live mode) into ``out_dir``; returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    modes = acc["settings"]["modes"]
+    written: list[Path] = []
+    groups = [g for g, by in acc["summary"].items() if by.get("offline")]
+    if groups:
+        fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(groups)), 4))
+        width = 0.8 / len(modes)
+        x = np.arange(len(groups))
+        for k, mode in enumerate(modes):
+            vals = [100 * (acc["summary"][g].get(mode, {}).get("wer") or 0.0) for g in groups]
+            ax.bar(x + k * width, vals, width, label=mode)
+        ax.set_xticks(x + width * (len(modes) - 1) / 2, groups, rotation=20, ha="right", fontsize=8)
+        ax.set_ylabel("WER %")
+        ax.set_title("WER by group: offline vs live")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / "accuracy_wer.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    live = [m for m in modes if m.startswith("live")]
+    data = {m: [x for it in acc["items"] if it["language"] == "en" for x in it["modes"].get(m, {}).get("latency_s", [])]
+            for m in live}
+    if any(data.values()):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for mode, values in data.items():
+            if values:
+                ax.hist(values, bins=60, range=(-2, 6), histtype="step", label=f"{mode} (n={len(values)})")
+        ax.set_xlabel("emission − offline word end, s")
+        ax.set_ylabel("words")
+        ax.set_title("Per-word latency (English items)")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / "accuracy_latency.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
