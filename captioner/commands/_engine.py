@@ -50,12 +50,18 @@ def _engine_settings(paths: AppPaths) -> EngineConfig:
     return settings.engine
 
 
-def resolve_pack_path(name: str | None, paths: AppPaths):
+def resolve_pack_path(name: str | None, paths: AppPaths, *, install_missing: bool = False):
     """The pack directory for ``name`` (pack name or path); None/"" = the first sound installed pack.
 
+    With ``install_missing`` (``transcribe``), the rule of
+    :func:`~captioner.models.install.ensure_pack` applies instead: a known model that is not
+    installed, or the default model when none is, is installed first (said on stderr).
+
     Raises:
-        ModelError: no such pack, or none installed.
+        ModelError: no such pack, or none installed (or the install failed).
     """
+    if install_missing:
+        return _ensure_pack(name, paths)
     if name:
         return resolve_pack(name, paths)
     for item in list_packs(paths):
@@ -65,14 +71,25 @@ def resolve_pack_path(name: str | None, paths: AppPaths):
                      f"'captioner models install {DEFAULT_MODEL}' or pass --model PACK_DIR")
 
 
-def open_engine(args: argparse.Namespace, paths: AppPaths, *, verify: bool = True) -> EngineSetup:
+def _ensure_pack(name: str | None, paths: AppPaths):
+    """Issue 13: install the model on first use, with the install's lines and progress on stderr."""
+    from captioner.commands.models import DownloadProgress, say
+    from captioner.models.install import ensure_pack
+
+    return ensure_pack(name, paths, report=say, download_progress=DownloadProgress())
+
+
+def open_engine(args: argparse.Namespace, paths: AppPaths, *, verify: bool = True,
+                install_missing: bool = False) -> EngineSetup:
     """Load and verify the pack, create the runtime on the chosen provider, build the stream config.
+
+    ``install_missing``: see :func:`resolve_pack_path`.
 
     Raises:
         CaptionerError: a missing or corrupt pack, an invalid step/language/task.
     """
     engine = _engine_settings(paths)
-    root = resolve_pack_path(args.model or engine.model, paths)
+    root = resolve_pack_path(args.model or engine.model, paths, install_missing=install_missing)
     pack = Pack.load(root, verify=verify)
     step = engine.step_s if args.step is None else args.step
     try:

@@ -189,7 +189,7 @@ def _save_outputs(args: argparse.Namespace, words: list[Word], stats: dict) -> N
 
 def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     audio = _load(args.audio)
-    setup = open_engine(args, paths)
+    setup = open_engine(args, paths, install_missing=True)  # a fresh machine installs the default model
     err = sys.stderr
     info = setup.model.runtime.info()
     if info.fallbacks and info.requested != "auto":

