@@ -70,7 +70,8 @@ class RoundStats:
         input_s: effective input length in seconds (carry + new audio).
         carry_s: carried-over audio in seconds at the start of the round.
         stop_reason: ``"backward_shift"``, ``"peak_margin"``, ``"repetition"``, ``"eot"``,
-            ``"limit"``, ``"silence"``, ``"short"`` or ``None``.
+            ``"limit"``, ``"silence"``, ``"no_speech"`` (the speech detector found none),
+            ``"short"`` or ``None``.
         tokens: tokens decoded this round (forced prefix excluded).
         chunks: decoder chunk graphs dispatched this round.
         mel_ms, encoder_ms, decoder_ms, validation_ms, dtw_ms: time per stage in milliseconds.
@@ -79,6 +80,8 @@ class RoundStats:
         lag_s: audio clock of the newest captured sample minus the end of the processed audio.
         speculative: the round's words were emitted speculatively.
         reinferred: the round ran the 30 s re-inference fallback (NPUSPER.md §11.3).
+        closes: the round closed an utterance (its speech ended before the input did, or the
+            stream finished): decoded to the end without the peak-margin stop, nothing carried.
     """
 
     round_index: int = 0
@@ -98,6 +101,7 @@ class RoundStats:
     lag_s: float = 0.0
     speculative: bool = False
     reinferred: bool = False
+    closes: bool = False
 
 
 @dataclass(frozen=True, slots=True)

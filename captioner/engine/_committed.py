@@ -74,6 +74,23 @@ class CommittedLog:
                     break
         return words[::-1]
 
+    def words_before(self, sample: int, n: int) -> tuple[bytes, ...]:
+        """Normalised texts of the last ``n`` committed, non-speculative words that end by audio
+        position ``sample`` (the context of a round whose input starts there)."""
+        upto = len(self.tokens)
+        while upto and (self.tokens[upto - 1].end > sample or self.tokens[upto - 1].speculative):
+            upto -= 1
+        ids: list[int] = []
+        words: list[bytes] = []
+        for tok in reversed(self.tokens[:upto]):
+            ids.append(tok.id)
+            if self.vocab.starts_word(tok.id):
+                words.append(normalize_word(self.vocab.text_bytes(reversed(ids))))
+                ids = []
+                if len(words) == n:
+                    break
+        return tuple(words[::-1])
+
     def publish(self) -> tuple[int, tuple[Word, ...]]:
         """(retract, words) turning the published words into the words of the current tokens."""
         mark = self._mark

@@ -25,7 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from captioner.engine.model import AcousticModel, Encoding
-from captioner.engine.validate import Stop
+from captioner.engine.validate import Stop, WordGuard
 
 __all__ = ["DecodeResult", "NativeValidator", "TokenValidator", "decode_round", "max_prefix"]
 
@@ -44,25 +44,39 @@ class TokenValidator(Protocol):
 
     def on_attention(self, attn_last: np.ndarray) -> Stop | None: ...
 
+    def close(self) -> Stop | None: ...
+
 
 class NativeValidator:
-    """The 30 s re-inference decode (NPUSPER.md §11.3): pure greedy, no hallucination tests; EOT
+    """The 30 s re-inference decode (NPUSPER.md §11.3): greedy without the attention tests; EOT
     ends it only once at least ``floor(1.5 × input_s)`` tokens were decoded (before that the best
-    ordinary token is taken instead)."""
+    ordinary token is taken instead). The word guards (phrase repetition, sound annotations;
+    :class:`~captioner.engine.validate.WordGuard`) apply, since this is where greedy loops."""
 
-    def __init__(self, input_s: float):
+    def __init__(self, input_s: float, vocab=None):
         self.min_tokens = math.floor(_TOKENS_PER_S_FLOOR * input_s)
         self.decoded: list[int] = []
         self.checked = 0
         self.last_peak_s = 0.0
         self.stop: Stop | None = None
+        self._words = WordGuard(vocab) if vocab is not None else None
 
     def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:
-        """EOT wins and the floor is reached → stop "eot"; otherwise keep ``token``."""
-        if self.stop is None and eot_logit > token_logit and len(self.decoded) >= self.min_tokens:
+        """EOT wins and the floor is reached → stop "eot"; a guard fires → its stop; otherwise keep
+        ``token``."""
+        ends = eot_logit > token_logit and len(self.decoded) >= self.min_tokens
+        if self.stop is None and self._words is not None:
+            self.stop = self._words.on_token(self.decoded, None if ends else int(token))
+        if self.stop is None and ends:
             self.stop = Stop("eot", len(self.decoded))
         if self.stop is None:
             self.decoded.append(int(token))
+        return self.stop
+
+    def close(self) -> Stop | None:
+        """The plan ran out: check the last word."""
+        if self.stop is None and self._words is not None:
+            self.stop = self._words.on_token(self.decoded[: self.checked], None)
         return self.stop
 
     def on_attention(self, attn_last: np.ndarray) -> Stop | None:
@@ -167,6 +181,8 @@ def decode_round(
         validation_ms += (time.perf_counter() - t0) * 1000.0
         if stop is not None or len(validator.decoded) > max_tokens:
             break
+    if stop is None:
+        stop = validator.close()
     tokens = tuple(validator.decoded[: min(validator.checked, max_tokens)])
     n_frames = encoding.n_frames
     attn = np.asarray(align_rows[: len(tokens)], dtype=np.float32).reshape(len(tokens), n_frames)

@@ -72,6 +72,7 @@ from captioner.engine.decoder import DecodeResult, NativeValidator, decode_round
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
 from captioner.engine.tokens import TASKS, normalize_word
 from captioner.engine.validate import RoundValidator
+from captioner.engine.vad import SpeechDetector
 from captioner.errors import CaptionerError
 
 __all__ = ["Stream", "StreamConfig"]
@@ -80,6 +81,7 @@ logger = logging.getLogger(__name__)
 
 _CARRYOVER_OVERLAP_S = 0.6  # mode-0 fallback cut before the last f+ (unreachable with a valid DTW)
 _FLUSH_RETRIES = 3  # finish(): extra final rounds after a hallucination stop
+_GUARD_CONTEXT_WORDS = 8  # committed words before a round's audio that the repetition guard sees
 _REINFER_DEDUP_WORDS = 8  # re-inference: committed words compared with the result's head (reference: 2)
 
 
@@ -104,6 +106,12 @@ class StreamConfig:
         task: "transcribe" or "translate".
         silence_floor_dbfs: inputs with an RMS below this (dB re full scale 1.0) are not decoded
             but handled as a round that decoded nothing (deviation 2); ``None`` disables the gate.
+        vad: gate and trim rounds with the speech detector (deviation 15); False = the paper's
+            policy on every input (the scripted-oracle tests, whose audio is not speech).
+        vad_threshold: Silero speech probability that counts as speech.
+        end_silence_s: an input whose speech ended at least this long before its end closes the
+            utterance (deviation 16).
+        speech_pad_s: non-speech kept around detected speech when an input is trimmed.
     """
 
     step_s: float = 2.0
@@ -121,6 +129,10 @@ class StreamConfig:
     language: str = "en"
     task: str = "transcribe"
     silence_floor_dbfs: float | None = -70.0
+    vad: bool = True
+    vad_threshold: float = 0.5
+    end_silence_s: float = 0.5
+    speech_pad_s: float = 0.2
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.step_s <= 3.0:
@@ -133,6 +145,8 @@ class StreamConfig:
             raise CaptionerError(f"maximum input must be in (2 × step, 30] seconds, got {self.max_input_s}")
         if self.median < 1 or self.average < 1 or self.dtw_median < 1 or self.reinfer_after < 1:
             raise CaptionerError("filter widths and the re-inference count must be at least 1")
+        if not 0.0 < self.vad_threshold < 1.0 or self.end_silence_s <= 0 or self.speech_pad_s < 0:
+            raise CaptionerError("speech threshold must be in (0, 1), end silence positive, speech pad ≥ 0")
 
 
 def _frames(samples: int) -> int:
@@ -176,6 +190,9 @@ class Stream:
         self._min_n = round(cfg.min_chunk_s * SAMPLE_RATE)
         self._max_n = _frames(round(cfg.max_input_s * SAMPLE_RATE))
         self._offset_n = round(cfg.word_end_offset_s * SAMPLE_RATE)
+        self._end_silence_n = round(cfg.end_silence_s * SAMPLE_RATE)
+        self._pad_n = _frames(round(cfg.speech_pad_s * SAMPLE_RATE))
+        self._vad = SpeechDetector(cfg.vad_threshold) if cfg.vad else None
         # audio
         self._pending: list[np.ndarray] = []
         self._pending_n = 0
@@ -237,6 +254,8 @@ class Stream:
             block = np.where(finite, block, np.float32(0.0))
         self._pending.append(block.copy())
         self._pending_n += block.size
+        if self._vad is not None:
+            self._vad.feed(block)
         self._fed += block.size
 
     def step(self) -> EngineUpdate | None:
@@ -259,6 +278,8 @@ class Stream:
         if new.size % SAMPLES_PER_FRAME:
             new = np.concatenate([new, np.zeros(SAMPLES_PER_FRAME - new.size % SAMPLES_PER_FRAME, np.float32)])
         self._finished = True
+        if self._vad is not None:
+            self._vad.flush()
         update = self._run_round(start, new, last=True)
         for _ in range(_FLUSH_RETRIES):  # an early stop left audio undecoded: decode it again
             if not self._carry.size:
@@ -289,8 +310,7 @@ class Stream:
         if audio.size > self._max_n:  # §2.3: keep the last 30 s
             start += audio.size - self._max_n
             audio = audio[audio.size - self._max_n :]
-        eff_s = audio.size / SAMPLE_RATE
-        stats["input_s"] = eff_s
+        stats["input_s"] = audio.size / SAMPLE_RATE
         if audio.size == 0:
             return self._update(stats, t_round)
         if not last and audio.size < self._min_n:  # §2.4
@@ -298,6 +318,20 @@ class Stream:
             return self._update({**stats, "stop_reason": "short"}, t_round)
         if cfg.silence_floor_dbfs is not None and _dbfs(audio) < cfg.silence_floor_dbfs:  # deviation 2
             return self._nothing_decoded(start, audio, stats, t_round, last, "silence")
+        closes = last
+        if self._vad is not None:  # deviations 15, 16
+            span = self._vad.speech(start, start + audio.size)
+            if span is None:
+                return self._nothing_decoded(start, audio, stats, t_round, last, "no_speech")
+            lead = _frames(max(0, span.start - self._pad_n - start))
+            if lead and not self._prefix:
+                start, audio = start + lead, audio[lead:]
+            if last or start + audio.size - span.end >= self._end_silence_n:
+                closes = True
+                keep = min(audio.size, -(-(span.end + self._pad_n - start) // SAMPLES_PER_FRAME) * SAMPLES_PER_FRAME)
+                audio = audio[:keep]
+        eff_s = audio.size / SAMPLE_RATE
+        stats["input_s"] = eff_s
 
         encoding = self.model.encode(audio)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
@@ -305,13 +339,17 @@ class Stream:
         if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # deviation 14
             logger.debug("prefix of %d tokens too long for the plan; not forced", len(prefix))
             prefix = ()
+        context = self._log.words_before(start, _GUARD_CONTEXT_WORDS)
+        if prefix:
+            context += tuple(normalize_word(self.vocab.text_bytes(g)) for g in _word_groups(prefix, self.vocab))
         validator = RoundValidator(
             self.vocab,
             input_s=eff_s,
-            peak_margin_s=0.0 if last else cfg.peak_margin_s,
+            peak_margin_s=0.0 if closes else cfg.peak_margin_s,
             exclude_s=cfg.exclude_s,
             median=cfg.median,
             average=cfg.average,
+            context=context,
         )
         result = decode_round(self.model, encoding, self._prompt, prefix, validator, cfg.max_tokens)
         stats.update(
@@ -320,10 +358,14 @@ class Stream:
             decoder_ms=result.decoder_ms,
             validation_ms=result.validation_ms,
             stop_reason=result.stop_reason,
+            closes=closes,
         )
         if not result.tokens:  # §2.6: first choice EOT with a garbage runner-up
+            if closes and not last:  # the utterance is over: nothing of it is carried
+                self._prefix = ()
+                return self._update(stats, t_round)
             return self._nothing_decoded(start, audio, stats, t_round, last, result.stop_reason)
-        return self._end_of_round(start, audio, result, stats, t_round, last)
+        return self._end_of_round(start, audio, result, stats, t_round, last, closes)
 
     def _nothing_decoded(self, start: int, audio: np.ndarray, stats: dict, t_round: float, last: bool, reason: str):
         """§2.6: no emission, state untouched, the last ≤ 2 × step carried (final round: the
@@ -335,7 +377,8 @@ class Stream:
         return self._update({**stats, "stop_reason": reason}, t_round)
 
     def _end_of_round(
-        self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool
+        self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool,
+        closes: bool,
     ) -> EngineUpdate:
         """NPUSPER.md §11 in its order (11.1 … 11.11)."""
         cfg = self.config
@@ -375,7 +418,7 @@ class Stream:
             else:
                 self._prefix = ()
         single = len(words) == 1  # 11.6
-        speculative = bool(cands) and (not reliable or single) and not last
+        speculative = bool(cands) and (not reliable or single) and not closes
         if speculative:  # 11.7 (deviation 7: the prefix is kept in the single-word case too)
             self._memory, self._memory_end, self._prefix = saved_memory, saved_end, saved_prefix
 
@@ -410,12 +453,14 @@ class Stream:
             self._spec_from = len(self._log)
         self._log.extend(new_tokens)
 
-        if not last:  # 11.11 carry-over (§2.5)
+        if not closes:  # 11.11 carry-over (§2.5)
             self._carry_after(start, audio, result, words, speculative, bool(emit))
         elif result.stop_reason in ("backward_shift", "repetition", "limit"):  # deviation 1: flush the rest
             self._carry_after(start, audio, result, words, speculative, bool(emit))
-            if self._carry.size >= audio.size:
+            if last and self._carry.size >= audio.size:
                 self._carry = np.zeros(0, np.float32)
+        elif not last:  # deviation 16: the utterance is over, nothing of it is carried
+            self._prefix = ()
         logger.debug(
             "round %d: input %.2f s at %.2f s, prefix %r, stop %s, candidates %r, emitted %r%s, carry %.2f s",
             stats["round_index"], eff_s, start / SAMPLE_RATE, self.vocab.decode(saved_prefix), result.stop_reason,
@@ -452,7 +497,7 @@ class Stream:
         cfg = self.config
         retracted = self._undo_speculative()
         encoding = self.model.encode(audio, native_30s=True)
-        result = decode_round(self.model, encoding, self._prompt, (), NativeValidator(audio.size / SAMPLE_RATE), cfg.max_tokens)
+        result = decode_round(self.model, encoding, self._prompt, (), NativeValidator(audio.size / SAMPLE_RATE, self.vocab), cfg.max_tokens)
         tokens = [t for t in result.tokens if t < self.vocab.eot]
         t_dtw = time.perf_counter()
         alignment = align_words(tokens, result.attn_align[: len(tokens)], self.vocab, cfg.dtw_median) if tokens else None
@@ -517,6 +562,11 @@ class Stream:
             **stats,
         )
         return EngineUpdate(retract, words, round_stats, self.source)
+
+
+def _word_groups(tokens: tuple[int, ...], vocab) -> list[tuple[int, ...]]:
+    """``tokens`` split into words (token tuples)."""
+    return [tokens[f : f + k] for f, k in split_words(tokens, vocab)]
 
 
 def _merge(first: EngineUpdate, then: EngineUpdate) -> EngineUpdate:

@@ -16,6 +16,18 @@ The difference signal is ``MA_10(Med_7(a_i − a_prev))`` with mirror edges for 
 (``numpy.pad(mode="reflect")``) and zero edges for the moving average (``np.convolve(x,
 ones(10)/10, "same")``); f+ is searched from 0.3 s (frame 15), f− over all frames, first index on
 ties; the first difference of a round always passes. Everything is vectorised numpy, float32.
+
+Two guards of ours run on every completed word (a word is complete when the next word starts, or at
+the round's end), because the attention test misses Whisper's two commonest inventions on real
+speech:
+
+* **phrase repetition** (:func:`repeated_tail`): a block of 1–4 words said again right after
+  itself ("on the left on the left", "gospel gospel") is where greedy Whisper loops; the round
+  stops at the repeat (``"repetition"``), the words before it kept. The committed words before the
+  round's audio are the context, so a loop across rounds is caught too. Real speech repeats short
+  words ("no, no"), so a lone word of ≤ 3 letters must come three times;
+* **sound annotations**: a word that opens with "(", "[", "♪" or "*" is a caption of a sound
+  ("(water flowing)", "[BLANK_AUDIO]"), never speech; the round stops before it (``"nonspeech"``).
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from captioner.engine.model import FRAME_S
-from captioner.engine.tokens import Vocabulary
+from captioner.engine.tokens import Vocabulary, normalize_word
 
 __all__ = [
     "STOP_REASONS",
@@ -36,15 +48,43 @@ __all__ = [
     "Stop",
     "exclude_index",
     "filtered_difference",
+    "is_annotation",
     "median_filter",
     "moving_average",
+    "repeated_tail",
     "shift_peaks",
 ]
 
 logger = logging.getLogger(__name__)
 
-STOP_REASONS = ("backward_shift", "peak_margin", "repetition", "eot")
+STOP_REASONS = ("backward_shift", "peak_margin", "repetition", "eot", "nonspeech")
 _REPEAT = 3  # identical consecutive ids that stop a round
+_MAX_BLOCK = 4  # longest repeated word block the repetition guard looks for
+_SHORT_WORD = 3  # a repeated lone word this short ("no", "so", "oh") must come three times
+_ANNOTATION_OPENERS = (b"(", b"[", "\u266a".encode(), "\u266b".encode(), b"*")
+
+
+def repeated_tail(words: list[bytes]) -> int:
+    """How many trailing words repeat the block just before them (0: no repetition).
+
+    ``words`` are normalised (:func:`captioner.engine.tokens.normalize_word`), empty ones removed. A
+    block of 2–4 words counts at its second occurrence; a lone word at its second, or at its third
+    when it has at most ``_SHORT_WORD`` bytes.
+    """
+    for n in range(1, _MAX_BLOCK + 1):
+        if len(words) < 2 * n:
+            break
+        if words[-n:] != words[-2 * n : -n]:
+            continue
+        if n == 1 and len(words[-1]) <= _SHORT_WORD and (len(words) < 3 or words[-3] != words[-1]):
+            continue
+        return n
+    return 0
+
+
+def is_annotation(text: bytes) -> bool:
+    """The word's text opens a sound caption: "(", "[", a music note or "*" after its space."""
+    return text.lstrip(b" ").startswith(_ANNOTATION_OPENERS)
 
 
 @functools.lru_cache(maxsize=64)
@@ -121,13 +161,45 @@ class Stop:
         reason: one of :data:`STOP_REASONS`.
         index: the stop index: the round's candidates are the decoded tokens ``[0, index)``
             (backward shift: the flagged token i → i; peak margin: i + 1; repetition: i − 2;
-            EOT: every decoded token).
+            EOT: every decoded token; phrase repetition: the repeat's first token; nonspeech: the
+            annotation's first token).
         token: the flagged token id (backward shift only; the 30 s re-inference tracker uses it).
     """
 
     reason: str
     index: int
     token: int | None = None
+
+
+class WordGuard:
+    """The repetition and annotation guards over one round's decoded tokens (module docstring)."""
+
+    def __init__(self, vocab: Vocabulary, context: tuple[bytes, ...] = ()):
+        self.vocab = vocab
+        self._words = [w for w in context if w]  # normalised completed words, context first
+        self._context = len(self._words)
+        self._firsts: list[int] = []  # decoded index of the first token of each completed word
+        self._open: int | None = None  # decoded index where the current (incomplete) word starts
+
+    def on_token(self, decoded: list[int], token: int | None) -> Stop | None:
+        """``token`` is about to be appended to ``decoded`` (None: the round ends). When it starts
+        a word, the word before it is complete and checked; returns a stop, if any."""
+        starts = token is None or not decoded or self.vocab.starts_word(token)
+        if starts and self._open is not None and self._open < len(decoded):
+            text = self.vocab.text_bytes(decoded[self._open :])
+            if is_annotation(text):
+                return Stop("nonspeech", self._open)
+            word = normalize_word(text)
+            if word:
+                self._words.append(word)
+                self._firsts.append(self._open)
+                n = repeated_tail(self._words)
+                if n:
+                    at = len(self._words) - n - self._context
+                    return Stop("repetition", self._firsts[at] if at >= 0 else 0)
+        if starts:
+            self._open = len(decoded)
+        return None
 
 
 class RoundValidator:
@@ -140,6 +212,8 @@ class RoundValidator:
             (it is also disabled for the final round of a stream).
         exclude_s: f+ is searched from this time on.
         median, average: filter widths.
+        context: normalised words said just before this round's tokens (the committed words
+            before its audio, then the forced prefix) for the repetition guard.
     """
 
     def __init__(
@@ -151,6 +225,7 @@ class RoundValidator:
         exclude_s: float = 0.3,
         median: int = 7,
         average: int = 10,
+        context: tuple[bytes, ...] = (),
     ):
         self.vocab = vocab
         self.input_s = float(input_s)
@@ -164,16 +239,26 @@ class RoundValidator:
         self.stop: Stop | None = None
         self._prev_attn: np.ndarray | None = None
         self._first_delta = True
+        self._words = WordGuard(vocab, context)
 
     def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:
-        """A new generated token was predicted; apply the EOT rule. Returns the stop, if any."""
+        """A new generated token was predicted; apply the EOT rule and the word guards. Returns
+        the stop, if any."""
         if self.stop is not None:
             return self.stop
-        if eot_logit > token_logit and self.vocab.is_garbage(token):
+        ends = eot_logit > token_logit and self.vocab.is_garbage(token)
+        self.stop = self._words.on_token(self.decoded, None if ends else int(token))
+        if self.stop is None and ends:
             self.stop = Stop("eot", len(self.decoded))
-            return self.stop
-        self.decoded.append(int(token))
-        return None
+        if self.stop is None:
+            self.decoded.append(int(token))
+        return self.stop
+
+    def close(self) -> Stop | None:
+        """The round ended without a stop (the plan ran out): check its last word."""
+        if self.stop is None:
+            self.stop = self._words.on_token(self.decoded[: self.checked], None)
+        return self.stop
 
     def on_attention(self, attn_last: np.ndarray) -> Stop | None:
         """The final-layer attention (float32 [n_frames]) of the next unchecked decoded token."""
