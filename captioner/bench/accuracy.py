@@ -231,15 +231,16 @@ def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: s
     arrival: list[float] = [0.0]  # per round number: audio time at which its input had arrived
     compute: list[float] = [0.0]
     stops: dict[str, int] = {}
-    reinferred = 0
+    reinferred = rounds = 0
 
     def run(call: Callable) -> None:
-        nonlocal reinferred
+        nonlocal reinferred, rounds
         clock.value = float(len(arrival))
         arrival.append(stream.audio_s)
         t = time.perf_counter()
         update = call()
         compute.append(time.perf_counter() - t)
+        rounds += update is not None
         if update is not None and update.stats is not None:
             reason = str(update.stats.stop_reason)
             stops[reason] = stops.get(reason, 0) + 1
@@ -256,7 +257,7 @@ def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: s
     for w in stream.words:
         k = round(w.emitted_at)
         words.append(TimedWord(w.text, w.start, w.end, shown[k] if 0 < k < len(shown) else math.nan))
-    return ModeRun(words, sum(compute), {"rounds": len(arrival) - 1, "stop_reasons": stops,
+    return ModeRun(words, sum(compute), {"rounds": rounds, "stop_reasons": stops,
                                          "reinferred_rounds": reinferred,
                                          "max_backlog_s": max(s - a for s, a in zip(shown, arrival, strict=True))})
 
@@ -325,6 +326,15 @@ def run_accuracy(model: AcousticModel, items: Sequence[Item], options: AccuracyO
 
         fw = FasterWhisperReference(options.reference_ct2, threads=options.fw_threads)
         modes += list(fw.modes)
+    try:
+        return _run_all(model, items, options, sc, progress, modes, fw)
+    finally:
+        if fw is not None:
+            fw.close()
+
+
+def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptions, sc: Scorer,
+             progress: Callable[[str], None], modes: list[str], fw) -> dict:
     languages = model.vocab.languages()
     results: list[dict] = []
     skipped: list[dict] = []

@@ -1,0 +1,95 @@
+"""A second, higher reference for the accuracy bench: faster-whisper on the same CTranslate2 weights.
+
+Development only (``faster-whisper`` comes with the dev extra; never imported at run time). Two modes
+per audio, both on the CPU with ``compute_type="float32"`` (the packs are float32 too):
+
+* ``fw_default``: faster-whisper's default decoding — beam 5, temperature fallback when a window's
+  compression ratio or average log-probability looks wrong, conditioned on the previous text — with
+  its Silero VAD filter on;
+* ``fw_greedy``: greedy (beam 1) at temperature 0 only, no fallback, no VAD.
+
+A folder whose ``model.bin`` is split into ``model.bin.part1``, ``.part2``, … is joined once into a
+temporary folder (the other files are linked), which :meth:`FasterWhisperReference.close` removes.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from captioner.bench.scoring import TimedWord
+from captioner.errors import CaptionerError
+
+__all__ = ["FasterWhisperReference"]
+
+logger = logging.getLogger(__name__)
+
+MODES = {
+    "fw_default": {"beam_size": 5, "vad_filter": True},
+    "fw_greedy": {"beam_size": 1, "temperature": 0.0, "vad_filter": False},
+}
+
+
+def _model_folder(folder: Path) -> tuple[Path, Path | None]:
+    """(folder CTranslate2 can load, temporary folder to delete or None)."""
+    if (folder / "model.bin").is_file():
+        return folder, None
+    parts = sorted(folder.glob("model.bin.part*"), key=lambda p: int(p.name.rsplit("part", 1)[1] or 0))
+    if not parts:
+        raise CaptionerError(f"{folder} is not a CTranslate2 Whisper folder (no model.bin)")
+    tmp = Path(tempfile.mkdtemp(prefix="captioner-fw-"))
+    with (tmp / "model.bin").open("wb") as out:
+        for part in parts:
+            with part.open("rb") as f:
+                shutil.copyfileobj(f, out, 1 << 20)
+    for other in folder.iterdir():
+        if other.is_file() and not other.name.startswith("model.bin"):
+            (tmp / other.name).symlink_to(other.resolve())
+    return tmp, tmp
+
+
+class FasterWhisperReference:
+    """faster-whisper's ``WhisperModel`` over one CTranslate2 folder (see module docstring).
+
+    Raises:
+        CaptionerError: faster-whisper is not installed, or the folder is not a CTranslate2 model.
+    """
+
+    modes = tuple(MODES)
+
+    def __init__(self, folder: Path, threads: int = 2) -> None:
+        try:
+            from faster_whisper import WhisperModel
+        except ImportError as exc:
+            raise CaptionerError("the faster-whisper reference needs faster-whisper; install the dev extra: "
+                                 "pip install -e '.[dev]'") from exc
+        path, self._tmp = _model_folder(Path(folder))
+        try:
+            self._model = WhisperModel(str(path), device="cpu", compute_type="float32", cpu_threads=threads)
+        except Exception as exc:  # ctranslate2 raises RuntimeError/ValueError for a bad folder
+            self.close()
+            raise CaptionerError(f"faster-whisper cannot load {folder}: {exc}") from exc
+        self.multilingual = bool(self._model.model.is_multilingual)
+
+    def transcribe(self, audio: np.ndarray, language: str = "en") -> dict:
+        """mode -> :class:`~captioner.bench.accuracy.ModeRun` of ``audio`` (16 kHz mono float32)."""
+        from captioner.bench.accuracy import ModeRun
+
+        out = {}
+        for mode, kwargs in MODES.items():
+            t0 = time.perf_counter()
+            segments, _ = self._model.transcribe(np.asarray(audio, np.float32), language=language, **kwargs)
+            words = [TimedWord(w, s.start, s.end) for s in segments for w in s.text.split()]
+            out[mode] = ModeRun(words, time.perf_counter() - t0)
+        return out
+
+    def close(self) -> None:
+        """Remove the joined temporary folder, if any."""
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
