@@ -74,6 +74,23 @@ def markdown(acc: dict, header: str = "") -> str:
                      + " | ".join(gaps) + " |")
     lines.append("")
 
+    lines += ["### Every measure by group and mode", "",
+              "| group | mode | WER | CER | gap (points) | latency median / p90 (s) | start error median (s) | "
+              "leading-silence words | stutters | RTF |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for group, by_mode in summ.items():
+        base = by_mode.get("offline", {})
+        for mode in modes:
+            row = by_mode.get(mode, {})
+            if not row:
+                continue
+            lat, se = row.get("latency_s") or {}, row.get("start_error_s") or {}
+            lat_s = f"{lat['median']:.2f} / {lat['p90']:.2f}" if lat.get("n") else "–"
+            se_s = f"{se['median']:.2f}" if se.get("n") else "–"
+            gap = "–" if mode == "offline" else _gap(row, base)
+            lines.append(f"| {group} | {mode} | {_pct(row['wer'])} | {_pct(row['cer'])} | {gap} | {lat_s} | {se_s} | "
+                         f"{row.get('leading_words', '–')} | {row['stutters']} | {_num(row['rtf'], '.3f')} |")
+    lines.append("")
+
     if noise:
         lines += ["### Words on non-speech", "", "| signal | level | " + " | ".join(modes) + " |",
                   "|---|---|" + "---|" * len(modes)]
