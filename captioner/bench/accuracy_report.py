@@ -181,3 +181,63 @@ def write_plots(acc: dict, out_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def compare(before: dict, after: dict, labels: tuple[str, str] = ("before", "after")) -> str:
+    """Two accuracy results (the ``accuracy`` objects of two runs) side by side: WER per group and
+    mode, then latency, stutters and non-speech words per mode; for before/after tables."""
+    modes = [m for m in after["settings"]["modes"] if m in before["settings"]["modes"]]
+    a, b = labels
+    lines = [f"| group | mode | WER {a} | WER {b} | change (points) |", "|---|---|---|---|---|"]
+    for group, by_mode in after["summary"].items():
+        for mode in modes:
+            old = before["summary"].get(group, {}).get(mode, {})
+            new = by_mode.get(mode, {})
+            if not old or not new:
+                continue
+            change = "–" if old.get("wer") is None or new.get("wer") is None else f"{100 * (new['wer'] - old['wer']):+.1f}"
+            lines.append(f"| {group} | {mode} | {_pct(old.get('wer'))} | {_pct(new.get('wer'))} | {change} |")
+    lines += ["", f"| mode | latency median / p90 {a} | {b} | stutters {a} | {b} | non-speech words {a} | {b} | "
+              f"RTF {a} | {b} |", "|---|---|---|---|---|---|---|---|---|"]
+
+    def lat(acc: dict, mode: str) -> str:
+        s = acc["summary"].get("english", {}).get(mode, {}).get("latency_s") or {}
+        return f"{s['median']:.2f} / {s['p90']:.2f}" if s.get("n") else "–"
+
+    def ns(acc: dict, mode: str) -> str:
+        rows = [k["modes"][mode]["words"] for k in acc.get("nonspeech", {}).values() if mode in k["modes"]]
+        return str(sum(rows)) if rows else "–"
+
+    def eng(acc: dict, mode: str, key: str):
+        return acc["summary"].get("english", {}).get(mode, {}).get(key)
+
+    for mode in modes:
+        lines.append(f"| {mode} | {lat(before, mode)} | {lat(after, mode)} | {eng(before, mode, 'stutters')} | "
+                     f"{eng(after, mode, 'stutters')} | {ns(before, mode)} | {ns(after, mode)} | "
+                     f"{_num(eng(before, mode, 'rtf'), '.3f')} | {_num(eng(after, mode, 'rtf'), '.3f')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m captioner.bench.accuracy_report BEFORE.json AFTER.json``: the comparison table
+    (or, with one file, its report again) on stdout."""
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(description="Compare two accuracy bench JSON results, or re-render one.")
+    parser.add_argument("json", nargs="+", type=Path, help="one or two --json outputs of the accuracy bench")
+    args = parser.parse_args(argv)
+    if len(args.json) > 2:
+        parser.error("give one or two JSON files")
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in args.json]
+    runs = [r.get("accuracy", r) for r in runs]
+    if len(runs) == 1:
+        sys.stdout.write(markdown(runs[0]) + "\n")
+    else:
+        sys.stdout.write(compare(runs[0], runs[1], (args.json[0].stem, args.json[1].stem)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from captioner import cli
+from captioner.bench import accuracy_report
 from captioner.bench.nonspeech import KINDS
 from captioner.storage.paths import AppPaths
 
@@ -103,3 +104,14 @@ def test_accuracy_section_needs_a_model_and_a_manifest(tmp_path: Path, capsys) -
     assert cli.run(["bench", "--sections", "accuracy", "--model", str(tmp_path), "--manifest",
                     str(tmp_path / "m.jsonl")], paths) == 2
     assert "cannot read the manifest" in capsys.readouterr().err
+
+
+def test_compare_two_runs_and_rerender_one(acc_run, tmp_path: Path, capsys) -> None:
+    result, _, _ = acc_run
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(result), encoding="utf-8")
+    assert accuracy_report.main([str(path), str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| english | live_2s |" in out and "| change (points) |" in out and "+0.0 |" in out
+    assert accuracy_report.main([str(path)]) == 0
+    assert "### WER by kind" in capsys.readouterr().out
