@@ -350,6 +350,7 @@ class Stream:
             median=cfg.median,
             average=cfg.average,
             context=context,
+            closing=closes,
         )
         result = decode_round(self.model, encoding, self._prompt, prefix, validator, cfg.max_tokens)
         stats.update(
@@ -455,7 +456,7 @@ class Stream:
 
         if not closes:  # 11.11 carry-over (§2.5)
             self._carry_after(start, audio, result, words, speculative, bool(emit))
-        elif result.stop_reason in ("backward_shift", "repetition", "limit"):  # deviation 1: flush the rest
+        elif result.stop_reason in ("backward_shift", "limit"):  # deviation 1: flush the rest
             self._carry_after(start, audio, result, words, speculative, bool(emit))
             if last and self._carry.size >= audio.size:
                 self._carry = np.zeros(0, np.float32)

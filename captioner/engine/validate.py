@@ -21,7 +21,7 @@ Two guards of ours run on every completed word (a word is complete when the next
 the round's end), because the attention test misses Whisper's two commonest inventions on real
 speech:
 
-* **phrase repetition** (:func:`repeated_tail`): a block of 1–4 words said again right after
+* **phrase repetition** (:func:`repeated_tail`): a block of 1–8 words said again right after
   itself ("on the left on the left", "gospel gospel") is where greedy Whisper loops; the round
   stops at the repeat (``"repetition"``), the words before it kept. The committed words before the
   round's audio are the context, so a loop across rounds is caught too. Real speech repeats short
@@ -59,7 +59,7 @@ logger = logging.getLogger(__name__)
 
 STOP_REASONS = ("backward_shift", "peak_margin", "repetition", "eot", "nonspeech")
 _REPEAT = 3  # identical consecutive ids that stop a round
-_MAX_BLOCK = 4  # longest repeated word block the repetition guard looks for
+_MAX_BLOCK = 8  # longest repeated word block the repetition guard looks for
 _SHORT_WORD = 3  # a repeated lone word this short ("no", "so", "oh") must come three times
 _ANNOTATION_OPENERS = (b"(", b"[", "\u266a".encode(), "\u266b".encode(), b"*")
 
@@ -68,7 +68,7 @@ def repeated_tail(words: list[bytes]) -> int:
     """How many trailing words repeat the block just before them (0: no repetition).
 
     ``words`` are normalised (:func:`captioner.engine.tokens.normalize_word`), empty ones removed. A
-    block of 2–4 words counts at its second occurrence; a lone word at its second, or at its third
+    block of 2–8 words counts at its second occurrence; a lone word at its second, or at its third
     when it has at most ``_SHORT_WORD`` bytes.
     """
     for n in range(1, _MAX_BLOCK + 1):
@@ -214,6 +214,10 @@ class RoundValidator:
         median, average: filter widths.
         context: normalised words said just before this round's tokens (the committed words
             before its audio, then the forced prefix) for the repetition guard.
+        closing: the input ends after the speech (an utterance end or the stream's end): decode
+            it as offline Whisper does — EOT ends the round whenever it wins, and neither the
+            backward-shift test nor the peak margin applies (the speech is complete, so the
+            last words attend to the end of the input; the word guards still apply).
     """
 
     def __init__(
@@ -226,6 +230,7 @@ class RoundValidator:
         median: int = 7,
         average: int = 10,
         context: tuple[bytes, ...] = (),
+        closing: bool = False,
     ):
         self.vocab = vocab
         self.input_s = float(input_s)
@@ -240,13 +245,14 @@ class RoundValidator:
         self._prev_attn: np.ndarray | None = None
         self._first_delta = True
         self._words = WordGuard(vocab, context)
+        self.closing = closing
 
     def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:
         """A new generated token was predicted; apply the EOT rule and the word guards. Returns
         the stop, if any."""
         if self.stop is not None:
             return self.stop
-        ends = eot_logit > token_logit and self.vocab.is_garbage(token)
+        ends = eot_logit > token_logit and (self.closing or self.vocab.is_garbage(token))
         self.stop = self._words.on_token(self.decoded, None if ends else int(token))
         if self.stop is None and ends:
             self.stop = Stop("eot", len(self.decoded))
@@ -270,7 +276,7 @@ class RoundValidator:
         if i >= _REPEAT - 1 and len(set(self.decoded[i - _REPEAT + 1 : i + 1])) == 1:
             self.stop = Stop("repetition", i - (_REPEAT - 1))
             return self.stop
-        if not self.vocab.is_content(token):
+        if self.closing or not self.vocab.is_content(token):
             return None
         attn = np.asarray(attn_last, dtype=np.float32)
         if self._prev_attn is None or self._prev_attn.shape != attn.shape:

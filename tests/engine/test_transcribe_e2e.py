@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from wavs import speech_like, write_wav
+from wavs import spoken, write_wav
 from whisper_reference import hf_greedy, load_reference
 
 from captioner import cli
@@ -21,7 +21,7 @@ from captioner.transcript.store import SessionStore
 
 @pytest.fixture(scope="module")
 def long_wav(tmp_path_factory) -> Path:
-    return write_wav(tmp_path_factory.mktemp("audio") / "sixty.wav", speech_like(60.0))
+    return write_wav(tmp_path_factory.mktemp("audio") / "sixty.wav", spoken(60.0))
 
 
 def _transcribe(pack_root: Path, wav: Path, home: Path, *extra: str) -> tuple[int, dict]:
@@ -118,7 +118,7 @@ class _Recorder:
 def test_first_round_tokens_equal_transformers_greedy(tiny_pack, tiny_checkpoint) -> None:
     model = _Recorder(OnnxAcousticModel(tiny_pack, Runtime(tiny_pack, "cpu")))
     config = StreamConfig(step_s=2.0)
-    audio = speech_like(6.0, seed=3)
+    audio = spoken(6.0)
     transcribe_file(EngineSetup(tiny_pack, model, config, "tiny"), audio)
     first = model.rounds[0]
     assert not first["native"] and first["chunks"]
@@ -157,7 +157,7 @@ def test_qnn_first_round_tokens_equal_cpu(tiny_pack, tmp_path) -> None:
 
     if not (Host.current().qnn_emulated or Host.current().snapdragon_windows):
         pytest.skip("no QNN HTP backend on this platform")
-    audio = speech_like(2.0, seed=5)
+    audio = spoken(2.0)
     firsts = []
     for provider in ("qnn", "cpu"):
         model = _Recorder(OnnxAcousticModel(tiny_pack, Runtime(tiny_pack, provider, cache_dir=tmp_path)))

@@ -142,10 +142,12 @@ def test_first_content_token_cannot_trigger_peak_margin():
     assert feed(validator(), [A], [95]) is None
 
 
-def test_repetition_drops_all_three_copies():
+def test_a_repeated_word_or_token_stops_the_round():
+    # a repeated word is stopped at its second occurrence by the phrase guard (first copy kept) …
     stop = feed(validator(), [A, B, B, B], [20, 40, 40, 40])
-    assert (stop.reason, stop.index) == ("repetition", 1)
-    stop = feed(validator(), [A, COMMA, COMMA, COMMA], [20, 20, 20, 20])  # punctuation counts too
+    assert (stop.reason, stop.index) == ("repetition", 2)
+    # … and three identical tokens that are no word of their own (punctuation) by the id rule
+    stop = feed(validator(), [A, COMMA, COMMA, COMMA], [20, 20, 20, 20])
     assert (stop.reason, stop.index) == ("repetition", 1)
 
 

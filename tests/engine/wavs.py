@@ -36,3 +36,34 @@ def speech_like(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray:
     gate = np.sin(2 * np.pi * 0.3 * t) > -0.5
     x = 0.2 * np.sin(2 * np.pi * 220 * t * (1 + 0.1 * np.sin(t))) * gate + 0.03 * rng.standard_normal(n)
     return x.astype(np.float32)
+
+
+_PASSAGE = (
+    "Live captions appear on the screen while people speak. The meeting starts at nine, and the "
+    "agenda has three points. First, the budget for next year. Second, the new office. Third, any "
+    "other business that people want to raise before lunch."
+)
+
+
+def spoken(seconds: float, rate: int = 16000, pause_s: float = 0.8) -> np.ndarray:
+    """Real (synthesised) speech: espeak-ng reading a passage, each sentence followed by a pause,
+    repeated and cut to ``seconds``; float32 mono at ``rate``. The speech detector hears it as
+    speech, unlike :func:`speech_like` (espeak-ng comes with the dev setup)."""
+    import subprocess
+    import tempfile
+
+    from captioner.audio import load_audio_file
+    from captioner.audio.resample import resample
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "passage.wav"
+        subprocess.run(["espeak-ng", "-s", "165", "-w", str(wav), _PASSAGE], check=True, capture_output=True)
+        speech = load_audio_file(wav)
+    pieces, n = [], 0
+    target = round(seconds * 16000)
+    while n < target:
+        for block in (speech, np.zeros(round(pause_s * 16000), np.float32)):
+            pieces.append(block)
+            n += block.size
+    audio = np.concatenate(pieces)[:target].astype(np.float32)
+    return audio if rate == 16000 else resample(audio, 16000, rate).astype(np.float32)
