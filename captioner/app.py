@@ -5,17 +5,20 @@ functions) this is the only code that knows every part (STYLE.md principle 10). 
 capture come in as factories (:class:`EngineFactory`, :class:`CaptureFactory`), so tests swap
 either without patching.
 
-Flow of a session: :meth:`CaptionerApp.start_engine` opens a store session and starts a
-:class:`~captioner.worker.CaptionWorker` in a ``QThread``; every ``update`` goes first into the
-store (one transaction) and then onto the caption bar, so nothing painted is ever lost.
-Stopping (quit, source/model/provider change) asks the worker to stop and waits for its
-``finished`` signal *asynchronously*; only then is the session ended and the next step taken.
+Flow of a session: :meth:`CaptionerApp.start_engine` starts a
+:class:`~captioner.transcript.recorder.SessionRecorder` (a store session, plus the live SRT/VTT
+file when ``transcripts.live_export`` asks for one) and a :class:`~captioner.worker.CaptionWorker`
+in a ``QThread``; every ``update`` goes first through the recorder (one store transaction, then
+the live file) and then onto the caption bar, so nothing painted is ever lost. Stopping (quit,
+source/model/provider change) asks the worker to stop and waits for its ``finished`` signal
+*asynchronously*; only then is the session ended (the live file completed) and the next step taken.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +34,8 @@ from captioner.models.install import list_packs
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import Settings, load_settings, save_settings, to_dict
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import export_words
+from captioner.transcript.export import export_session
+from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore
 from captioner.ui.caption_bar import CaptionBar
 from captioner.ui.first_run import InstallFn
@@ -139,8 +143,8 @@ class CaptionerApp(QObject):
         self.settings = self._with_overrides(self.settings)
         self._startup_warnings = list(warnings)
         self.disk_store = self._open_store()
-        self.store: SessionStore = self.disk_store
-        self.session_id: int | None = None
+        self.recorder: SessionRecorder | None = None  # the current (or last) session
+        self._live_warnings_shown = 0
         self.save_session = self.settings.transcripts.save_sessions
         self.paused = False
         self._thread: QThread | None = None
@@ -179,6 +183,16 @@ class CaptionerApp(QObject):
             if removed:
                 logger.info("removed %d sessions older than %d days", removed, days)
         return store
+
+    @property
+    def store(self) -> SessionStore:
+        """The store of the current (or last) session: the disk store, or memory ("don't save")."""
+        return self.disk_store if self.recorder is None else self.recorder.store
+
+    @property
+    def session_id(self) -> int | None:
+        """Id of the current (or last) session in :attr:`store`; None before the first one."""
+        return None if self.recorder is None else self.recorder.session_id
 
     def _labels(self) -> dict[str, str]:
         t = self.settings.transcripts
@@ -293,10 +307,46 @@ class CaptionerApp(QObject):
         return True
 
     def _begin_session(self, sources: tuple[Source, ...], session: Session) -> None:
-        self.store = self.disk_store if self.save_session else SessionStore.in_memory()
-        self.session_id = self.store.begin_session(
-            sources=sources, model=session.model, provider=session.provider,
-            language=self.settings.engine.language, settings=to_dict(self.settings))
+        store = self.disk_store if self.save_session else SessionStore.in_memory()
+        self.recorder = self._start_recorder(store, sources, session.model, session.provider,
+                                             self.settings.engine.language)
+
+    def _start_recorder(self, store: SessionStore, sources: tuple[Source, ...], model: str, provider: str,
+                        language: str) -> SessionRecorder:
+        """Begin a session in ``store``, with the live subtitle file when the settings ask for one.
+
+        A session kept in memory ("don't save") writes no live file: nothing of it reaches the disk.
+        """
+        t = self.settings.transcripts
+        live_path = self._live_path(t.live_export) if t.live_export != "none" and store is self.disk_store else None
+        self._live_warnings_shown = 0
+        recorder = SessionRecorder.start(store, sources=sources, model=model, provider=provider,
+                                         language=language, settings=to_dict(self.settings),
+                                         live_path=live_path, options=CueOptions.from_config(t))
+        if recorder.live is not None:
+            logger.info("live subtitles: %s", recorder.live.path)
+        self._show_live_warnings(recorder)
+        return recorder
+
+    def _live_path(self, fmt: str) -> Path:
+        """``live-YYYY-MM-DD_HH-MM-SS.srt`` (local start time) in the export folder, never an existing file."""
+        folder = self._export_dir()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            logger.debug("cannot create %s (the live file will say why)", folder, exc_info=True)
+        stem = "live-" + time.strftime("%Y-%m-%d_%H-%M-%S")
+        path, n = folder / f"{stem}.{fmt}", 1
+        while path.exists():
+            n += 1
+            path = folder / f"{stem}-{n}.{fmt}"
+        return path
+
+    def _show_live_warnings(self, recorder: SessionRecorder) -> None:
+        """Show each new live-file problem once (the recording itself goes on)."""
+        for message in recorder.warnings[self._live_warnings_shown:]:
+            self.tray.show_error("Live subtitles", message)
+        self._live_warnings_shown = len(recorder.warnings)
 
     def stop_engine(self, then: Callable[[], None] | None = None) -> None:
         """Ask the worker to stop; ``then`` runs after it finished and the session was ended."""
@@ -320,12 +370,13 @@ class CaptionerApp(QObject):
         if thread is None:
             return
         thread.deleteLater()
-        if self.session_id is not None:
+        if self.recorder is not None:
             try:
-                self.store.end_session(self.session_id)
+                self.recorder.close()
             except CaptionerError as exc:
                 self.tray.show_error("Transcript not saved", str(exc))
-            logger.info("session %d ended", self.session_id)
+            self._show_live_warnings(self.recorder)
+            logger.info("session %d ended", self.recorder.session_id)
         self._run_after_stop()
 
     def _run_after_stop(self) -> None:
@@ -339,13 +390,15 @@ class CaptionerApp(QObject):
 
     # ----------------------------------------------------------- worker slots
     def _on_worker_update(self, update: EngineUpdate) -> None:
-        if self.session_id is not None:
+        if self.recorder is not None:
             try:
-                self.store.apply(self.session_id, update)  # stored before it is painted
+                self.recorder.apply(update)  # stored (and written to the live file) before it is painted
             except (CaptionerError, ValueError) as exc:
                 if not self._store_error_shown:
                     self._store_error_shown = True
                     self.tray.show_error("Transcript not saved", str(exc))
+            if len(self.recorder.warnings) > self._live_warnings_shown:
+                self._show_live_warnings(self.recorder)
         self.bar.apply_update(update)
         if update.stats is not None and update.stats.provider and update.stats.provider != self.provider:
             self.provider = update.stats.provider
@@ -423,11 +476,8 @@ class CaptionerApp(QObject):
             self.tray.show_error("Nothing to save", "No session has been recorded yet.")
             return None
         try:
-            words = self.store.session_words(self.session_id)
-            info = self.store.get_session(self.session_id)
-            out = export_words(words, Path(path), fmt,  # type: ignore[arg-type]
-                               options=CueOptions.from_config(self.settings.transcripts),
-                               session=info.to_json())
+            out = export_session(self.store, self.session_id, Path(path), fmt,  # type: ignore[arg-type]
+                                 options=CueOptions.from_config(self.settings.transcripts))
         except CaptionerError as exc:
             self.tray.show_error("Transcript not saved", str(exc))
             return None
@@ -441,27 +491,30 @@ class CaptionerApp(QObject):
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
 
     def set_save_session(self, save: bool) -> None:
-        """"Don't save this session": move the running session between disk and memory."""
+        """"Don't save this session": move the running session between disk and memory.
+
+        Moved to memory, the session leaves the disk store and its live file is removed; moved
+        back to disk, it gets a new live file (when the settings ask for one) with the words so far.
+        """
         if save == self.save_session:
             return
         self.save_session = save
         self.tray.set_dont_save(not save)
-        if self.session_id is None or not self.running:
+        if self.recorder is None or not self.running:
             return
+        old = self.recorder
+        info = old.store.get_session(old.session_id)
         target = self.disk_store if save else SessionStore.in_memory()
-        old_store, old_id = self.store, self.session_id
-        info = old_store.get_session(old_id)
-        new_id = target.begin_session(sources=info.sources, model=info.model, provider=info.provider,
-                                      language=info.language, settings=to_dict(self.settings))
-        words = old_store.session_words(old_id, include_speculative=True)
+        new = self._start_recorder(target, info.sources, info.model, info.provider, info.language)
+        words = old.store.session_words(old.session_id, include_speculative=True)
         for source in info.sources:
             own = tuple(w for w in words if w.source == source)
             if own:
-                target.apply(new_id, EngineUpdate(0, own, source=source))
-        old_store.delete_session(old_id)
-        if old_store is not self.disk_store:
-            old_store.close()
-        self.store, self.session_id = target, new_id
+                new.apply(EngineUpdate(0, own, source=source))
+        old.discard()
+        if old.store is not self.disk_store:
+            old.store.close()
+        self.recorder = new
         logger.info("session now %s", "saved" if save else "kept in memory only")
 
     def show_history(self) -> None:

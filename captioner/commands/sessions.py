@@ -15,7 +15,7 @@ from captioner.errors import StorageError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import export_words, render_txt
+from captioner.transcript.export import export_session, render_txt
 from captioner.transcript.store import SessionInfo, SessionStore
 
 __all__ = ["register", "run"]
@@ -127,13 +127,12 @@ def _export(store: SessionStore, args: argparse.Namespace, paths: AppPaths) -> i
     targets = [(fmt, getattr(args, fmt)) for fmt in ("srt", "vtt", "txt", "json") if getattr(args, fmt)]
     if not targets:
         raise StorageError("say what to write: --srt FILE, --vtt FILE, --txt FILE and/or --json FILE")
-    info = store.get_session(args.id)
+    info = store.get_session(args.id)  # no such session: the error comes before anything is written
     settings, _warnings = load_settings(paths.settings_file)
     options = CueOptions.from_config(settings.transcripts)
-    words = store.session_words(args.id)
     for fmt, target in targets:
-        export_words(words, target, fmt, options=options, timestamps=args.timestamps, session=info.to_json())
-        print(f"wrote {target} ({fmt}, {len(words)} words)")
+        export_session(store, args.id, target, fmt, options=options, timestamps=args.timestamps)
+        print(f"wrote {target} ({fmt}, {info.word_count} words)")
     return 0
 
 

@@ -1,7 +1,13 @@
 """transcript layer: the session store, words → cues, exports and live subtitle files."""
 
 from captioner.transcript.cues import Cue, CueOptions, CueSegmenter, build_cues
-from captioner.transcript.export import EXPORT_FORMATS, ExportFormat, atomic_write_text, export_words
+from captioner.transcript.export import (
+    EXPORT_FORMATS,
+    ExportFormat,
+    atomic_write_text,
+    export_session,
+    export_words,
+)
 from captioner.transcript.live import LiveSubtitleWriter
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SearchHit, SessionInfo, SessionStore
@@ -19,5 +25,6 @@ __all__ = [
     "SessionStore",
     "atomic_write_text",
     "build_cues",
+    "export_session",
     "export_words",
 ]

@@ -26,11 +26,13 @@ from captioner.core import Word
 from captioner.errors import StorageError
 from captioner.storage.atomic import replace_atomically
 from captioner.transcript.cues import Cue, CueOptions, build_cues, merge_sources, normalize_text
+from captioner.transcript.store import SessionStore
 
 __all__ = [
     "EXPORT_FORMATS",
     "ExportFormat",
     "atomic_write_text",
+    "export_session",
     "export_words",
     "format_from_path",
     "render_json",
@@ -215,6 +217,28 @@ def export_words(
     atomic_write_text(Path(path), text)
     logger.info("exported %d words to %s (%s)", len(words), path, fmt)
     return Path(path)
+
+
+def export_session(
+    store: SessionStore,
+    session_id: int,
+    path: Path,
+    fmt: ExportFormat | None = None,
+    *,
+    options: CueOptions | None = None,
+    timestamps: bool = False,
+) -> Path:
+    """Write one stored session to ``path``: its committed words, and its details in JSON.
+
+    The one export of a recorded session, used by the app's tray, the history window and
+    ``captioner sessions export``; arguments as for :func:`export_words`.
+
+    Raises:
+        StorageError: no such session, or the file cannot be written (the target is left as it was).
+    """
+    info = store.get_session(session_id)
+    return export_words(store.session_words(session_id), path, fmt, options=options,
+                        timestamps=timestamps, session=info.to_json())
 
 
 def atomic_write_text(path: Path, text: str) -> None:

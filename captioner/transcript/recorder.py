@@ -10,8 +10,9 @@ This is the API ``transcribe``, ``listen`` and the app use::
             rec.apply(update)
     words = store.session_words(rec.session_id)      # for an export at the end
 
-A failing live file never stops the recording: it is closed, the problem is logged and kept in
-:attr:`SessionRecorder.warnings`, and the store goes on. A failing store raises ``StorageError``.
+A failing live file never stops the recording: a file that cannot be created or written is
+closed, the problem is logged and kept in :attr:`SessionRecorder.warnings`, and the store goes
+on. A failing store raises ``StorageError``.
 """
 
 from __future__ import annotations
@@ -70,16 +71,20 @@ class SessionRecorder:
             options: cue limits and labels for the live file.
 
         Raises:
-            StorageError: the session cannot be recorded or the live file cannot be created.
+            StorageError: the session cannot be recorded (a live file that cannot be created is
+                only a warning in :attr:`warnings`).
         """
         session_id = store.begin_session(
             sources=sources, model=model, provider=provider, language=language, settings=settings, title=title
         )
-        live = None
+        recorder = cls(store, session_id)
         if live_path is not None:
             fmt: LiveFormat = live_format or ("vtt" if Path(live_path).suffix.lower() == ".vtt" else "srt")
-            live = LiveSubtitleWriter(live_path, fmt, options=options, labelled=len(set(sources)) > 1)
-        return cls(store, session_id, live)
+            try:
+                recorder.live = LiveSubtitleWriter(live_path, fmt, options=options, labelled=len(set(sources)) > 1)
+            except StorageError as exc:
+                recorder._warn(f"no live subtitles: {exc}; the session is still being saved")
+        return recorder
 
     def apply(self, update: EngineUpdate) -> None:
         """Record one update (store first: it is the reference), then extend the live file."""
@@ -102,16 +107,30 @@ class SessionRecorder:
                 self._drop_live(exc)
         self.store.end_session(self.session_id, duration_ms=duration_ms)
 
+    def discard(self) -> None:
+        """Drop the session: the live file is closed and removed, the session deleted from the store."""
+        self._closed = True
+        live, self.live = self.live, None
+        if live is not None:
+            try:
+                live.close()
+            except StorageError:
+                logger.debug("closing the discarded live file failed", exc_info=True)
+            live.path.unlink(missing_ok=True)
+        self.store.delete_session(self.session_id)
+
     def __enter__(self) -> SessionRecorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _drop_live(self, exc: StorageError) -> None:
-        message = f"live subtitles stopped: {exc}; the session is still being saved"
+    def _warn(self, message: str) -> None:
         logger.warning("%s", message)
         self.warnings.append(message)
+
+    def _drop_live(self, exc: StorageError) -> None:
+        self._warn(f"live subtitles stopped: {exc}; the session is still being saved")
         live, self.live = self.live, None
         if live is not None:
             try:

@@ -2,7 +2,7 @@
 
 It reads the :class:`~captioner.transcript.store.SessionStore` directly (the store is safe to
 share between threads and every query is small) and writes exports with
-:func:`~captioner.transcript.export.export_words`; it never touches the engine.
+:func:`~captioner.transcript.export.export_session`; it never touches the engine.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from captioner.errors import CaptionerError
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import export_words, render_txt
+from captioner.transcript.export import export_session, render_txt
 from captioner.transcript.store import SessionInfo, SessionStore
 from captioner.ui.tray import ask_save_path_dialog
 
@@ -188,9 +188,8 @@ class HistoryWindow(QWidget):
         if not path:
             return None
         try:
-            info = self._store.get_session(sid)
-            return export_words(self._store.session_words(sid), Path(path), fmt,  # type: ignore[arg-type]
-                                options=self._cues, session=info.to_json())
+            return export_session(self._store, sid, Path(path), fmt,  # type: ignore[arg-type]
+                                  options=self._cues)
         except CaptionerError as exc:
             self.error.emit(exc)
             return None

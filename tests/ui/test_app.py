@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import srt
 from PySide6.QtCore import QCoreApplication
 
@@ -100,6 +102,33 @@ def test_dont_save_moves_the_session_out_of_the_disk_store(qtbot, tmp_path):
     quit_and_wait(qtbot, app)
     with SessionStore.open(app.paths.sessions_db) as store:
         assert store.list_sessions() == []
+
+
+def live_files(app):
+    return sorted(app.paths.exports.glob("live-*"))
+
+
+def test_live_subtitle_setting_writes_a_growing_file_that_follows_dont_save(qtbot, tmp_path):
+    settings_file = AppPaths.default(tmp_path / "home").ensure().settings_file
+    settings_file.write_text(json.dumps({"transcripts": {"live_export": "srt", "max_lines": 1,
+                                                         "max_line_chars": 20}}))
+    app = make_app(qtbot, tmp_path, n_blocks=40)
+    app.start()
+    qtbot.waitUntil(lambda: bool(live_files(app)) and live_files(app)[0].stat().st_size > 0, timeout=10_000)
+    first, = live_files(app)
+    assert first.suffix == ".srt" and app.recorder.live.path == first
+    app.tray.actions["dont_save"].trigger()  # nothing of an unsaved session stays on disk
+    assert live_files(app) == []
+    app.tray.actions["dont_save"].trigger()  # saved again: a new live file with the words so far
+    second, = live_files(app)
+    assert second.stat().st_size > 0
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 20, timeout=10_000)
+    sid = app.session_id
+    quit_and_wait(qtbot, app)
+    with SessionStore.open(app.paths.sessions_db) as store:
+        words = [w.text for w in store.session_words(sid)]
+    subs = list(srt.parse(second.read_text(encoding="utf-8")))
+    assert [w for s in subs for w in s.content.split()] == words
 
 
 def test_pause_and_click_through_from_the_tray(qtbot, tmp_path):

@@ -1,20 +1,25 @@
 """The real app on a real X server with a real tray host: Xvfb + trayer, the tiny pack, a spoken WAV.
 
-Two runs, each a subprocess on the ``xcb`` platform with its own ``CAPTIONER_HOME``:
+Three runs, each a subprocess on the ``xcb`` platform with its own ``CAPTIONER_HOME``:
 
 * ``captioner --source-file speech.wav --model <tiny pack> --screenshot --quit-after`` exactly as a
   user would type it, plus a second ``captioner`` start that must hand over to the running one;
+* the same command with the "Live subtitle file" setting on, killed (SIGKILL) mid-session: the
+  live SRT grew while it ran and parses afterwards;
 * ``xcb_driver.py``, the same app assembled in-process, driven through its real tray actions and
   the real save dialog, which also renders the style screenshots (light/dark, 2/4 lines, "both").
 
 The tiny pack has random weights, so its words are gibberish; what is checked is that words from
-the real engine reach the caption bar, the store and the SRT file.
+the real engine reach the caption bar, the store and the SRT file. The live-file run uses the real
+tiny.en, whose words on real speech come round after round (the random pack's barely do).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -43,11 +48,11 @@ def speech_wav(tmp_path_factory) -> Path:
     return out
 
 
-def new_home(tmp_path: Path) -> Path:
+def new_home(tmp_path: Path, **sections: dict) -> Path:
     """A fresh CAPTIONER_HOME whose settings use 1 s engine steps (more rounds in a short file)."""
     home = tmp_path / "home"
     (home / "config").mkdir(parents=True)
-    (home / "config" / "settings.json").write_text(json.dumps({"engine": {"step_s": 1.0}}))
+    (home / "config" / "settings.json").write_text(json.dumps({"engine": {"step_s": 1.0}, **sections}))
     return home
 
 
@@ -114,6 +119,41 @@ def test_captioner_command_runs_with_a_real_tray_and_saves_a_complete_session(xs
     assert info.provider == "CPU" and info.model == tiny_pack.root.name
     assert words, "no word from the real engine reached the store"
     assert pixel_variance(shot) > 50
+
+
+def test_live_subtitle_file_grows_during_the_session_and_parses_after_a_kill(xserver, real_tiny_en_pack, speech_wav,
+                                                                           tmp_path):
+    exports = tmp_path / "exports"
+    home = new_home(tmp_path, transcripts={"live_export": "srt", "export_dir": str(exports),
+                                           "max_lines": 1, "max_line_chars": 20})
+    env = xserver.env(CAPTIONER_HOME=str(home), PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "captioner", "--source-file", str(speech_wav), "--model",
+           str(real_tiny_en_pack.root), "--minimized", "--quit-after", "240"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = home / "logs" / "captioner.log"
+    sizes: list[int] = []  # the live file's size each time it changed while the app ran
+    try:
+        deadline = time.monotonic() + 200
+        while len(sizes) < 3 and "captioning state: ended" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and proc.poll() is None, "the app stopped or took too long"
+            files = list(exports.glob("live-*.srt"))
+            size = files[0].stat().st_size if files else 0
+            if size and (not sizes or size != sizes[-1]):
+                sizes.append(size)
+            time.sleep(0.05)  # watching another process; no Qt event loop in this one
+        os.kill(proc.pid, signal.SIGKILL)  # no chance to close the file or end the session
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(sizes) >= 2 and sizes == sorted(sizes), f"the live file did not grow while the app ran: {sizes}"
+    live, = exports.glob("live-*.srt")
+    subs = list(srt.parse(live.read_text(encoding="utf-8")))  # whole cues only, even after SIGKILL
+    assert subs
+    (info, words), = stored_sessions(home)
+    assert info.ended_at is None  # killed: the store kept every committed word all the same
+    live_words = [w for s in subs for w in s.content.split()]
+    assert live_words == [w.text for w in words][: len(live_words)]  # final words are final
 
 
 def test_tray_actions_drive_the_real_app_on_xcb(xserver, tiny_pack, speech_wav, tmp_path, artifacts):
