@@ -9,8 +9,9 @@ Two numbers, so a failure says which part broke:
   token for token what CTranslate2 gives: tests/models/test_ct2.py). Measured 2/48 = 4.2 % ("Prynne"
   → "Prin", "in form" → "and form"); bound 10 %.
 - live: the streaming engine through the CLI at the default 2 s step. Measured 8/48 = 16.7 % on
-  2026-11-23 with the engine as committed at f96ad89 (invented trailing words such as "… no longer. I hate", "find informed" for "fine in
-  form", "has to print" for "Hester Prynne"): the engine's known accuracy bugs (issue 17). The bound,
+  2026-11-23 with the engine as committed at f96ad89 (invented trailing words such as "… no
+  longer. I hate", "find informed" for "fine in form", "has to print" for "Hester Prynne"): the
+  engine's known accuracy bugs (issue 17). The bound,
   :data:`LIVE_WER_BOUND`, is that measurement with a margin, to be tightened as those are fixed.
 """
 
