@@ -91,6 +91,22 @@ class CommittedLog:
                     break
         return tuple(words[::-1])
 
+    def words_since(self, sample: int) -> list[bytes]:
+        """Normalised texts of the committed words whose first token starts at or after ``sample``
+        (empty ones left out)."""
+        out: list[bytes] = []
+        ids: list[int] = []
+        inside = False
+        for tok in self.tokens:
+            if self.vocab.starts_word(tok.id) or not ids:
+                if inside and ids:
+                    out.append(normalize_word(self.vocab.text_bytes(ids)))
+                ids, inside = [], tok.start >= sample
+            ids.append(tok.id)
+        if inside and ids:
+            out.append(normalize_word(self.vocab.text_bytes(ids)))
+        return [w for w in out if w]
+
     def publish(self) -> tuple[int, tuple[Word, ...]]:
         """(retract, words) turning the published words into the words of the current tokens."""
         mark = self._mark

@@ -58,6 +58,7 @@ start/end are converted to seconds; ``emitted_at`` is ``clock() − clock() at c
 
 from __future__ import annotations
 
+import difflib
 import logging
 import time
 from collections.abc import Callable
@@ -71,8 +72,8 @@ from captioner.engine.align import Alignment, align_words, split_words
 from captioner.engine.decoder import DecodeResult, NativeValidator, decode_round, max_prefix
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
 from captioner.engine.tokens import TASKS, normalize_word
-from captioner.engine.validate import RoundValidator
 from captioner.engine.vad import SpeechDetector
+from captioner.engine.validate import RoundValidator
 from captioner.errors import CaptionerError
 
 __all__ = ["Stream", "StreamConfig"]
@@ -112,6 +113,9 @@ class StreamConfig:
         end_silence_s: an input whose speech ended at least this long before its end closes the
             utterance (deviation 16).
         speech_pad_s: non-speech kept around detected speech when an input is trimmed.
+        closing_context_s: a closing round's input reaches this far back into audio already
+            decoded (not before the utterance's start), decoded without a prefix, and emits what
+            follows the committed words (deviation 17); 0 = the carry only.
     """
 
     step_s: float = 2.0
@@ -133,6 +137,7 @@ class StreamConfig:
     vad_threshold: float = 0.5
     end_silence_s: float = 0.5
     speech_pad_s: float = 0.2
+    closing_context_s: float = 8.0
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.step_s <= 3.0:
@@ -145,6 +150,8 @@ class StreamConfig:
             raise CaptionerError(f"maximum input must be in (2 × step, 30] seconds, got {self.max_input_s}")
         if self.median < 1 or self.average < 1 or self.dtw_median < 1 or self.reinfer_after < 1:
             raise CaptionerError("filter widths and the re-inference count must be at least 1")
+        if not 0.0 <= self.closing_context_s <= 30.0:
+            raise CaptionerError(f"closing context must be in [0, 30] seconds, got {self.closing_context_s}")
         if not 0.0 < self.vad_threshold < 1.0 or self.end_silence_s <= 0 or self.speech_pad_s < 0:
             raise CaptionerError("speech threshold must be in (0, 1), end silence positive, speech pad ≥ 0")
 
@@ -210,6 +217,11 @@ class Stream:
         self._repeat_count = 0
         self._round = 0
         self._finished = False
+        # audio already taken, kept for closing rounds (deviation 17): [_history_start, _next)
+        self._history = np.zeros(0, np.float32)
+        self._history_start = 0
+        self._context_n = _frames(round(cfg.closing_context_s * SAMPLE_RATE))
+        self._utterance_start: int | None = None  # where the open utterance's speech began
         self._log = CommittedLog(self.vocab, source)  # committed tokens -> published words
 
     # ----------------------------------------------------------------------------- public
@@ -293,6 +305,10 @@ class Stream:
     def _take(self, n: int) -> tuple[int, np.ndarray]:
         data = np.concatenate(self._pending) if self._pending else np.zeros(0, np.float32)
         taken, rest = data[:n], data[n:]
+        if self._context_n:
+            history = np.concatenate([self._history, taken])
+            drop = max(0, history.size - self._context_n - self._max_n)
+            self._history, self._history_start = history[drop:], self._history_start + drop
         self._pending = [rest] if rest.size else []
         self._pending_n = rest.size
         start = self._next
@@ -326,16 +342,24 @@ class Stream:
             lead = _frames(max(0, span.start - self._pad_n - start))
             if lead and not self._prefix:
                 start, audio = start + lead, audio[lead:]
+            if self._utterance_start is None:
+                self._utterance_start = start
             if last or start + audio.size - span.end >= self._end_silence_n:
                 closes = True
                 keep = min(audio.size, -(-(span.end + self._pad_n - start) // SAMPLES_PER_FRAME) * SAMPLES_PER_FRAME)
                 audio = audio[:keep]
+        extended = False
+        if closes and self._context_n and self._log.tokens:  # deviation 17
+            begin = _frames(max(self._history_start, self._utterance_start or start, start + audio.size - self._context_n))
+            if begin < start and start <= self._history_start + self._history.size:
+                audio = np.concatenate([self._history[begin - self._history_start : start - self._history_start], audio])
+                start, extended = begin, True
         eff_s = audio.size / SAMPLE_RATE
         stats["input_s"] = eff_s
 
         encoding = self.model.encode(audio)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
-        prefix = self._prefix
+        prefix = () if extended else self._prefix
         if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # deviation 14
             logger.debug("prefix of %d tokens too long for the plan; not forced", len(prefix))
             prefix = ()
@@ -361,9 +385,11 @@ class Stream:
             stop_reason=result.stop_reason,
             closes=closes,
         )
+        if extended:
+            return self._close_utterance(start, audio, result, stats, t_round, last)
         if not result.tokens:  # §2.6: first choice EOT with a garbage runner-up
             if closes and not last:  # the utterance is over: nothing of it is carried
-                self._prefix = ()
+                self._prefix, self._utterance_start = (), None
                 return self._update(stats, t_round)
             return self._nothing_decoded(start, audio, stats, t_round, last, result.stop_reason)
         return self._end_of_round(start, audio, result, stats, t_round, last, closes)
@@ -461,7 +487,7 @@ class Stream:
             if last and self._carry.size >= audio.size:
                 self._carry = np.zeros(0, np.float32)
         elif not last:  # deviation 16: the utterance is over, nothing of it is carried
-            self._prefix = ()
+            self._prefix, self._utterance_start = (), None
         logger.debug(
             "round %d: input %.2f s at %.2f s, prefix %r, stop %s, candidates %r, emitted %r%s, carry %.2f s",
             stats["round_index"], eff_s, start / SAMPLE_RATE, self.vocab.decode(saved_prefix), result.stop_reason,
@@ -469,6 +495,47 @@ class Stream:
             self._carry.size / SAMPLE_RATE,
         )
         stats.update(speculative=speculative)
+        return self._update(stats, t_round)
+
+    def _close_utterance(
+        self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool
+    ) -> EngineUpdate:
+        """Deviation 17: a closing round decoded with left context already committed; emit the
+        decoded words that follow the committed ones (aligned by text, else by time)."""
+        retracted = self._undo_speculative()
+        cands = [t for t in result.candidates if t < self.vocab.eot]
+        alignment = align_words(cands, result.attn_align[: len(cands)], self.vocab, self.config.dtw_median) if cands else None
+        words = alignment.words if alignment is not None and alignment.valid else ()
+        spans = token_spans(words, len(cands), start)
+        groups = split_words(cands, self.vocab)
+        decoded = [normalize_word(self.vocab.text_bytes(cands[f : f + k])) for f, k in groups]
+        committed = self._log.words_since(start)
+        j = _follow(committed, decoded)
+        if j is None:  # no text match: the words that start after the last committed word ends
+            end = self._log.tokens[-1].end if self._log.tokens else start
+            j = next((i for i, (f, _) in enumerate(groups) if spans and spans[f][0] >= end - _TIME_SLACK_N), len(groups))
+        first = groups[j][0] if j < len(groups) else len(cands)
+        now = self._clock() - self._t0
+        new_tokens = [
+            Token(int(t), *(spans[i] if spans else (start, start + audio.size)), now, False)
+            for i, t in enumerate(cands)
+            if i >= first
+        ]
+        keep_first_shown(new_tokens, retracted, self.vocab)
+        self._log.extend(new_tokens)
+        logger.debug(
+            "round %d: closing %.2f s at %.2f s: %r, committed %r, emitted %r",
+            stats["round_index"], audio.size / SAMPLE_RATE, start / SAMPLE_RATE, self.vocab.decode(cands),
+            [w.decode(errors="replace") for w in committed], self.vocab.decode(t.id for t in new_tokens),
+        )
+        self._prefix, self._memory, self._spec_from = (), None, None
+        self._repeat, self._repeat_count = None, 0
+        if result.stop_reason == "limit" and new_tokens:  # the plan ran out: decode the rest again
+            cut = _frames(max(0, new_tokens[-1].start - start + self._offset_n))
+            if 0 < cut < audio.size:
+                self._set_carry(start + cut, audio[cut:])
+        elif not last:
+            self._utterance_start = None
         return self._update(stats, t_round)
 
     def _carry_after(self, start, audio, result: DecodeResult, words, speculative: bool, emitted: bool) -> None:
@@ -563,6 +630,21 @@ class Stream:
             **stats,
         )
         return EngineUpdate(retract, words, round_stats, self.source)
+
+
+_TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
+
+
+def _follow(committed: list[bytes], decoded: list[bytes]) -> int | None:
+    """Index of the first decoded word after the committed ones, found by aligning the texts
+    (difflib); None when the last two committed words match nothing."""
+    if not committed:
+        return 0
+    blocks = [b for b in difflib.SequenceMatcher(None, committed, decoded, autojunk=False).get_matching_blocks() if b.size]
+    if not blocks or blocks[-1].a + blocks[-1].size < len(committed) - 1:
+        return None
+    last = blocks[-1]
+    return last.b + last.size + (len(committed) - last.a - last.size)
 
 
 def _word_groups(tokens: tuple[int, ...], vocab) -> list[tuple[int, ...]]:

@@ -21,10 +21,13 @@ Two guards of ours run on every completed word (a word is complete when the next
 the round's end), because the attention test misses Whisper's two commonest inventions on real
 speech:
 
-* **phrase repetition** (:func:`repeated_tail`): a block of 1–8 words said again right after
+* **phrase repetition** (:func:`repeated_tail`): a block of 1–24 words said again right after
   itself ("on the left on the left", "gospel gospel") is where greedy Whisper loops; the round
   stops at the repeat (``"repetition"``), the words before it kept. The committed words before the
-  round's audio are the context, so a loop across rounds is caught too. Real speech repeats short
+  round's audio are the context, so a loop across rounds is caught too. Greedy Whisper also
+  restarts its whole sentence after the last word; the round's first five words said again stop it
+  at once, before the plan runs out (real speech repeats 3–4-word phrases, "it was here that", but
+  five-word restarts of a round's opening were not seen in the corpus). Real speech repeats short
   words ("no, no"), so a lone word of ≤ 3 letters must come three times;
 * **sound annotations**: a word that opens with "(", "[", "♪" or "*" is a caption of a sound
   ("(water flowing)", "[BLANK_AUDIO]"), never speech; the round stops before it (``"nonspeech"``).
@@ -59,7 +62,8 @@ logger = logging.getLogger(__name__)
 
 STOP_REASONS = ("backward_shift", "peak_margin", "repetition", "eot", "nonspeech")
 _REPEAT = 3  # identical consecutive ids that stop a round
-_MAX_BLOCK = 8  # longest repeated word block the repetition guard looks for
+_MAX_BLOCK = 24  # longest repeated word block the repetition guard looks for
+_RESTART = 5  # the round's first words said again: greedy Whisper restarting its sentence
 _SHORT_WORD = 3  # a repeated lone word this short ("no", "so", "oh") must come three times
 _ANNOTATION_OPENERS = (b"(", b"[", "\u266a".encode(), "\u266b".encode(), b"*")
 
@@ -68,7 +72,7 @@ def repeated_tail(words: list[bytes]) -> int:
     """How many trailing words repeat the block just before them (0: no repetition).
 
     ``words`` are normalised (:func:`captioner.engine.tokens.normalize_word`), empty ones removed. A
-    block of 2–8 words counts at its second occurrence; a lone word at its second, or at its third
+    block of 2–24 words counts at its second occurrence; a lone word at its second, or at its third
     when it has at most ``_SHORT_WORD`` bytes.
     """
     for n in range(1, _MAX_BLOCK + 1):
@@ -197,6 +201,9 @@ class WordGuard:
                 if n:
                     at = len(self._words) - n - self._context
                     return Stop("repetition", self._firsts[at] if at >= 0 else 0)
+                own = self._words[self._context :]
+                if len(own) >= 2 * _RESTART and own[-_RESTART:] == own[:_RESTART]:
+                    return Stop("repetition", self._firsts[len(own) - _RESTART])
         if starts:
             self._open = len(decoded)
         return None

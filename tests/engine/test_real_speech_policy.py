@@ -1,0 +1,93 @@
+"""The streaming policy on real Whisper (tiny.en, Systran's weights) and real speech: what users see.
+
+Clips: tests/data/speech (LibriSpeech, LJ Speech; licences in its README). Non-speech: the bench's
+deterministic generators (captioner/bench/nonspeech.py). Scoring: Whisper's English normaliser and
+jiwer, as the accuracy bench does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jiwer
+import numpy as np
+import pytest
+from whisper_normalizer.english import EnglishTextNormalizer
+
+from captioner.audio import load_audio_file
+from captioner.bench.nonspeech import generate
+from captioner.engine import OnnxAcousticModel, Runtime, Stream, StreamConfig
+from captioner.engine.vad import VAD_WINDOW, SpeechDetector
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "speech"
+CLIPS = [json.loads(line) for line in (DATA / "manifest.jsonl").read_text(encoding="utf-8").splitlines() if line]
+NORMALISE = EnglishTextNormalizer()
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def model(real_tiny_en_pack) -> OnnxAcousticModel:
+    return OnnxAcousticModel(real_tiny_en_pack, Runtime(real_tiny_en_pack, "cpu"))
+
+
+def stream_words(model, audio: np.ndarray, step_s: float = 2.0, **config) -> list:
+    stream = Stream(model, StreamConfig(step_s=step_s, **config))
+    step = round(step_s * SR)
+    for i in range(0, audio.size, step):
+        stream.feed(audio[i : i + step])
+        stream.step()
+    stream.finish()
+    return list(stream.words)
+
+
+@pytest.mark.parametrize("kind", ["silence", "white", "brown", "tones"])
+def test_no_words_on_non_speech(model, kind) -> None:
+    audio = generate(kind, 20.0, seed=1)
+    assert stream_words(model, audio) == []
+
+
+def test_no_words_on_speech_followed_by_noise_only_the_speech(model) -> None:
+    clip = CLIPS[0]
+    speech = load_audio_file(DATA / clip["audio"])
+    audio = np.concatenate([speech, generate("white", 10.0, seed=2)])
+    words = stream_words(model, audio)
+    assert words and words[-1].end <= speech.size / SR + 0.5
+    assert NORMALISE(" ".join(w.text for w in words)) == NORMALISE(clip["text"])
+
+
+@pytest.mark.parametrize("step_s", [1.0, 2.0])
+def test_clips_come_out_within_the_wer_bound_and_keep_their_last_word(model, step_s) -> None:
+    refs, hyps = [], []
+    for clip in CLIPS:
+        words = stream_words(model, load_audio_file(DATA / clip["audio"]), step_s)
+        ref, hyp = NORMALISE(clip["text"]), NORMALISE(" ".join(w.text for w in words))
+        refs.append(ref)
+        hyps.append(hyp)
+        assert hyp.split()[-1] == ref.split()[-1], f"{clip['id']}: last word lost or invented: {hyp!r}"
+    wer = jiwer.wer(refs, hyps)
+    print(f"tiny.en, {step_s} s step, {len(refs)} clips: WER {wer:.3f}")
+    assert wer <= 0.10
+
+
+def test_no_word_starts_in_leading_silence(model) -> None:
+    clip = CLIPS[1]
+    speech = load_audio_file(DATA / clip["audio"])
+    words = stream_words(model, np.concatenate([np.zeros(SR * 3 // 2, np.float32), speech]))
+    detector = SpeechDetector()
+    detector.feed(speech)
+    onset = 1.5 + detector.speech(0, speech.size).start / SR
+    assert words and words[0].start >= onset - 0.25
+
+
+def test_speech_detector_is_independent_of_block_sizes() -> None:
+    audio = np.concatenate([load_audio_file(DATA / c["audio"]) for c in CLIPS[:2]])
+    whole, blocks = SpeechDetector(), SpeechDetector()
+    whole.feed(audio)
+    for i in range(0, audio.size, 777):
+        blocks.feed(audio[i : i + 777])
+    n = audio.size // VAD_WINDOW * VAD_WINDOW
+    np.testing.assert_allclose(whole.probabilities(0, n), blocks.probabilities(0, n), atol=1e-5)
+    span = whole.speech(0, n)
+    assert span is not None and 0 < span.start < span.end <= n
+    assert whole.speech(0, 0) is None
