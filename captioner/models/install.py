@@ -51,6 +51,7 @@ __all__ = [
     "InstalledPack",
     "Progress",
     "ensure_pack",
+    "first_installed_pack",
     "hf_download",
     "install_pack",
     "list_packs",
@@ -292,9 +293,9 @@ def ensure_pack(
                 raise
         say(f"model {known.short} is not installed: installing it as {known.pack_name}")
         return install(known.short, paths, **kwargs).root
-    for item in list_packs(paths):
-        if item.pack is not None:
-            return item.path
+    first = first_installed_pack(paths)
+    if first is not None:
+        return first
     default = known_model(DEFAULT_MODEL)
     pack_dir = default.pack_name if default else DEFAULT_MODEL
     say(f"no model pack is installed: installing the default model, {DEFAULT_MODEL} (pack {pack_dir}); "
@@ -330,6 +331,11 @@ def list_packs(paths: AppPaths) -> list[InstalledPack]:
         except ModelError as exc:
             found.append(InstalledPack(path.name, path, None, str(exc)))
     return found
+
+
+def first_installed_pack(paths: AppPaths) -> Path | None:
+    """The pack that runs when the user named none: the first sound installed pack by name, or None."""
+    return next((item.path for item in list_packs(paths) if item.pack is not None), None)
 
 
 def resolve_pack(name_or_path: str, paths: AppPaths) -> Path:
