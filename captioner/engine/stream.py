@@ -350,7 +350,8 @@ class Stream:
                 audio = audio[:keep]
         extended = False
         if closes and self._context_n and self._log.tokens:  # deviation 17
-            begin = _frames(max(self._history_start, self._utterance_start or start, start + audio.size - self._context_n))
+            utterance = start if self._utterance_start is None else self._utterance_start
+            begin = _frames(max(self._history_start, utterance, start + audio.size - self._context_n))
             if begin < start and start <= self._history_start + self._history.size:
                 audio = np.concatenate([self._history[begin - self._history_start : start - self._history_start], audio])
                 start, extended = begin, True
