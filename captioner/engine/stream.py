@@ -51,6 +51,24 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     the 30 s result (the reference compares 2, but the re-decoded input can start a word or more
     before the second-to-last committed word, which it would then emit twice).
 14. **Prefix length bound**: a prefix longer than the plan's first two chunks allow is not forced.
+15. **Speech detection** (Silero VAD, :mod:`~captioner.engine.vad`): a round whose input holds no
+    speech is not decoded (stop reason ``"no_speech"``, handled like deviation 2), so silence,
+    noise and music give no words; with no prefix to keep, the input starts ``speech_pad_s``
+    before the speech (no word is timed inside leading silence, and the encoder sees less).
+16. **Closing rounds**: when the speech of an input ended ``end_silence_s`` before its end (a
+    pause), or at ``finish()``, the input is cut ``speech_pad_s`` after the speech and decoded as
+    offline Whisper decodes a complete segment: EOT ends it whenever it wins, no backward-shift
+    or peak-margin stop (on real speech both dropped real last words: "experience proves [this]"),
+    nothing speculative, nothing carried, the prefix forgotten. Measured on the development
+    corpus, this removed the trailing inventions ("… gospel. His") and the lost last words.
+17. **Closing rounds look back**: short closing inputs (the carry is often ~1 s) made Whisper loop
+    ("no longer, no longer, …") or invent ("… I hate"). A closing round's input therefore reaches
+    back up to ``closing_context_s`` into audio already decoded (never before the utterance's
+    start), is decoded without a prefix, and emits only the words after the committed ones,
+    found by aligning the texts (``difflib``), else by DTW time.
+
+Two word guards of :mod:`~captioner.engine.validate` (phrase repetition with the committed words as
+context, sound annotations) run in every round, closing or not.
 
 Times: audio positions are integer sample indices (16 kHz) from the first fed sample; ``Word``
 start/end are converted to seconds; ``emitted_at`` is ``clock() − clock() at construction``.
