@@ -1,0 +1,12 @@
+"""Entry script of the frozen app: both executables (``captioner`` and ``captioner-cli``) start here.
+
+It only hands over to :func:`captioner.__main__.main`, so the frozen app behaves like the installed
+package's ``captioner`` / ``captioner-cli`` scripts (same arguments, folders and exit codes).
+"""
+
+import sys
+
+from captioner.__main__ import main
+
+if __name__ == "__main__":
+    sys.exit(main())
