@@ -151,13 +151,15 @@ class CommittedLog:
         return words, firsts
 
 
-def token_spans(words: Sequence[WordSpan], n_tokens: int, start: int) -> list[tuple[int, int]]:
-    """Absolute (start, end) samples of each token's DTW word; empty without a valid alignment."""
+def token_spans(words: Sequence[WordSpan], n_tokens: int, start: int, end: int | None = None) -> list[tuple[int, int]]:
+    """Absolute (start, end) samples of each token's DTW word, clamped to ``end`` (the real audio's
+    end, when silence was appended for the encoder); empty without a valid alignment."""
     if not words:
         return []
     spans: list[tuple[int, int]] = [(start, start)] * n_tokens
+    stop = end if end is not None else 2**62
     for w in words:
-        span = (start + w.start_frame * SAMPLES_PER_FRAME, start + w.end_frame * SAMPLES_PER_FRAME)
+        span = (min(start + w.start_frame * SAMPLES_PER_FRAME, stop), min(start + w.end_frame * SAMPLES_PER_FRAME, stop))
         for i in range(w.first, min(w.first + w.count, n_tokens)):
             spans[i] = span
     return spans

@@ -376,7 +376,10 @@ class Stream:
         eff_s = audio.size / SAMPLE_RATE
         stats["input_s"] = eff_s
 
-        encoding = self.model.encode(audio)
+        seen = audio
+        if closes and audio.size < _CLOSING_MIN_N:  # deviation 18: a short closing input is heard with silence after it
+            seen = np.concatenate([audio, np.zeros(_CLOSING_MIN_N - audio.size, np.float32)])
+        encoding = self.model.encode(seen)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
         prefix = () if extended else self._prefix
         if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # deviation 14
@@ -487,7 +490,7 @@ class Stream:
 
         # 11.10 commit
         now = self._clock() - self._t0
-        spans = token_spans(words, len(cands), start)
+        spans = token_spans(words, len(cands), start, start + audio.size)
         new_tokens = []
         for k, token in enumerate(emit):
             i = k + dropped
@@ -525,7 +528,7 @@ class Stream:
         cands = [t for t in result.candidates if t < self.vocab.eot]
         alignment = align_words(cands, result.attn_align[: len(cands)], self.vocab, self.config.dtw_median) if cands else None
         words = alignment.words if alignment is not None and alignment.valid else ()
-        spans = token_spans(words, len(cands), start)
+        spans = token_spans(words, len(cands), start, start + audio.size)
         groups = split_words(cands, self.vocab)
         decoded = [normalize_word(self.vocab.text_bytes(cands[f : f + k])) for f, k in groups]
         committed = self._log.words_since(start)
@@ -590,7 +593,7 @@ class Stream:
         alignment = align_words(tokens, result.attn_align[: len(tokens)], self.vocab, cfg.dtw_median) if tokens else None
         dtw_ms = (time.perf_counter() - t_dtw) * 1000.0
         words = alignment.words if alignment is not None and alignment.valid else ()
-        spans = token_spans(words, len(tokens), start)
+        spans = token_spans(words, len(tokens), start, start + audio.size)
         groups = split_words(tokens, self.vocab)
         committed = self._log.tail_words(_REINFER_DEDUP_WORDS)
         drop = 0
@@ -651,6 +654,7 @@ class Stream:
         return EngineUpdate(retract, words, round_stats, self.source)
 
 
+_CLOSING_MIN_N = 3 * SAMPLE_RATE  # deviation 18: closing inputs are padded with silence to 3 s (the smallest bucket)
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 
 

@@ -24,11 +24,13 @@ speech:
 * **phrase repetition** (:func:`repeated_tail`): a block of 1–24 words said again right after
   itself ("on the left on the left", "gospel gospel") is where greedy Whisper loops; the round
   stops at the repeat (``"repetition"``), the words before it kept. The committed words before the
-  round's audio are the context, so a loop across rounds is caught too. Greedy Whisper also
+  round's audio are the context, so a loop across rounds is caught too. A lone word said twice
+  counts too: Whisper doubles short words far more often than speakers do ("No. No. No." for a
+  single "no"; no reference of the development corpus repeats a word), so a real "no, no" loses
+  its second word — one error, where the invented double was one as well. Greedy Whisper also
   restarts its whole sentence after the last word; the round's first five words said again stop it
   at once, before the plan runs out (real speech repeats 3–4-word phrases, "it was here that", but
-  five-word restarts of a round's opening were not seen in the corpus). Real speech repeats short
-  words ("no, no"), so a lone word of ≤ 3 letters must come three times;
+  five-word restarts of a round's opening were not seen in the corpus).
 * **sound annotations**: a word that opens with "(", "[", "♪" or "*" is a caption of a sound
   ("(water flowing)", "[BLANK_AUDIO]"), never speech; the round stops before it (``"nonspeech"``).
 """
@@ -64,23 +66,19 @@ STOP_REASONS = ("backward_shift", "peak_margin", "repetition", "eot", "nonspeech
 _REPEAT = 3  # identical consecutive ids that stop a round
 _MAX_BLOCK = 24  # longest repeated word block the repetition guard looks for
 _RESTART = 5  # the round's first words said again: greedy Whisper restarting its sentence
-_SHORT_WORD = 3  # a repeated lone word this short ("no", "so", "oh") must come three times
 _ANNOTATION_OPENERS = (b"(", b"[", "\u266a".encode(), "\u266b".encode(), b"*")
 
 
 def repeated_tail(words: list[bytes]) -> int:
     """How many trailing words repeat the block just before them (0: no repetition).
 
-    ``words`` are normalised (:func:`captioner.engine.tokens.normalize_word`), empty ones removed. A
-    block of 2–24 words counts at its second occurrence; a lone word at its second, or at its third
-    when it has at most ``_SHORT_WORD`` bytes.
+    ``words`` are normalised (:func:`captioner.engine.tokens.normalize_word`), empty ones removed; a
+    block of 1–24 words counts at its second occurrence.
     """
     for n in range(1, _MAX_BLOCK + 1):
         if len(words) < 2 * n:
             break
         if words[-n:] != words[-2 * n : -n]:
-            continue
-        if n == 1 and len(words[-1]) <= _SHORT_WORD and (len(words) < 3 or words[-3] != words[-1]):
             continue
         return n
     return 0
