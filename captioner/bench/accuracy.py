@@ -22,7 +22,9 @@ process with **one** loaded model runs:
 
 Scores (:mod:`captioner.bench.scoring`): WER/CER after Whisper's normalisers, per item, per kind and
 per language; per-word latency and start error against the offline words; stutters; words emitted
-on non-speech; compute RTF per mode. Items in another language than English need a multilingual
+on non-speech; compute RTF per mode. Leading silence is judged against the speech onset that Silero
+VAD finds (faster-whisper's copy, dev only; no padding), not against the offline words: our DTW puts
+the first word of every window at 0.0 s, offline too. Items in another language than English need a multilingual
 pack (an English-only pack skips them, said so).
 """
 
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +43,15 @@ import numpy as np
 
 from captioner.audio import load_audio_file
 from captioner.bench import nonspeech
-from captioner.bench.scoring import Counts, Scorer, TimedWord, find_stutters, latency_stats, summary
+from captioner.bench.scoring import (
+    Counts,
+    Scorer,
+    TimedWord,
+    find_stutters,
+    latency_stats,
+    leading_words,
+    summary,
+)
 from captioner.core import SAMPLE_RATE
 from captioner.engine import Stream, StreamConfig
 from captioner.engine.align import align_words
@@ -263,12 +274,24 @@ def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: s
 
 
 # ------------------------------------------------------------------------------------------ scoring
+def speech_onset(audio: np.ndarray) -> float | None:
+    """Seconds to the first speech in ``audio`` by Silero VAD (faster-whisper's, threshold 0.5, no
+    padding); None when no speech is found or faster-whisper is not installed."""
+    try:
+        from faster_whisper.vad import VadOptions, get_speech_timestamps
+    except ImportError:
+        return None
+    spans = get_speech_timestamps(np.asarray(audio, np.float32), VadOptions(speech_pad_ms=0))
+    return spans[0]["start"] / SAMPLE_RATE if spans else None
+
+
 def _mode_names(steps: Sequence[float]) -> list[str]:
     return ["offline", *(f"live_{s:g}s" for s in steps)]
 
 
 def _score(item_text: str, language: str, run: ModeRun, reference: ModeRun | None, sc: Scorer, *,
-           latency: bool) -> dict:
+           latency: bool, onset_s: float | None = None) -> dict:
+    """One mode's scores on one item; ``onset_s`` (speech onset) only for modes with word times."""
     wer = sc.word_counts(item_text, run.text, language)
     cer = sc.char_counts(item_text, run.text, language)
     stutters = find_stutters(sc.normalise(run.text, language), sc.normalise(item_text, language))
@@ -280,7 +303,11 @@ def _score(item_text: str, language: str, run: ModeRun, reference: ModeRun | Non
         out["latency_s"] = lat["latency_s"]
         out["start_error_s"] = lat["start_error_s"]
         out["matched"] = lat["matched"]
-        out["leading_words"] = lat["leading"]
+        out["timed_words"] = [[w.text, round(w.start, 3), round(w.end, 3), round(w.emitted, 3)] for w in run.words]
+    if onset_s is not None:
+        out["leading_words"] = leading_words(run.words, onset_s)
+        if run.words:
+            out["first_start_minus_onset_s"] = run.words[0].start - onset_s
     return out
 
 
@@ -301,7 +328,10 @@ def _group(items: list[dict], mode: str) -> dict:
     if any("latency_s" in r for r in rows):
         out["latency_s"] = summary([x for r in rows for x in r.get("latency_s", [])])
         out["start_error_s"] = summary([x for r in rows for x in r.get("start_error_s", [])])
+    if any("leading_words" in r for r in rows):
         out["leading_words"] = sum(r.get("leading_words", 0) for r in rows)
+        out["first_start_minus_onset_s"] = summary([r["first_start_minus_onset_s"] for r in rows
+                                                    if "first_start_minus_onset_s" in r])
     return out
 
 
@@ -345,14 +375,16 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
             continue
         audio = load_audio_file(item.audio)
         seconds = audio.size / SAMPLE_RATE
+        onset = speech_onset(audio)
         offline = run_offline(model, audio, item.language)
         row = {"id": item.id, "kind": item.kind, "language": item.language, "seconds": seconds,
-               "reference": item.text, "offline_words": [[w.text, round(w.start, 2), round(w.end, 2)]
-                                                         for w in offline.words], "modes": {}}
-        row["modes"]["offline"] = _score(item.text, item.language, offline, None, sc, latency=False)
+               "reference": item.text, "speech_onset_s": onset,
+               "offline_words": [[w.text, round(w.start, 3), round(w.end, 3)] for w in offline.words], "modes": {}}
+        row["modes"]["offline"] = _score(item.text, item.language, offline, None, sc, latency=False, onset_s=onset)
         for step in options.steps:
             live = run_live(model, audio, step, item.language)
-            row["modes"][f"live_{step:g}s"] = _score(item.text, item.language, live, offline, sc, latency=True)
+            row["modes"][f"live_{step:g}s"] = _score(item.text, item.language, live, offline, sc, latency=True,
+                                                     onset_s=onset)
         if fw is not None:
             for mode, run in fw.transcribe(audio, item.language).items():
                 row["modes"][mode] = _score(item.text, item.language, run, None, sc, latency=False)
@@ -369,6 +401,7 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
         "summary": _summaries(results, modes),
         "nonspeech": noise,
         "elapsed_s": time.perf_counter() - t_start,
+        "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -415,7 +448,6 @@ def accuracy_bench(pack, items: Sequence[Item], options: AccuracyOptions, progre
     Raises:
         CaptionerError: scoring packages missing (before any work), bad audio, a model error.
     """
-    import os
     import platform
 
     import onnxruntime as ort
@@ -425,6 +457,7 @@ def accuracy_bench(pack, items: Sequence[Item], options: AccuracyOptions, progre
     from captioner.engine import OnnxAcousticModel, Runtime
 
     sc = sc or scorer()
+    load_at_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     runtime = Runtime(pack, provider, threads=threads or None)
     model = OnnxAcousticModel(pack, runtime)
     t0 = time.perf_counter()
@@ -439,7 +472,8 @@ def accuracy_bench(pack, items: Sequence[Item], options: AccuracyOptions, progre
         "pack": {"label": label or pack.root.name, "path": str(pack.root), "multilingual": pack.multilingual,
                  "precision": pack.precision},
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "onnxruntime": ort.__version__, "cpus": os.cpu_count()},
+                    "onnxruntime": ort.__version__, "cpus": os.cpu_count(),
+                    "load_average_at_start": load_at_start},
         "provider": runtime.provider,
         "threads": runtime.threads,
         "accuracy": acc,

@@ -37,8 +37,9 @@ def markdown(acc: dict, header: str = "") -> str:
     english = summ.get("english", {})
     noise = acc.get("nonspeech", {})
     lines += ["| mode | English WER | gap vs offline (points) | CER | latency median / mean / p90 (s) | "
-              "start error median (s) | words in leading silence | stutters | non-speech words | RTF |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "start error median (s) | first word start − speech onset, median (s) | words in leading silence | "
+              "stutters | non-speech words | RTF |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     base = english.get("offline", {})
     for mode in modes:
         row = english.get(mode, {})
@@ -47,9 +48,11 @@ def markdown(acc: dict, header: str = "") -> str:
         lat, se = row.get("latency_s"), row.get("start_error_s")
         lat_s = "–" if not lat or lat["n"] == 0 else f"{lat['median']:.2f} / {lat['mean']:.2f} / {lat['p90']:.2f}"
         se_s = "–" if not se or se["n"] == 0 else f"{se['median']:.2f}"
+        first = row.get("first_start_minus_onset_s") or {}
+        first_s = f"{first['median']:+.2f}" if first.get("n") else "–"
         ns = sum(k["modes"][mode]["words"] for k in noise.values() if mode in k["modes"]) if noise else None
         gap = "–" if mode == "offline" else _gap(row, base)
-        lines.append(f"| {mode} | {_pct(row['wer'])} | {gap} | {_pct(row['cer'])} | {lat_s} | {se_s} | "
+        lines.append(f"| {mode} | {_pct(row['wer'])} | {gap} | {_pct(row['cer'])} | {lat_s} | {se_s} | {first_s} | "
                      f"{row.get('leading_words', '–')} | {row['stutters']} | {'–' if ns is None else ns} | "
                      f"{_num(row['rtf'], '.3f')} |")
     n_items = english.get("offline", {}).get("items", 0)
@@ -57,6 +60,7 @@ def markdown(acc: dict, header: str = "") -> str:
     lines += ["", f"English corpus: {n_items} items, {secs / 60:.1f} min. WER/CER after Whisper's English "
               "normaliser, corpus rate = errors ÷ reference words. Latency: emission (simulated real time: "
               "round start + its compute) − the offline word's end; start error: |start − offline start|. "
+              "Speech onset: Silero VAD (no padding); leading-silence words start > 0.1 s before it. "
               "RTF: compute ÷ audio seconds, same run.", ""]
 
     lines += ["### WER by kind", "", "| group | items | min | " + " | ".join(modes) + " | " +

@@ -29,6 +29,7 @@ __all__ = [
     "TimedWord",
     "find_stutters",
     "latency_stats",
+    "leading_words",
     "match_words",
     "scorer",
     "summary",
@@ -182,21 +183,22 @@ def match_words(hyp: Sequence[TimedWord], ref: Sequence[TimedWord], sc: Scorer,
     return sorted(pairs.items())
 
 
-def latency_stats(hyp: Sequence[TimedWord], ref: Sequence[TimedWord], sc: Scorer, language: str = "en",
-                  lead_margin_s: float = 0.1) -> dict:
+def latency_stats(hyp: Sequence[TimedWord], ref: Sequence[TimedWord], sc: Scorer, language: str = "en") -> dict:
     """Per-word latency and start error of ``hyp`` against the time reference ``ref``.
 
     Returns:
         ``latency_s`` (emission − matched reference end, per matched word), ``start_error_s``
-        (|start − matched reference start|), ``matched`` (count), ``leading`` (hypothesis words that
-        start more than ``lead_margin_s`` before the reference's first word: words in leading
-        silence; none without a reference word).
+        (|start − matched reference start|), ``matched`` (count).
     """
     pairs = match_words(hyp, ref, sc, language)
     latency = [hyp[h].emitted - ref[r].end for h, r in pairs if not math.isnan(hyp[h].emitted)]
     start_error = [abs(hyp[h].start - ref[r].start) for h, r in pairs]
-    leading = sum(1 for w in hyp if w.start < ref[0].start - lead_margin_s) if ref else 0
-    return {"latency_s": latency, "start_error_s": start_error, "matched": len(pairs), "leading": leading}
+    return {"latency_s": latency, "start_error_s": start_error, "matched": len(pairs)}
+
+
+def leading_words(words: Sequence[TimedWord], onset_s: float, margin_s: float = 0.1) -> int:
+    """Words that start more than ``margin_s`` before the speech onset (words in leading silence)."""
+    return sum(1 for w in words if w.start < onset_s - margin_s)
 
 
 def summary(values: Sequence[float]) -> dict:

@@ -14,6 +14,7 @@ from captioner.bench.scoring import (
     TimedWord,
     find_stutters,
     latency_stats,
+    leading_words,
     match_words,
     scorer,
     summary,
@@ -99,8 +100,9 @@ def test_latency_and_start_error_against_the_matched_reference_word(sc) -> None:
     assert out["matched"] == 3
     assert out["latency_s"] == pytest.approx([2.1 - 1.2, 2.1 - 1.5, 4.2 - 1.9])
     assert out["start_error_s"] == pytest.approx([0.1, 0.0, 0.1])
-    assert out["leading"] == 1
-    assert latency_stats(hyp, [], sc) == {"latency_s": [], "start_error_s": [], "matched": 0, "leading": 0}
+    assert latency_stats(hyp, [], sc) == {"latency_s": [], "start_error_s": [], "matched": 0}
+    assert leading_words(hyp, onset_s=0.95) == 1 and leading_words(hyp, onset_s=1.25) == 2  # "He" at 1.1 too
+    assert leading_words(hyp, onset_s=0.05) == 0
 
 
 def test_summary_median_mean_nearest_rank_p90() -> None:
