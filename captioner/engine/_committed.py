@@ -91,6 +91,14 @@ class CommittedLog:
                     break
         return tuple(words[::-1])
 
+    def first_word_since(self, sample: int) -> int:
+        """Token index of the first committed word that starts at or after audio position
+        ``sample`` (``len(self)`` if none)."""
+        for i, tok in enumerate(self.tokens):
+            if (i == 0 or self.vocab.starts_word(tok.id)) and tok.start >= sample:
+                return i
+        return len(self.tokens)
+
     def words_since(self, sample: int) -> list[bytes]:
         """Normalised texts of the committed words whose first token starts at or after ``sample``
         (empty ones left out)."""

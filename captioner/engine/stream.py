@@ -61,11 +61,19 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     or peak-margin stop (on real speech both dropped real last words: "experience proves [this]"),
     nothing speculative, nothing carried, the prefix forgotten. Measured on the development
     corpus, this removed the trailing inventions ("… gospel. His") and the lost last words.
-17. **Closing rounds look back**: short closing inputs (the carry is often ~1 s) made Whisper loop
-    ("no longer, no longer, …") or invent ("… I hate"). A closing round's input therefore reaches
-    back up to ``closing_context_s`` into audio already decoded (never before the utterance's
-    start), is decoded without a prefix, and emits only the words after the committed ones,
-    found by aligning the texts (``difflib``), else by DTW time.
+17. **Closing rounds look back and correct**: short closing inputs (the carry is often ~1 s) made
+    Whisper loop ("no longer, no longer, …") or invent ("… I hate"). A closing round's input
+    therefore reaches back up to ``closing_context_s`` into audio already decoded (never before
+    the utterance's start) and is decoded without a prefix; its words replace the committed words
+    of that audio (the live words were a draft shown early; unchanged words keep the time they
+    were first shown), or with ``closing_replaces=False`` only the words after the committed ones
+    are added (found by aligning the texts with ``difflib``, else by DTW time).
+
+18. **Closing inputs are heard with silence**: a closing input shorter than 10 s is padded with
+    digital silence to 10 s that the encoder sees (not masked): Whisper was trained on padded
+    30 s windows, and a short masked input made it loop ("No. No. No." for one "no") or mishear
+    the first words of an utterance; on the development corpus the padded 10 s input comes much
+    closer to the offline 30 s result at a third of its encoder cost.
 
 Two word guards of :mod:`~captioner.engine.validate` (phrase repetition with the committed words as
 context, sound annotations) run in every round, closing or not.
@@ -134,6 +142,8 @@ class StreamConfig:
         closing_context_s: a closing round's input reaches this far back into audio already
             decoded (not before the utterance's start), decoded without a prefix, and emits what
             follows the committed words (deviation 17); 0 = the carry only.
+        closing_replaces: the closing round's words replace the committed words of its input
+            (the live words were a draft; deviation 17); False = only what follows them is added.
     """
 
     step_s: float = 2.0
@@ -156,6 +166,7 @@ class StreamConfig:
     end_silence_s: float = 0.5
     speech_pad_s: float = 0.2
     closing_context_s: float = 8.0
+    closing_replaces: bool = True
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.step_s <= 3.0:
@@ -377,7 +388,7 @@ class Stream:
         stats["input_s"] = eff_s
 
         seen = audio
-        if closes and audio.size < _CLOSING_MIN_N:  # deviation 18: a short closing input is heard with silence after it
+        if closes and audio.size < _CLOSING_MIN_N:  # deviation 18: a closing input is heard with silence after it
             seen = np.concatenate([audio, np.zeros(_CLOSING_MIN_N - audio.size, np.float32)])
         encoding = self.model.encode(seen)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
@@ -532,7 +543,13 @@ class Stream:
         groups = split_words(cands, self.vocab)
         decoded = [normalize_word(self.vocab.text_bytes(cands[f : f + k])) for f, k in groups]
         committed = self._log.words_since(start)
-        j = _follow(committed, decoded)
+        replaced = self._log.first_word_since(start)
+        if self.config.closing_replaces and not (replaced == len(self._log) and committed):
+            kept = self._log.words_before(start, 1)
+            retracted += retracted_words(self._log.truncate(replaced), self.vocab)
+            j = 1 if kept and decoded and decoded[0] == kept[-1] else 0  # the kept word heard again
+        else:
+            j = _follow(committed, decoded)
         if j is None:  # no text match: the words that start after the last committed word ends
             end = self._log.tokens[-1].end if self._log.tokens else start
             j = next((i for i, (f, _) in enumerate(groups) if spans and spans[f][0] >= end - _TIME_SLACK_N), len(groups))
@@ -654,7 +671,7 @@ class Stream:
         return EngineUpdate(retract, words, round_stats, self.source)
 
 
-_CLOSING_MIN_N = 3 * SAMPLE_RATE  # deviation 18: closing inputs are padded with silence to 3 s (the smallest bucket)
+_CLOSING_MIN_N = 10 * SAMPLE_RATE  # deviation 18: closing inputs are padded with silence to 10 s
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 
 
