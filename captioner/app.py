@@ -30,7 +30,7 @@ from PySide6.QtWidgets import QApplication
 
 from captioner.core import EngineUpdate, Source
 from captioner.errors import CaptionerError, ModelError
-from captioner.models.install import list_packs
+from captioner.models.install import first_installed_pack, list_packs
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import Settings, load_settings, save_settings, to_dict
 from captioner.transcript.cues import CueOptions
@@ -262,8 +262,8 @@ class CaptionerApp(QObject):
         self.tray.set_click_through(s.captions.click_through)
         self.tray.set_dont_save(not self.save_session)
         self.tray.set_paused(self.paused)
-        models = self._installed_models()
-        self.tray.set_models(models, s.engine.model or (models[0] if models else ""))
+        first = first_installed_pack(self.paths)  # what runs when no model is set
+        self.tray.set_models(self._installed_models(), s.engine.model or (first.name if first else ""))
         self.tray.set_export_dir(self._export_dir())
 
     # ----------------------------------------------------------------- engine

@@ -20,11 +20,13 @@ from typing import Literal
 import numpy as np
 
 __all__ = [
+    "PROVIDERS",
     "SAMPLE_RATE",
     "SOURCES",
     "AudioBlock",
     "AudioEvent",
     "EngineUpdate",
+    "Provider",
     "RoundStats",
     "Source",
     "Word",
@@ -35,6 +37,11 @@ SAMPLE_RATE = 16_000  # Hz; everything after capture is 16 kHz mono float32
 
 Source = Literal["system", "mic"]
 SOURCES: tuple[Source, ...] = ("system", "mic")
+
+# The execution-provider setting (engine/providers.py plans what each means on this machine):
+# "auto" = NPU, then GPU, then CPU; a forced one falls back along the same order when unavailable.
+Provider = Literal["auto", "qnn", "gpu", "cpu"]
+PROVIDERS: tuple[Provider, ...] = ("auto", "qnn", "gpu", "cpu")
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,7 @@ from captioner.bench.scoring import (
     leading_words,
     summary,
 )
-from captioner.core import SAMPLE_RATE
+from captioner.core import SAMPLE_RATE, Provider
 from captioner.engine import Stream, StreamConfig
 from captioner.engine.align import align_words
 from captioner.engine.decoder import decode_round
@@ -441,7 +441,7 @@ def _commit() -> str | None:
 
 
 def accuracy_bench(pack, items: Sequence[Item], options: AccuracyOptions, progress: Callable[[str], None], *,
-                   provider: str = "cpu", threads: int = 0, label: str = "", sc: Scorer | None = None) -> dict:
+                   provider: Provider = "cpu", threads: int = 0, label: str = "", sc: Scorer | None = None) -> dict:
     """Load ``pack`` once (every graph's session created up front, so no item pays for it) and run
     :func:`run_accuracy`; the result with the pack, machine, commit and thread facts.
 
@@ -454,12 +454,12 @@ def accuracy_bench(pack, items: Sequence[Item], options: AccuracyOptions, progre
 
     from captioner import __version__
     from captioner.bench.scoring import scorer
-    from captioner.engine import OnnxAcousticModel, Runtime
+    from captioner.engine import Transcriber
 
     sc = sc or scorer()
     load_at_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    runtime = Runtime(pack, provider, threads=threads or None)
-    model = OnnxAcousticModel(pack, runtime)
+    engine = Transcriber.from_pack(pack, provider, threads=threads or None)
+    runtime, model = engine.runtime, engine.model
     t0 = time.perf_counter()
     for bucket in model.buckets:
         model.preload(bucket)

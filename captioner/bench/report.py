@@ -140,8 +140,8 @@ def markdown(result: dict) -> str:
             f"{r['step_s']:g} s step: {r.get('peak_rss_streaming_bytes', 0) / MB:.0f} MB peak while streaming with "
             f"{r.get('sessions_streaming', '?')} sessions created lazily, {r['rss_loaded_bytes'] / MB:.0f} MB with "
             f"all {r['sessions']} graphs of the pack loaded" for r in result["streaming"]) + "."]
-        lines += ["", "Per-round stage columns are medians in ms over decoded rounds. RTF = wall time / audio time "
-                  "(rounds fed as fast as possible). 'RTF (2 chunks/round)' replaces each round's decoder time by "
+        lines += ["", "Per-round stage columns are medians in ms over decoded rounds. RTF = engine compute (the rounds' "
+                  "time) / audio time, rounds fed as fast as possible. 'RTF (2 chunks/round)' replaces each round's decoder time by "
                   "two chunks at the measured cost per chunk, i.e. a round that stops after ~6 tokens, as real "
                   "speech does; random weights rarely stop early.", ""]
         typical = [f"{r['step_s']:g} s step: {_f(r['typical_round']['round_ms'])} ms per round, RTF "

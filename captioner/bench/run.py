@@ -23,8 +23,8 @@ from captioner import __version__
 from captioner.bench.graphs import ExtraGraphs
 from captioner.bench.strategies import chunk_sizes, decoder_strategies, encoder_buckets
 from captioner.bench.streaming import run_child, speech_like
-from captioner.engine.onnx_model import OnnxAcousticModel
-from captioner.engine.runtime import Runtime
+from captioner.core import Provider
+from captioner.engine.transcriber import Transcriber
 from captioner.models.pack import Pack
 
 __all__ = ["BenchOptions", "run_bench"]
@@ -47,7 +47,7 @@ class BenchOptions:
         sections: the sections to run.
     """
 
-    provider: str = "cpu"
+    provider: Provider = "cpu"
     threads: int = 0
     steps: tuple[float, ...] = (1.0, 2.0)
     stream_s: float = 300.0
@@ -81,9 +81,9 @@ def run_bench(pack: Pack, work_dir: Path, options: BenchOptions, progress: Calla
         "settings": {"provider": options.provider, "reps": options.reps, "warmup": options.warmup,
                      "steps": list(options.steps), "decoder_bucket_s": options.decoder_bucket},
     }
-    runtime = Runtime(pack, options.provider, threads=options.threads or None)
+    engine = Transcriber.from_pack(pack, options.provider, threads=options.threads or None)
+    runtime, model = engine.runtime, engine.model
     result["settings"]["threads"] = runtime.threads
-    model = OnnxAcousticModel(pack, runtime)
     graphs = ExtraGraphs(pack, work_dir)
     bucket = min((b for b in pack.buckets if b >= options.decoder_bucket), default=pack.buckets[-1])
     if "encoder" in options.sections:

@@ -11,7 +11,8 @@ The child:
    as fast as possible, keeping every round's :class:`~captioner.core.RoundStats` (sessions still
    created lazily, as in the app: the 30 s bucket only if a re-inference needs it); notes the RSS;
 3. creates the sessions of every graph of the pack (the whole pack loaded) and notes the RSS again;
-4. reports real-time factor, per-round stage costs, tokens and chunks per round, peak RSS and the
+4. reports the real-time factors (``rtf``: engine compute ÷ audio, ``wall_rtf``: wall ÷ audio, as
+   :mod:`captioner.engine.transcriber` defines them), per-round stage costs, tokens and chunks per round, peak RSS and the
    provider that ran each graph, as one JSON line on stdout.
 
 Speech-like audio (:func:`speech_like`): without a TTS at run time the bench synthesises voiced
@@ -32,11 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
+from captioner.core import SAMPLE_RATE, Provider
+
 __all__ = ["peak_rss_bytes", "run_child", "speech_like", "summarise_rounds"]
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
 STAGES = ("mel_ms", "encoder_ms", "decoder_ms", "validation_ms", "dtw_ms")
 
 
@@ -92,16 +94,18 @@ def _rss_bytes() -> int:
 
 
 def summarise_rounds(rounds: list[dict], audio_s: float, wall_s: float) -> dict:
-    """Stage medians/means per decoded round, tokens and chunks per round, RTF.
+    """Stage medians/means per decoded round, tokens and chunks per round, RTF (``rtf`` compute, ``wall_rtf``).
 
     ``ort_ms`` is the time inside ONNX Runtime runs (encoder + decoder); ``host_ms`` the round's wall
     time minus that (mel, validation, DTW and bookkeeping, all Python/numpy); ``other_ms`` what is
     left after the named host stages (the engine's own Python bookkeeping).
     """
+    from captioner.engine.transcriber import real_time_factor  # here: the child times its imports
+
     decoded = [r for r in rounds if r["bucket"]]
+    compute_s = sum(r["total_ms"] for r in rounds) / 1000.0
     out: dict = {"rounds": len(rounds), "decoded_rounds": len(decoded), "audio_s": audio_s, "wall_s": wall_s,
-                 "rtf": wall_s / audio_s if audio_s else 0.0,
-                 "rtf_rounds": sum(r["total_ms"] for r in rounds) / 1000.0 / audio_s if audio_s else 0.0}
+                 "rtf": real_time_factor(compute_s, audio_s), "wall_rtf": real_time_factor(wall_s, audio_s)}
     if not decoded:
         return out
     for r in decoded:
@@ -118,10 +122,10 @@ def summarise_rounds(rounds: list[dict], audio_s: float, wall_s: float) -> dict:
     chunk_ms = sum(r["decoder_ms"] for r in decoded) / max(1, sum(r["chunks"] for r in decoded))
     out["decoder_ms_per_chunk"] = chunk_ms
     non_decoder = sum(r["total_ms"] - r["decoder_ms"] for r in rounds) / 1000.0
-    out["rtf_without_decoder"] = non_decoder / audio_s
+    out["rtf_without_decoder"] = real_time_factor(non_decoder, audio_s)
     # Decode-cost normalised: as if every decoded round had stopped after its first two chunks (the
     # prompt + ~6 tokens, a typical 2 s of speech), with the chunk cost measured here.
-    out["rtf_two_chunks"] = (non_decoder + len(decoded) * 2 * chunk_ms / 1000.0) / audio_s
+    out["rtf_two_chunks"] = real_time_factor(non_decoder + len(decoded) * 2 * chunk_ms / 1000.0, audio_s)
     buckets: dict[str, int] = {}
     stops: dict[str, int] = {}
     for r in rounds:
@@ -132,28 +136,25 @@ def summarise_rounds(rounds: list[dict], audio_s: float, wall_s: float) -> dict:
     return out
 
 
-def _child(pack_dir: str, audio_path: str, step_s: float, provider: str, threads: int) -> dict:
+def _child(pack_dir: str, audio_path: str, step_s: float, provider: Provider, threads: int) -> dict:
     """Steps 1–4 of the module docstring; returns the JSON-able result."""
     import psutil
 
     t_process = psutil.Process().create_time()
     t_open = time.perf_counter()
-    from captioner.core import SAMPLE_RATE as RATE
-    from captioner.engine import OnnxAcousticModel, Runtime, Stream, StreamConfig
-    from captioner.models.pack import Pack
+    from captioner.engine import StreamConfig, Transcriber
 
-    pack = Pack.load(pack_dir)
-    runtime = Runtime(pack, provider, threads=threads or None)
-    model = OnnxAcousticModel(pack, runtime)
+    engine = Transcriber.open(Path(pack_dir), provider, threads=threads or None, verify=False)
+    runtime, model = engine.runtime, engine.model
     audio = np.load(audio_path)
     config = StreamConfig(step_s=step_s, language="en")
-    step_n = round(step_s * RATE)
-    probe = Stream(model, config)
+    step_n = round(step_s * SAMPLE_RATE)
+    probe = engine.stream(config)
     probe.feed(audio[:step_n])
     probe.step()
     first_round_s = time.perf_counter() - t_open
     first_round_process_s = time.time() - t_process
-    stream = Stream(model, config)
+    stream = engine.stream(config)
     rounds: list[dict] = []
     t0 = time.perf_counter()
     for pos in range(0, len(audio), step_n):
@@ -170,7 +171,7 @@ def _child(pack_dir: str, audio_path: str, step_s: float, provider: str, threads
     for bucket in model.buckets:  # the whole pack loaded
         model.preload(bucket)
     info = runtime.info()
-    result = summarise_rounds(rounds, len(audio) / RATE, wall_s)
+    result = summarise_rounds(rounds, len(audio) / SAMPLE_RATE, wall_s)
     result.update(
         step_s=step_s, threads=runtime.threads, provider=info.chosen, provider_summary=info.summary(),
         first_round_s=first_round_s, first_round_from_process_start_s=first_round_process_s,
@@ -189,7 +190,7 @@ def _stats(stats) -> dict:
                                            "reinferred")}
 
 
-def run_child(pack_dir: Path, audio_path: Path, step_s: float, provider: str, threads: int,
+def run_child(pack_dir: Path, audio_path: Path, step_s: float, provider: Provider, threads: int,
               timeout_s: float = 3600.0) -> dict:
     """Run the streaming measurement in a fresh interpreter and return its result.
 
@@ -210,7 +211,7 @@ def run_child(pack_dir: Path, audio_path: Path, step_s: float, provider: str, th
 def main(argv: list[str]) -> int:
     """Child entry point: ``PACK AUDIO.npy STEP PROVIDER THREADS`` → one JSON line on stdout."""
     pack_dir, audio_path, step_s, provider, threads = argv
-    result = _child(pack_dir, audio_path, float(step_s), provider, int(threads))
+    result = _child(pack_dir, audio_path, float(step_s), provider, int(threads))  # type: ignore[arg-type]
     sys.stdout.write(json.dumps(result) + "\n")
     return 0
 

@@ -1,7 +1,10 @@
-"""Engine options shared by the commands that run the model (``transcribe``, ``listen``, ``bench``).
+"""The engine as the settings and the command line configure it: the app, ``transcribe``, ``listen``.
 
 ``--model``, ``--provider``, ``--step``, ``--language``, ``--task`` default to the user's settings
 (``settings.json``), which default to the first installed pack, ``auto``, 2 s, ``en``, transcribe.
+:func:`open_configured_engine` turns those into a :class:`~captioner.engine.Transcriber` (the
+engine's one entry point: pack verified, provider chosen, language checked) and its
+:class:`~captioner.engine.StreamConfig`; the app (``commands/gui.py``) and the CLI both use it.
 """
 
 from __future__ import annotations
@@ -9,15 +12,16 @@ from __future__ import annotations
 import argparse
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
-from captioner.engine import PROVIDER_CHOICES, OnnxAcousticModel, Runtime, StreamConfig
+from captioner.core import PROVIDERS, Provider
+from captioner.engine import StreamConfig, Transcriber
 from captioner.errors import CaptionerError, ModelError
-from captioner.models.install import DEFAULT_MODEL, list_packs, resolve_pack
-from captioner.models.pack import Pack
+from captioner.models.install import DEFAULT_MODEL, first_installed_pack, resolve_pack
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import EngineConfig, load_settings
 
-__all__ = ["EngineSetup", "add_engine_options", "open_engine", "resolve_pack_path"]
+__all__ = ["EngineSetup", "add_engine_options", "open_configured_engine", "open_engine", "resolve_pack_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +30,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     """Add ``--model --provider --step --language --task`` (defaults from the settings)."""
     parser.add_argument("--model", metavar="PACK", help="installed pack name or pack directory "
                         "(default: the settings' model, else the first installed pack)")
-    parser.add_argument("--provider", choices=PROVIDER_CHOICES,
+    parser.add_argument("--provider", choices=PROVIDERS,
                         help="execution provider (default: settings, 'auto' = NPU, then GPU, then CPU)")
     parser.add_argument("--step", type=float, metavar="S", help="seconds of new audio per round, 0.5-3.0")
     parser.add_argument("--language", metavar="L", help="Whisper language code, e.g. en, de (default: settings)")
@@ -35,12 +39,10 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True, slots=True)
 class EngineSetup:
-    """What a command needs to stream audio: the pack, the model on its runtime, the stream config."""
+    """What a command needs to stream audio: the engine on its pack and provider, and the stream config."""
 
-    pack: Pack
-    model: OnnxAcousticModel
+    engine: Transcriber
     config: StreamConfig
-    pack_name: str
 
 
 def _engine_settings(paths: AppPaths) -> EngineConfig:
@@ -50,7 +52,7 @@ def _engine_settings(paths: AppPaths) -> EngineConfig:
     return settings.engine
 
 
-def resolve_pack_path(name: str | None, paths: AppPaths, *, install_missing: bool = False):
+def resolve_pack_path(name: str | None, paths: AppPaths, *, install_missing: bool = False) -> Path:
     """The pack directory for ``name`` (pack name or path); None/"" = the first sound installed pack.
 
     With ``install_missing`` (``transcribe``), the rule of
@@ -64,14 +66,14 @@ def resolve_pack_path(name: str | None, paths: AppPaths, *, install_missing: boo
         return _ensure_pack(name, paths)
     if name:
         return resolve_pack(name, paths)
-    for item in list_packs(paths):
-        if item.pack is not None:
-            return item.path
+    first = first_installed_pack(paths)
+    if first is not None:
+        return first
     raise ModelError(f"no model pack installed in {paths.packs}; install one with "
                      f"'captioner models install {DEFAULT_MODEL}' or pass --model PACK_DIR")
 
 
-def _ensure_pack(name: str | None, paths: AppPaths):
+def _ensure_pack(name: str | None, paths: AppPaths) -> Path:
     """Issue 13: install the model on first use, with the install's lines and progress on stderr."""
     from captioner.commands.models import DownloadProgress, say
     from captioner.models.install import ensure_pack
@@ -79,29 +81,42 @@ def _ensure_pack(name: str | None, paths: AppPaths):
     return ensure_pack(name, paths, report=say, download_progress=DownloadProgress())
 
 
-def open_engine(args: argparse.Namespace, paths: AppPaths, *, verify: bool = True,
-                install_missing: bool = False) -> EngineSetup:
-    """Load and verify the pack, create the runtime on the chosen provider, build the stream config.
+def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str | None = None,
+                           provider: Provider | None = None, step_s: float | None = None,
+                           language: str | None = None, task: str | None = None,
+                           install_missing: bool = False) -> EngineSetup:
+    """Open the engine the settings (``engine``) describe, each given override winning.
 
     ``install_missing``: see :func:`resolve_pack_path`.
 
     Raises:
         CaptionerError: a missing or corrupt pack, an invalid step/language/task.
     """
-    engine = _engine_settings(paths)
-    root = resolve_pack_path(args.model or engine.model, paths, install_missing=install_missing)
-    pack = Pack.load(root, verify=verify)
-    step = engine.step_s if args.step is None else args.step
+    root = resolve_pack_path(model or engine.model, paths, install_missing=install_missing)
     try:
         config = StreamConfig(
-            step_s=float(step),
-            language=args.language or engine.language,
-            task=args.task or engine.task,
+            step_s=float(engine.step_s if step_s is None else step_s),
+            language=language or engine.language,
+            task=task or engine.task,
             silence_floor_dbfs=engine.silence_floor_dbfs,
         )
     except (TypeError, ValueError) as exc:
         raise CaptionerError(f"invalid engine option: {exc}") from exc
-    runtime = Runtime(pack, args.provider or engine.provider, cache_dir=paths.cache)
-    model = OnnxAcousticModel(pack, runtime)
-    model.vocab.prompt(config.language, config.task)  # an unknown language fails here, clearly
-    return EngineSetup(pack, model, config, root.name)
+    transcriber = Transcriber.open(root, provider or engine.provider, cache_dir=paths.cache)
+    try:
+        transcriber.check(config)  # an unknown language fails here, clearly
+    except CaptionerError:
+        transcriber.close()
+        raise
+    return EngineSetup(transcriber, config)
+
+
+def open_engine(args: argparse.Namespace, paths: AppPaths, *, install_missing: bool = False) -> EngineSetup:
+    """:func:`open_configured_engine` with the user's settings and the command's engine options.
+
+    Raises:
+        CaptionerError: a missing or corrupt pack, an invalid step/language/task.
+    """
+    return open_configured_engine(_engine_settings(paths), paths, model=args.model, provider=args.provider,
+                                  step_s=args.step, language=args.language, task=args.task,
+                                  install_missing=install_missing)

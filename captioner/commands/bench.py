@@ -26,7 +26,7 @@ from captioner.bench.random_pack import RANDOM_DIMS, cached_random_pack
 from captioner.bench.report import markdown
 from captioner.bench.run import BenchOptions, run_bench
 from captioner.commands._engine import resolve_pack_path
-from captioner.engine import PROVIDER_CHOICES
+from captioner.core import PROVIDERS
 from captioner.errors import CaptionerError
 from captioner.models.pack import Pack
 from captioner.storage.paths import AppPaths
@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument("--model", metavar="PACK", help="measure this installed pack or pack directory")
     which.add_argument("--random-dims", choices=RANDOM_DIMS, default=None,
                        help="random weights with these real Whisper dimensions (default: base)")
-    p.add_argument("--provider", choices=PROVIDER_CHOICES, default="cpu", help="execution provider (default: cpu)")
+    p.add_argument("--provider", choices=PROVIDERS, default="cpu", help="execution provider (default: cpu)")
     p.add_argument("--step", type=float, action="append", metavar="S",
                    help="streaming step in seconds (repeatable; default: 1 and 2)")
     p.add_argument("--threads", type=int, default=0, metavar="N", help="intra-op threads (default: the engine's)")

@@ -19,8 +19,8 @@ import numpy as np
 import onnxruntime as ort
 
 from captioner import __version__
-from captioner.engine import PROVIDER_CHOICES
-from captioner.engine._providers import QNN_EP, Attempt, Candidate, Host, plan_candidates, qnn_devices
+from captioner.core import PROVIDERS
+from captioner.engine.providers import QNN_EP, Attempt, Candidate, Host, plan_candidates, qnn_devices
 from captioner.models.install import DEFAULT_MODEL, list_packs
 from captioner.models.verify import pack_problems
 from captioner.storage.paths import AppPaths
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``doctor`` subcommand."""
     p = subparsers.add_parser("doctor", help="check providers, model packs, audio devices and paths",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("--provider", choices=PROVIDER_CHOICES, help="also show the plan for this provider setting")
+    p.add_argument("--provider", choices=PROVIDERS, help="also show the plan for this provider setting")
     p.add_argument("--check-qnn", action="store_true", help="compile and run a test graph on the QNN HTP backend")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the installed packs")
     p.set_defaults(func=_run)

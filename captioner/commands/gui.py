@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from captioner.core import Source
+from captioner.core import PROVIDERS, Source
 from captioner.errors import CaptionerError, ModelError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import Settings
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source-file", type=Path, metavar="WAV",
                    help="replay a WAV file at real-time pace as the audio source (instead of devices)")
     p.add_argument("--model", help="model pack name or directory (overrides the setting for this run)")
-    p.add_argument("--provider", choices=("auto", "qnn", "gpu", "cpu"),
+    p.add_argument("--provider", choices=PROVIDERS,
                    help="execution provider (overrides the setting for this run)")
     p.add_argument("--minimized", action="store_true", help="start with the caption bar hidden (tray only)")
     p.add_argument("--screenshot", type=Path, metavar="PNG",
@@ -101,35 +101,19 @@ def capture_factory(source_file: Path | None):
 
 # ----------------------------------------------------------------------------- engine
 def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPaths):
-    """Load the pack once, create the runtime on the chosen provider and one stream per source."""
+    """Open the engine the settings describe (as the CLI does) and one stream per source."""
     from captioner.app import Session
-    from captioner.engine.onnx_model import OnnxAcousticModel
-    from captioner.engine.runtime import Runtime
-    from captioner.engine.stream import Stream, StreamConfig
-    from captioner.models.install import DEFAULT_MODEL, list_packs, resolve_pack
-    from captioner.models.pack import Pack
+    from captioner.commands._engine import open_configured_engine
 
-    name = settings.engine.model
-    if not name:
-        installed = [p for p in list_packs(paths) if p.pack is not None]
-        if not installed:
-            raise ModelError("no model pack is installed: install one with “Install a model…” "
-                             f"or `captioner models install {DEFAULT_MODEL}`")
-        name = installed[0].name
-    pack = Pack.load(resolve_pack(name, paths))
-    runtime = Runtime(pack, settings.engine.provider, cache_dir=paths.cache)
-    model = OnnxAcousticModel(pack, runtime)
-    e = settings.engine
-    config = StreamConfig(step_s=e.step_s, language=e.language, task=e.task,
-                          silence_floor_dbfs=e.silence_floor_dbfs)
+    setup = open_configured_engine(settings.engine, paths)
     t0 = time.monotonic()
     clock: Callable[[], float] = lambda: time.monotonic() - t0  # noqa: E731 - seconds since session start
-    streams = {src: Stream(model, config, source=src, clock=clock) for src in sources}
-    info = runtime.info()
+    streams = {src: setup.engine.stream(setup.config, source=src, clock=clock) for src in sources}
+    info = setup.engine.info()
     # under "auto" skipping the NPU where there is none is expected; a forced provider that could
     # not be used is worth a tray message
     warning = info.summary() if settings.engine.provider != "auto" and info.fallbacks else ""
-    return Session(streams, info.chosen, info.summary(), pack.root.name, warning)
+    return Session(streams, info.chosen, info.summary(), setup.engine.name, warning)
 
 
 # ------------------------------------------------------------------- model install

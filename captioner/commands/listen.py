@@ -22,7 +22,6 @@ from captioner.audio import AudioCapture, CaptureConfig, WavWriter
 from captioner.commands._engine import EngineSetup, add_engine_options, open_engine
 from captioner.commands._printer import WordPrinter
 from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, Source
-from captioner.engine import Stream
 from captioner.errors import ModelError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
@@ -128,7 +127,7 @@ class _Captioner:
     def __init__(self, setup: EngineSetup, sources: tuple[Source, ...], paths: AppPaths, save: bool,
                  labels: dict[Source, str]) -> None:
         self.setup = setup
-        self.streams = {s: Stream(setup.model, setup.config, source=s) for s in sources}
+        self.streams = {s: setup.engine.stream(setup.config, source=s) for s in sources}
         both = len(sources) > 1
         self.printers = {s: WordPrinter(sys.stdout, sys.stdout.isatty() and not both,
                                         f"{labels[s]}: " if both else "") for s in sources}
@@ -136,8 +135,8 @@ class _Captioner:
         if save:
             paths.ensure()
             self.recorder = SessionRecorder.start(
-                SessionStore.open(paths.sessions_db), sources=sources, model=setup.pack_name,
-                provider=setup.model.runtime.info().chosen, language=setup.config.language,
+                SessionStore.open(paths.sessions_db), sources=sources, model=setup.engine.name,
+                provider=setup.engine.info().chosen, language=setup.config.language,
                 title=f"listen ({'+'.join(sources)})")
 
     def _handle(self, update: EngineUpdate | None, final: bool = False) -> None:
@@ -155,7 +154,7 @@ class _Captioner:
     def finish(self, duration_s: float) -> None:
         for stream in self.streams.values():
             self._handle(stream.finish(), final=True)
-        self.setup.model.close()
+        self.setup.engine.close()
         if self.recorder is not None:
             self.recorder.close(duration_ms=round(duration_s * 1000))
             self.recorder.store.close()

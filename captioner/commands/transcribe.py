@@ -1,8 +1,9 @@
 """``captioner transcribe AUDIO``: stream a file through the live engine, headless.
 
-The file is fed to the same :class:`~captioner.engine.Stream` the app uses, one ``step`` of audio at a
-time, either as fast as the machine allows or paced at real time (``--realtime``). Words go to stdout
-as they become final; status lines and the summary go to stderr, so ``> out.txt`` keeps only text.
+The file is fed by :meth:`~captioner.engine.Transcriber.transcribe` to the same
+:class:`~captioner.engine.Stream` the app uses, one ``step`` of audio at a time, either as fast as
+the machine allows or paced at real time (``--realtime``). Words go to stdout as they become final;
+status lines and the summary go to stderr, so ``> out.txt`` keeps only text.
 
 Printing: a word is final once it is neither speculative nor the last non-speculative word (the next
 round may still extend that one, e.g. with a comma). A pipe gets final words only, one line per
@@ -20,25 +21,22 @@ import argparse
 import json
 import logging
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 
 from captioner.audio import load_audio_file
-from captioner.commands._engine import EngineSetup, add_engine_options, open_engine
+from captioner.commands._engine import add_engine_options, open_engine
 from captioner.commands._printer import WordPrinter
-from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Word, apply_update
-from captioner.engine import Stream
+from captioner.core import SAMPLE_RATE, EngineUpdate, Word
 from captioner.errors import AudioFileError
 from captioner.storage.paths import AppPaths
 from captioner.transcript.export import atomic_write_text, export_words, word_to_json
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore
 
-__all__ = ["register", "transcribe_file"]
+__all__ = ["register"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,20 +56,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
-class _SimClock:
-    """Fast-mode clock: audio seconds fed + wall time spent in the current engine call."""
-
-    def __init__(self) -> None:
-        self.audio_s = 0.0
-        self._since = time.perf_counter()
-
-    def enter(self) -> None:
-        self._since = time.perf_counter()
-
-    def __call__(self) -> float:
-        return self.audio_s + (time.perf_counter() - self._since)
-
-
 def _load(path: Path) -> np.ndarray:
     audio = load_audio_file(path)
     if audio.size == 0:
@@ -80,82 +64,6 @@ def _load(path: Path) -> np.ndarray:
         raise AudioFileError(f"{path} is only {audio.size / SAMPLE_RATE * 1000:.0f} ms long; "
                              f"nothing to transcribe (at least {_MIN_AUDIO_S * 1000:.0f} ms needed)")
     return audio
-
-
-def transcribe_file(setup: EngineSetup, audio: np.ndarray, *, realtime: bool = False,
-                    printer: WordPrinter | None = None,
-                    on_update: Callable[[EngineUpdate], None] | None = None) -> tuple[list[Word], list[RoundStats], dict]:
-    """Stream ``audio`` (16 kHz mono float32) through the engine.
-
-    Returns:
-        the final words, the stats of every round, and the summary dict (the JSON ``stats``).
-    """
-    step = round(setup.config.step_s * SAMPLE_RATE)
-    sim = _SimClock()
-    stream = Stream(setup.model, setup.config, clock=time.monotonic if realtime else sim)
-    words: list[Word] = []
-    rounds: list[RoundStats] = []
-
-    def handle(update: EngineUpdate | None, final: bool = False) -> None:
-        if update is None:
-            return
-        apply_update(words, update)
-        if on_update is not None:
-            on_update(update)
-        if update.stats is not None:
-            rounds.append(update.stats)
-        if printer is not None:
-            printer.update(update, final)
-
-    t0 = time.perf_counter()
-    for pos in range(0, len(audio), step):
-        block = audio[pos : pos + step]
-        if realtime:
-            wait = t0 + (pos + len(block)) / SAMPLE_RATE - time.perf_counter()
-            if wait > 0:
-                time.sleep(wait)  # pacing a file at real time is the point of --realtime
-        sim.audio_s = (pos + len(block)) / SAMPLE_RATE
-        stream.feed(block)
-        sim.enter()
-        handle(stream.step())
-    sim.enter()
-    handle(stream.finish(), final=True)
-    wall = time.perf_counter() - t0
-    return words, rounds, _summary(setup, audio, rounds, wall, realtime)
-
-
-def _summary(setup: EngineSetup, audio: np.ndarray, rounds: list[RoundStats], wall: float, realtime: bool) -> dict:
-    audio_s = len(audio) / SAMPLE_RATE
-    ran = [r for r in rounds if r.bucket > 0]
-    info = setup.model.runtime.info()
-
-    def mean(field: str) -> float:
-        return round(float(np.mean([getattr(r, field) for r in ran])), 2) if ran else 0.0
-
-    compute_s = sum(r.total_ms for r in rounds) / 1000.0
-    return {
-        "audio_s": round(audio_s, 3),
-        "wall_s": round(wall, 3),
-        "rtf": round(compute_s / audio_s, 4) if audio_s else 0.0,
-        "wall_rtf": round(wall / audio_s, 4) if audio_s else 0.0,
-        "realtime": realtime,
-        "model": setup.pack_name,
-        "provider": info.chosen,
-        "provider_detail": info.summary(),
-        "provider_requested": info.requested,
-        "provider_failed": [f"{a.label}: {a.reason}" for a in info.fallbacks if a.failed],
-        "step_s": setup.config.step_s,
-        "language": setup.config.language,
-        "task": setup.config.task,
-        "rounds": len(ran),
-        "skipped_rounds": len(rounds) - len(ran),
-        "chunks_per_round": [r.chunks for r in ran],
-        "stop_reasons": {k: sum(1 for r in ran if r.stop_reason == k) for k in sorted({str(r.stop_reason) for r in ran})},
-        "mean_ms": {s: mean(f"{s}_ms") for s in ("mel", "encoder", "decoder", "validation", "dtw", "total")},
-        "first_round_ms": round(ran[0].total_ms, 1) if ran else 0.0,
-        "reinferred_rounds": sum(1 for r in ran if r.reinferred),
-        "session_ms": {k: round(v, 1) for k, v in info.session_ms.items()},
-    }
 
 
 def _print_summary(stats: dict, err: TextIO) -> None:
@@ -190,30 +98,36 @@ def _save_outputs(args: argparse.Namespace, words: list[Word], stats: dict) -> N
 def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     audio = _load(args.audio)
     setup = open_engine(args, paths, install_missing=True)  # a fresh machine installs the default model
+    engine = setup.engine
     err = sys.stderr
-    info = setup.model.runtime.info()
+    info = engine.info()
     if info.fallbacks and info.requested != "auto":
         err.write(f"captioner: provider {info.requested!r} is not available; using {info.chosen} "
                   f"({'; '.join(f'{a.label}: {a.reason}' for a in info.fallbacks)})\n")
-    err.write(f"transcribing {args.audio} ({len(audio) / SAMPLE_RATE:.1f} s) with {setup.pack_name} "
+    err.write(f"transcribing {args.audio} ({len(audio) / SAMPLE_RATE:.1f} s) with {engine.name} "
               f"on {info.chosen}, step {setup.config.step_s:g} s{', real time' if args.realtime else ''}\n")
     printer = WordPrinter(sys.stdout, sys.stdout.isatty())
     recorder = None
     if not args.no_save:  # recorded as it happens: an interrupted run keeps what was shown
         paths.ensure()
-        recorder = SessionRecorder.start(SessionStore.open(paths.sessions_db), model=setup.pack_name,
+        recorder = SessionRecorder.start(SessionStore.open(paths.sessions_db), model=engine.name,
                                          provider=info.chosen, language=setup.config.language,
                                          title=args.audio.name)
+    def on_update(update: EngineUpdate, last: bool) -> None:
+        if recorder is not None:  # stored before it is printed: an interruption loses nothing shown
+            recorder.apply(update)
+        printer.update(update, last)
+
     try:
-        words, _rounds, stats = transcribe_file(setup, audio, realtime=args.realtime, printer=printer,
-                                                on_update=recorder.apply if recorder else None)
+        words, result = engine.transcribe(audio, setup.config, realtime=args.realtime, on_update=on_update)
     finally:
-        setup.model.close()
+        engine.close()
         if recorder is not None:
             recorder.close(duration_ms=round(len(audio) / SAMPLE_RATE * 1000))
             recorder.store.close()
     if not words:
         err.write("captioner: no speech was recognised\n")
+    stats = result.to_json()
     _print_summary(stats, err)
     _save_outputs(args, words, stats)
     if recorder is not None:

@@ -62,7 +62,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnxruntime as ort
 
-from captioner.engine._providers import PROVIDER_CHOICES, Attempt, Candidate, plan_candidates
+from captioner.core import PROVIDERS, Provider
+from captioner.engine.providers import Attempt, Candidate, plan_candidates
 from captioner.errors import ModelError, ProviderError
 from captioner.models.pack import FRAMES_DIM, WeightRef
 
@@ -71,7 +72,7 @@ if TYPE_CHECKING:
 
     from captioner.models.pack import Pack
 
-__all__ = ["PROVIDER_CHOICES", "Attempt", "EngineInfo", "Runtime", "SharedWeights", "default_threads",
+__all__ = ["Attempt", "EngineInfo", "Runtime", "SharedWeights", "default_threads",
            "limit_host_blas_threads", "release_free_heap"]
 
 logger = logging.getLogger(__name__)
@@ -227,10 +228,10 @@ class Runtime:
         threads: intra-op threads; default :func:`default_threads`.
     """
 
-    def __init__(self, pack: Pack, provider: str = "auto", *, cache_dir: Path | None = None,
+    def __init__(self, pack: Pack, provider: Provider = "auto", *, cache_dir: Path | None = None,
                  threads: int | None = None) -> None:
-        if provider not in PROVIDER_CHOICES:
-            raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDER_CHOICES)}")
+        if provider not in PROVIDERS:
+            raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
         self.pack = pack
         self.requested = provider
         self.threads = threads or default_threads()

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from captioner.core import Provider
 from captioner.errors import SettingsError
 from captioner.storage.atomic import replace_atomically
 from captioner.storage.paths import aside_path
@@ -152,7 +153,7 @@ class EngineConfig:
     """
 
     model: str = ""
-    provider: Literal["auto", "qnn", "gpu", "cpu"] = "auto"
+    provider: Provider = "auto"
     language: str = _str("en", _LANGUAGE)
     task: Literal["transcribe", "translate"] = "transcribe"
     step_s: float = _num(2.0, 0.5, 3.0)

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from captioner.engine import _providers
-from captioner.engine._providers import Attempt, Candidate, Host, plan_candidates
+from captioner.engine import providers
 from captioner.engine.onnx_model import OnnxAcousticModel
+from captioner.engine.providers import Attempt, Candidate, Host, plan_candidates
 from captioner.engine.runtime import Runtime, default_threads
 from captioner.errors import ProviderError
 
@@ -251,10 +251,10 @@ def test_qnn_emulator_runs_the_pack_and_caches_contexts(tiny_pack, tmp_path) -> 
 @pytest.mark.qnn
 def test_a_broken_qnn_backend_falls_back_to_cpu_with_the_reason(tiny_pack, monkeypatch) -> None:
     """A real QNN failure (the wheel has no QNN CPU backend library) is caught, recorded, and CPU runs."""
-    devices, version, reason = _providers.qnn_devices()
+    devices, version, reason = providers.qnn_devices()
     if not devices:
         pytest.skip(reason)
-    broken = Candidate("QNN-HTP", _providers.QNN_EP, {"backend_type": "cpu"}, devices, version, strict=True)
+    broken = Candidate("QNN-HTP", providers.QNN_EP, {"backend_type": "cpu"}, devices, version, strict=True)
     monkeypatch.setattr("captioner.engine.runtime.plan_candidates",
                         lambda requested: [broken, Attempt("QNN-GPU", False, "n/a"),
                                            Candidate("CPU", "CPUExecutionProvider")])

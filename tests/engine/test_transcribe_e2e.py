@@ -12,9 +12,7 @@ from wavs import spoken, write_wav
 from whisper_reference import hf_greedy, load_reference
 
 from captioner import cli
-from captioner.commands._engine import EngineSetup
-from captioner.commands.transcribe import transcribe_file
-from captioner.engine import OnnxAcousticModel, Runtime, StreamConfig
+from captioner.engine import OnnxAcousticModel, Runtime, StreamConfig, Transcriber
 from captioner.storage.paths import AppPaths
 from captioner.transcript.store import SessionStore
 
@@ -119,7 +117,7 @@ def test_first_round_tokens_equal_transformers_greedy(tiny_pack, tiny_checkpoint
     model = _Recorder(OnnxAcousticModel(tiny_pack, Runtime(tiny_pack, "cpu")))
     config = StreamConfig(step_s=2.0)
     audio = spoken(6.0)
-    transcribe_file(EngineSetup(tiny_pack, model, config, "tiny"), audio)
+    Transcriber(model, model.runtime, "tiny").transcribe(audio, config)  # type: ignore[arg-type]
     first = model.rounds[0]
     assert not first["native"] and first["chunks"]
     prompt = list(model.vocab.prompt("en", "transcribe"))
@@ -153,7 +151,7 @@ def test_qnn_first_round_tokens_equal_cpu(tiny_pack, tmp_path) -> None:
     """The stream on --provider qnn (the HTP emulator on Linux x86-64) decodes the first round to the
     same tokens as on the CPU provider."""
     pytest.importorskip("onnxruntime_qnn")
-    from captioner.engine._providers import Host
+    from captioner.engine.providers import Host
 
     if not (Host.current().qnn_emulated or Host.current().snapdragon_windows):
         pytest.skip("no QNN HTP backend on this platform")
@@ -162,9 +160,11 @@ def test_qnn_first_round_tokens_equal_cpu(tiny_pack, tmp_path) -> None:
     for provider in ("qnn", "cpu"):
         model = _Recorder(OnnxAcousticModel(tiny_pack, Runtime(tiny_pack, provider, cache_dir=tmp_path)))
         try:
-            _, _, stats = transcribe_file(EngineSetup(tiny_pack, model, StreamConfig(step_s=2.0), "tiny"), audio)
+            _, info = Transcriber(model, model.runtime, "tiny").transcribe(  # type: ignore[arg-type]
+                audio, StreamConfig(step_s=2.0))
         finally:
             model.model.close()
+        stats = info.to_json()
         assert stats["provider"] == {"qnn": "QNN-HTP", "cpu": "CPU"}[provider]
         assert stats["provider_failed"] == []
         firsts.append([(c[0], c[1], c[2], c[4].tolist()) for c in model.rounds[0]["chunks"]])

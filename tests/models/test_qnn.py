@@ -3,7 +3,7 @@
 With ``session.disable_cpu_ep_fallback=1`` a session only comes up when every node is placed on QNN,
 so creating it is the placement check. The emulator cannot detect a SoC: without ``soc_model`` graph
 finalisation fails (QNN_COMMON_ERROR_MEM_ALLOC) for Gelu and Gather, so the Snapdragon X Elite is
-named (SoC 60, HTP v73), as ``engine/_providers.py`` does. The HTP computes float graphs in fp16.
+named (SoC 60, HTP v73), as ``engine/providers.py`` does. The HTP computes float graphs in fp16.
 Tolerance against the CPU provider: 1e-2 absolute on logits and K/V (fp16 has ~3 significant
 digits; observed ≤ 1.3e-3), 1e-4 on the attention probabilities (observed ≤ 6e-6); under teacher
 forcing ≥ 80 % identical argmax tokens (a random tiny model has near-ties among 50 257 logits that

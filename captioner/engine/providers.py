@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 
 import onnxruntime as ort
 
-__all__ = ["PROVIDER_CHOICES", "Attempt", "Candidate", "Host", "plan_candidates", "qnn_devices"]
+from captioner.core import Provider
+
+__all__ = ["QNN_EP", "Attempt", "Candidate", "Host", "plan_candidates", "qnn_devices"]
 
 logger = logging.getLogger(__name__)
 
-PROVIDER_CHOICES = ("auto", "qnn", "gpu", "cpu")
 QNN_EP = "QNNExecutionProvider"
 DML_EP = "DmlExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
@@ -150,7 +151,7 @@ def qnn_devices() -> tuple[tuple, str, str]:
     return devices, version, "" if devices else "the QNN plugin reports no device"
 
 
-def plan_candidates(requested: str, host: Host | None = None,
+def plan_candidates(requested: Provider, host: Host | None = None,
                     probe=None) -> list[Candidate | Attempt]:
     """The providers for ``requested`` in the order to try them: a :class:`Candidate` for each usable
     one, an :class:`Attempt` (with the reason) for each one that is not. The last item is the CPU.
@@ -159,7 +160,7 @@ def plan_candidates(requested: str, host: Host | None = None,
     order (``"qnn"`` → QNN GPU → DirectML → CPU, ``"gpu"`` → DirectML → CPU). CPU is always last.
 
     Args:
-        requested: one of :data:`PROVIDER_CHOICES`.
+        requested: one of :data:`~captioner.core.PROVIDERS`.
         host: the machine (default: this one).
         probe: callable returning ``(qnn_devices, qnn_version, reason, available_providers)``; for
             tests. Default: register the QNN plugin and ask ONNX Runtime.
