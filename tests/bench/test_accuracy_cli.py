@@ -50,6 +50,10 @@ def test_offline_reference_gets_the_clip_right_with_timed_words(acc_run) -> None
     starts = [w[1] for w in words]
     assert starts == sorted(starts) and all(0.0 <= w[1] <= w[2] <= item["seconds"] + 0.02 for w in words)
     assert acc["summary"]["english"]["offline"]["wer"] == 0.0
+    assert 0.2 < item["speech_onset_s"] < 1.0  # Silero VAD: the clip starts with a short silence
+    offline = item["modes"]["offline"]
+    assert offline["leading_words"] == sum(1 for w in words if w[1] < item["speech_onset_s"] - 0.1)
+    assert offline["first_start_minus_onset_s"] == pytest.approx(words[0][1] - item["speech_onset_s"])
 
 
 def test_faster_whisper_reference_on_the_same_weights(acc_run) -> None:
@@ -70,6 +74,9 @@ def test_live_words_are_emitted_after_their_audio_and_matched_to_offline(acc_run
     assert all(lat > -0.3 for lat in row["latency_s"])
     assert row["info"]["rounds"] >= 2 and sum(row["info"]["stop_reasons"].values()) == row["info"]["rounds"]
     assert row["compute_s"] > 0
+    timed = row["timed_words"]  # [text, start, end, emitted]
+    assert len(timed) == row["words"] and " ".join(w[0] for w in timed) == row["hypothesis"]
+    assert all(w[3] >= w[2] - 0.02 for w in timed)  # shown only after its audio arrived
     summ = result["accuracy"]["summary"]["librispeech-test-clean"]["live_2s"]
     assert summ["latency_s"]["n"] == row["matched"] and summ["rtf"] == pytest.approx(
         row["compute_s"] / result["accuracy"]["items"][0]["seconds"])
