@@ -43,7 +43,9 @@ QT_EXCLUDED_MODULES = tuple(f"PySide6.{m}" for m in (
 # platforms: the window system (Windows; xcb and offscreen on Linux, wayland left out: the caption bar
 # positions itself, which Wayland does not allow). imageformats/iconengines: PNG is built into QtGui,
 # SVG needs qsvg + qsvgicon, ICO for the Windows icon. styles: Windows' native widget look.
-# platformthemes: GTK/portal file dialogs on Linux. tls/networkinformation: not used (QLocalSocket only).
+# platformthemes: the portal file dialog on Linux. Not kept: generic (evdev/TUIO input, not used on X11 or
+# Windows), tls/networkinformation (captioner's only socket is a QLocalSocket), sqldrivers (sqlite3 is
+# Python's), qml/quick/designer/printing and the virtual keyboard.
 QT_PLUGIN_DIRS: dict[str, frozenset[str] | None] = {
     "platforms": frozenset({"qwindows", "qxcb", "qoffscreen", "qminimal"}),
     "imageformats": frozenset({"qsvg", "qico"}),
@@ -52,7 +54,6 @@ QT_PLUGIN_DIRS: dict[str, frozenset[str] | None] = {
     "platformthemes": frozenset({"qxdgdesktopportal"}),  # qgtk3 would bring GTK 3 (and needs it installed)
     "platforminputcontexts": frozenset({"composeplatforminputcontextplugin", "ibusplatforminputcontextplugin"}),
     "xcbglintegrations": None,
-    "generic": None,  # empty on Windows; evdev/tuio input helpers on Linux (small)
 }
 
 # Qt libraries that the kept plugins would drag in but the app never loads (Quick/Qml via the virtual

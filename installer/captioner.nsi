@@ -4,6 +4,7 @@
 ;   (on Linux the options start with -: makensis -DVERSION=0.1.0 -DSTAGE=... installer/captioner.nsi)
 ;
 ; VERSION  required; build.ps1 passes __version__ from captioner/__init__.py
+; VIVERSION  optional numeric a.b.c.d for the version resource (default VERSION.0)
 ; STAGE    the PyInstaller one-folder bundle (captioner.exe, captioner-cli.exe, _internal\)
 ; OUTFILE  the setup program to write
 ;
@@ -22,6 +23,9 @@ ManifestDPIAware true
 !endif
 !ifndef STAGE
   !define STAGE "..\dist\captioner"
+!endif
+!ifndef VIVERSION  ; numeric a.b.c.d for the file's version resource (build.ps1 derives it from VERSION)
+  !define VIVERSION "${VERSION}.0"
 !endif
 !ifndef OUTFILE
   !define OUTFILE "captioner-${VERSION}-win-arm64-setup.exe"
@@ -47,7 +51,7 @@ InstallDirRegKey HKCU "${UNINST_KEY}" "InstallLocation"
 SetCompressor /SOLID lzma
 BrandingText "${APP} ${VERSION}"
 
-VIProductVersion "${VERSION}.0"
+VIProductVersion "${VIVERSION}"
 VIAddVersionKey "ProductName" "${APP}"
 VIAddVersionKey "ProductVersion" "${VERSION}"
 VIAddVersionKey "FileVersion" "${VERSION}"
