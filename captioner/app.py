@@ -28,7 +28,7 @@ from PySide6.QtCore import QObject, QRect, QThread, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QApplication
 
-from captioner.core import EngineUpdate, Source
+from captioner.core import EngineUpdate, Source, stream_sources
 from captioner.errors import CaptionerError, ModelError
 from captioner.models.install import first_installed_pack, list_packs
 from captioner.storage.paths import AppPaths
@@ -238,7 +238,7 @@ class CaptionerApp(QObject):
                     self.tray.tray.isSystemTrayAvailable(), self.tray.tray.isVisible(),
                     self.tray.tray.geometry().getRect())
         self.bar.restore(self.settings.window)
-        self.bar.set_both_mode(self.settings.audio.source == "both" and not self.settings.audio.mix_both)
+        self.bar.set_both_mode(len(stream_sources(self.settings.audio.source, self.settings.audio.mix_both)) > 1)
         if not self.options.minimized:
             self.bar.show()
         self.tray.set_captions_visible(self.bar.isVisible())
@@ -449,7 +449,7 @@ class CaptionerApp(QObject):
             self.bar.set_style(new.captions)
         if new.transcripts != old.transcripts:
             self.bar.set_labels(self._labels())
-        self.bar.set_both_mode(new.audio.source == "both" and not new.audio.mix_both)
+        self.bar.set_both_mode(len(stream_sources(new.audio.source, new.audio.mix_both)) > 1)
         self._save_settings()
         self._sync_tray()
         if (new.audio, new.engine) != (old.audio, old.engine) and (self.running or self._installed_models()):

@@ -14,29 +14,38 @@ This module imports nothing from the package.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 
 __all__ = [
+    "CAPTURE_SOURCES",
     "PROVIDERS",
     "SAMPLE_RATE",
     "SOURCES",
     "AudioBlock",
     "AudioEvent",
+    "CaptureSource",
     "EngineUpdate",
     "Provider",
     "RoundStats",
     "Source",
     "Word",
     "apply_update",
+    "final_count",
+    "stream_sources",
 ]
 
 SAMPLE_RATE = 16_000  # Hz; everything after capture is 16 kHz mono float32
 
 Source = Literal["system", "mic"]
 SOURCES: tuple[Source, ...] = ("system", "mic")
+
+# What the user captures: one source, or both (as two engine streams, or mixed into one).
+CaptureSource = Literal["system", "mic", "both"]
+CAPTURE_SOURCES: tuple[CaptureSource, ...] = ("system", "mic", "both")
 
 # The execution-provider setting (engine/providers.py plans what each means on this machine):
 # "auto" = NPU, then GPU, then CPU; a forced one falls back along the same order when unavailable.
@@ -138,6 +147,26 @@ def apply_update(words: list[Word], update: EngineUpdate) -> None:
     if update.retract:
         del words[len(words) - update.retract :]
     words.extend(update.words)
+
+
+def stream_sources(source: CaptureSource, mix_both: bool = False) -> tuple[Source, ...]:
+    """The engine streams a capture setting makes: "both" unmixed is two (system, mic), each
+    labelled in the captions; "both" mixed is one ``"system"`` stream; one source is itself."""
+    if source == "both":
+        return ("system",) if mix_both else ("system", "mic")
+    return (source,)
+
+
+def final_count(words: Sequence[Word], *, finished: bool = False) -> int:
+    """How many leading words of one source's emitted words are final (no later update can change them).
+
+    A retraction removes the previous round's speculative words and at most the last committed word
+    before them (NPUSPER.md §11.4, §11.8), so every committed word but the last is final; once the
+    stream has finished, every committed word is. The terminal printer and the live subtitle file
+    both write words at this point.
+    """
+    committed = next((i for i, w in enumerate(words) if w.speculative), len(words))
+    return committed if finished else max(0, committed - 1)
 
 
 @dataclass(frozen=True, slots=True)

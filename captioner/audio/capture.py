@@ -20,21 +20,26 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from captioner.audio.backends import CaptureBackend, SystemBackend
 from captioner.audio.source_stream import CaptureCounters, SourceStream
-from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, Source
+from captioner.core import (
+    CAPTURE_SOURCES,
+    SAMPLE_RATE,
+    AudioBlock,
+    AudioEvent,
+    CaptureSource,
+    Source,
+    stream_sources,
+)
 from captioner.errors import AudioDeviceError
 
 __all__ = ["CAPTURE_SOURCES", "AudioCapture", "CaptureConfig", "CaptureSource"]
 
 logger = logging.getLogger(__name__)
 
-CaptureSource = Literal["system", "mic", "both"]
-CAPTURE_SOURCES: tuple[CaptureSource, ...] = ("system", "mic", "both")
 MIX_MAX_LAG = SAMPLE_RATE  # 1 s: a source further behind than this is mixed as silence
 TICK_S = 0.1  # the longest read() sleeps without checking devices (watchdog and retries)
 
@@ -191,9 +196,7 @@ class AudioCapture:
     @property
     def sources(self) -> tuple[Source, ...]:
         """Tags of the blocks this capture produces (``("system",)`` when mixing)."""
-        if self._mixer is not None:
-            return ("system",)
-        return tuple(s.source for s in self._sources)
+        return stream_sources(self.config.source, self.config.mix_both)
 
     # -- consumer API ----------------------------------------------------------------------
     def read(self, timeout: float) -> AudioBlock | None:

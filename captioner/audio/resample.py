@@ -13,6 +13,8 @@ from math import gcd
 
 import numpy as np
 
+from captioner.core import SAMPLE_RATE
+
 __all__ = ["Resampler", "downmix", "resample"]
 
 STOPBAND_DB = 90.0  # attenuation of everything above the output Nyquist frequency
@@ -67,7 +69,7 @@ class Resampler:
     ``ceil(n_in * rate_out / rate_in)``. Not thread-safe: one consumer owns it.
     """
 
-    def __init__(self, rate_in: int, rate_out: int = 16_000) -> None:
+    def __init__(self, rate_in: int, rate_out: int = SAMPLE_RATE) -> None:
         if rate_in <= 0 or rate_out <= 0:
             raise ValueError(f"sample rates must be positive, got {rate_in} → {rate_out}")
         self.rate_in, self.rate_out = int(rate_in), int(rate_out)
@@ -145,7 +147,7 @@ class Resampler:
         return out
 
 
-def resample(x: np.ndarray, rate_in: int, rate_out: int = 16_000) -> np.ndarray:
+def resample(x: np.ndarray, rate_in: int, rate_out: int = SAMPLE_RATE) -> np.ndarray:
     """Resample a whole mono signal ``x`` (n,) in one go; returns float32 (ceil(n * out / in),)."""
     r = Resampler(rate_in, rate_out)
     head = r.process(x)

@@ -16,6 +16,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from captioner.core import SAMPLE_RATE
 from captioner.errors import AudioFileError
 
 __all__ = ["WavInfo", "WavWriter", "read_wav", "read_wav_info"]
@@ -134,7 +135,7 @@ class WavWriter:
     the process is killed mid-recording.
     """
 
-    def __init__(self, path: Path, rate: int = 16_000) -> None:
+    def __init__(self, path: Path, rate: int = SAMPLE_RATE) -> None:
         self.path, self.rate, self.frames = path, rate, 0
         try:
             self._f: BinaryIO | None = path.open("wb")

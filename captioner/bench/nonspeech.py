@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from captioner.core import SAMPLE_RATE
+
 __all__ = ["KINDS", "LEVEL_DBFS", "dbfs", "generate"]
 
-SAMPLE_RATE = 16_000
 KINDS = ("silence", "white", "brown", "tones")
 LEVEL_DBFS = {"silence": float("-inf"), "white": -30.0, "brown": -30.0, "tones": -20.0}
 _PENTATONIC = (0, 2, 4, 7, 9, 12, 14, 16)  # semitones above A3 (220 Hz)

@@ -23,7 +23,7 @@ from captioner import __version__
 from captioner.bench.graphs import ExtraGraphs
 from captioner.bench.strategies import chunk_sizes, decoder_strategies, encoder_buckets
 from captioner.bench.streaming import run_child, speech_like
-from captioner.core import Provider
+from captioner.core import SAMPLE_RATE, Provider
 from captioner.engine.transcriber import Transcriber
 from captioner.models.pack import Pack
 
@@ -129,7 +129,7 @@ def _streaming(pack: Pack, options: BenchOptions, progress: Callable[[str], None
         path = Path(tmp) / "audio.npy"
         np.save(path, audio.astype(np.float32))
         for step in _ordered(options.steps):
-            progress(f"streaming {len(audio) / 16000:.0f} s of audio at a {step:g} s step (fresh process)")
+            progress(f"streaming {len(audio) / SAMPLE_RATE:.0f} s of audio at a {step:g} s step (fresh process)")
             runs.append(run_child(pack.root, path, step, options.provider, options.threads))
     return runs
 

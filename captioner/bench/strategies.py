@@ -39,7 +39,7 @@ from captioner.engine.model import Encoding
 from captioner.engine.onnx_model import OnnxAcousticModel
 from captioner.engine.runtime import Runtime
 from captioner.models.build import cache_slots, prompt_length
-from captioner.models.pack import Pack
+from captioner.models.pack import Pack, schedule_chunks
 
 __all__ = ["DecodeStrategy", "choose_tail", "chunk_sizes", "decoder_strategies", "encoder_buckets", "schedule_model"]
 
@@ -140,16 +140,16 @@ class _PackView:
     def decoder_chunks(self, bucket: int) -> list[tuple[int, int]]:
         return sorted(self._files) if bucket == self._bucket else []
 
+    def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
+        return tuple(schedule_chunks(self.schedules["prefixed" if prefixed else "default"]))
+
 
 def schedule_model(pack: Pack, runtime: Runtime, graphs: ExtraGraphs, bucket: int, sizes: Sequence[int],
                    slots: int | None = None, batch_prompt: bool = True) -> OnnxAcousticModel:
     """An :class:`OnnxAcousticModel` on ``runtime`` whose plan in ``bucket`` is ``sizes`` (both
     schedules), over a cache of ``slots`` (default: what the plan needs), the prompt batched in the
     first chunk unless ``batch_prompt`` is False; chunk graphs from the pack or built over its weights."""
-    plan, start = [], 0
-    for size in sizes:
-        plan.append((start, size))
-        start += size
+    plan = schedule_chunks(sizes)
     slots = slots or cache_slots(plan)
     head = min(sizes[0], prompt_length(pack.multilingual)) if batch_prompt else 1
     files = {}

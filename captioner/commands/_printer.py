@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from captioner.core import EngineUpdate, Word, apply_update
+from captioner.core import EngineUpdate, Word, apply_update, final_count
 
 __all__ = ["WordPrinter"]
 
@@ -12,8 +12,7 @@ DIM, RESET, CLEAR_LINE = "\033[2m", "\033[0m", "\r\033[K"
 
 
 class WordPrinter:
-    """Prints words as they settle: a word is final once it is neither speculative nor the last
-    non-speculative word (the next round may still extend it). A terminal also sees the pending tail,
+    """Prints words as they become final (:func:`~captioner.core.final_count`). A terminal also sees the pending tail,
     dimmed, redrawn in place; a retraction of printed words prints a ``(correction)`` line.
 
     Args:
@@ -30,14 +29,7 @@ class WordPrinter:
 
     def update(self, update: EngineUpdate, final: bool = False) -> None:
         apply_update(self.words, update)
-        settled = len(self.words)
-        for i, word in enumerate(self.words):
-            if word.speculative:
-                settled = i
-                break
-        if not final:
-            settled = max(0, settled - 1)  # the last word may still grow
-        stable = self.words[:settled]
+        stable = self.words[: final_count(self.words, finished=final)]
         same = 0
         while same < min(len(self.printed), len(stable)) and self.printed[same] == stable[same]:
             same += 1
@@ -60,15 +52,6 @@ class WordPrinter:
         if self._tail_shown:
             self.out.write(CLEAR_LINE)
             self._tail_shown = False
-
-
-def _text(words: list[Word]) -> str:
-    return " ".join(w.text for w in words)
-
-
-def _clock(seconds: float) -> str:
-    minutes, sec = divmod(max(0.0, seconds), 60.0)
-    return f"{int(minutes):02d}:{sec:05.2f}"
 
 
 def _text(words: list[Word]) -> str:

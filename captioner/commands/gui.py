@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from captioner.core import PROVIDERS, Source
+from captioner.core import PROVIDERS, Source, stream_sources
 from captioner.errors import CaptionerError, ModelError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import Settings
@@ -90,11 +90,7 @@ def capture_factory(source_file: Path | None):
             return (lambda: FileSource(source_file, realtime=True, source="system")), ("system",)
         audio = settings.audio
         config = CaptureConfig(source=audio.source, device=audio.mic_device or None, mix_both=audio.mix_both)
-        if audio.source == "both":
-            sources: tuple[Source, ...] = ("system",) if audio.mix_both else ("system", "mic")
-        else:
-            sources = (audio.source,)
-        return (lambda: AudioCapture(config)), sources
+        return (lambda: AudioCapture(config)), stream_sources(audio.source, audio.mix_both)
 
     return build
 

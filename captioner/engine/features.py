@@ -19,6 +19,8 @@ import functools
 
 import numpy as np
 
+from captioner.core import SAMPLE_RATE
+
 __all__ = [
     "HOP_LENGTH",
     "N_FFT",
@@ -28,7 +30,6 @@ __all__ = [
     "pad_to_frames",
 ]
 
-SAMPLE_RATE = 16_000  # Hz
 N_FFT = 400  # samples per STFT window (25 ms)
 HOP_LENGTH = 160  # samples per mel frame (10 ms)
 _LOG_FLOOR = 1e-10

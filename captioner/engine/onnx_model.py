@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from captioner.core import SAMPLE_RATE
 from captioner.engine.features import log_mel, pad_to_frames
 from captioner.engine.model import SAMPLES_PER_FRAME, ChunkOutput, Encoding
 from captioner.engine.runtime import Runtime, release_free_heap
@@ -37,7 +38,6 @@ __all__ = ["OnnxAcousticModel", "OnnxChunkRunner"]
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
 MASKED = -100.0  # additive cross-attention bias of padding frames (finite for fp16 NPUs)
 _OUTPUTS = ("tokens", "token_logit", "eot_logit", "attn_last", "attn_align", "new_k", "new_v")
 
@@ -113,26 +113,10 @@ class OnnxAcousticModel:
 
     # -- plan ---------------------------------------------------------------------------------
     def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
-        """(start, size) chunks of a round: the pack's schedule, then for the longest bucket the
-        chunks of ``long_chunk`` steps that the pack provides, up to its ``max_positions``."""
+        """(start, size) chunks of a round, as the pack plans them (:meth:`Pack.chunk_plan`), cached."""
         key = (int(bucket), bool(prefixed))
         if key not in self._plans:
-            sizes = self.pack.schedules["prefixed" if prefixed else "default"]
-            available = set(self.pack.decoder_chunks(bucket))
-            plan: list[tuple[int, int]] = []
-            start = 0
-            for size in sizes:
-                plan.append((start, size))
-                start += size
-            while (start, self.pack.long_chunk) in available:
-                plan.append((start, self.pack.long_chunk))
-                start += self.pack.long_chunk
-            missing = [c for c in plan if c not in available]
-            if missing:
-                from captioner.errors import ModelError
-
-                raise ModelError(f"pack {self.pack.root} lacks decoder chunks {missing} of bucket {bucket} s")
-            self._plans[key] = tuple(plan)
+            self._plans[key] = self.pack.chunk_plan(bucket, prefixed)
         return self._plans[key]
 
     def bucket_for(self, n_samples: int) -> int:

@@ -30,7 +30,7 @@ from captioner.models.ct2 import is_ct2_folder, load_ct2_checkpoint
 from captioner.models.decoder_graph import build_decoder_chunk, graph_name
 from captioner.models.encoder_graph import build_encoder
 from captioner.models.graph_ops import OPSET, WeightStore
-from captioner.models.pack import FORMAT, FORMAT_VERSION, MANIFEST, Pack, file_sha256
+from captioner.models.pack import FORMAT, FORMAT_VERSION, MANIFEST, Pack, file_sha256, schedule_chunks
 
 __all__ = ["BUCKETS", "SHORT_MAX_S", "BuildOptions", "build_pack", "cache_slots", "chunk_plan",
            "known_steps", "load_any_checkpoint", "parse_buckets", "prompt_length"]
@@ -122,11 +122,8 @@ def chunk_plan(options: BuildOptions) -> dict[int, list[tuple[int, int]]]:
         chunks: set[tuple[int, int]] = set()
         end = 0
         for sizes in schedules.values():
-            start = 0
-            for size in sizes:
-                chunks.add((start, size))
-                start += size
-            end = max(end, start)
+            chunks.update(schedule_chunks(sizes))
+            end = max(end, sum(sizes))
         if bucket > SHORT_MAX_S:
             start = end
             while start + options.tail_chunk <= options.max_positions + 1:

@@ -25,7 +25,7 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
@@ -47,6 +47,7 @@ __all__ = [
     "layer_feeds",
     "layer_input",
     "layer_input_names",
+    "schedule_chunks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -179,6 +180,18 @@ def _dataclass_from(cls: type, data: Any, what: str, manifest: Path) -> Any:
     return cls(**{n: data[n] for n in names})
 
 
+def schedule_chunks(sizes: Iterable[int], start: int = 0) -> list[tuple[int, int]]:
+    """(start, size) of consecutive decoder chunks of ``sizes`` from position ``start``.
+
+    ``(4, 6, 5)`` → ``[(0, 4), (4, 6), (10, 5)]``: a schedule as the chunk graphs that run it.
+    """
+    plan = []
+    for size in sizes:
+        plan.append((start, int(size)))
+        start += int(size)
+    return plan
+
+
 @dataclass(frozen=True, slots=True)
 class Pack:
     """A loaded, validated pack directory (read-only).
@@ -248,6 +261,28 @@ class Pack:
     def decoder_chunks(self, bucket: int) -> list[tuple[int, int]]:
         """(start, size) of every chunk graph available for ``bucket``, sorted."""
         return sorted((s, k) for (b, s, k) in self._decoders if b == int(bucket))
+
+    def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
+        """The (start, size) chunks a round in ``bucket`` runs, in order.
+
+        The schedule (``"prefixed"`` when the round has a carried prefix, else ``"default"``), then,
+        for a long bucket, chunks of ``long_chunk`` steps while the pack has them (up to
+        ``max_positions``). This is the one home of the plan: the engine runs it, ``verify``
+        checks it, the build writes the graphs it names.
+
+        Raises:
+            ModelError: the pack lacks one of the schedule's chunk graphs.
+        """
+        available = set(self.decoder_chunks(bucket))
+        plan = schedule_chunks(self.schedules["prefixed" if prefixed else "default"])
+        start = sum(size for _, size in plan)
+        while (start, self.long_chunk) in available:
+            plan.append((start, self.long_chunk))
+            start += self.long_chunk
+        missing = [c for c in plan if c not in available]
+        if missing:
+            raise ModelError(f"pack {self.root} lacks decoder chunks {missing} of bucket {bucket} s")
+        return tuple(plan)
 
     def graph_weights(self, graph: Path | str) -> tuple[WeightRef, ...] | None:
         """The shared weights of ``graph`` (a file of this pack); None for a graph the pack does not

@@ -12,7 +12,7 @@ from pathlib import Path
 import onnx
 
 from captioner.errors import ModelError
-from captioner.models.pack import FRAMES_DIM, MANIFEST, Pack, file_sha256, layer_input_names
+from captioner.models.pack import FRAMES_DIM, MANIFEST, Pack, file_sha256, layer_input_names, schedule_chunks
 
 __all__ = ["pack_problems", "verify_pack"]
 
@@ -98,11 +98,9 @@ def pack_problems(root: Path | str, *, checksums: bool = True) -> list[str]:
     for bucket in pack.buckets:
         chunks = set(pack.decoder_chunks(bucket))
         for sizes in schedules:
-            start = 0
-            for size in sizes:
+            for start, size in schedule_chunks(sizes):
                 if (start, size) not in chunks:
                     problems.append(f"{root / MANIFEST}: bucket {bucket} s lacks the chunk ({start}, {size})")
-                start += size
         if problems:
             return problems  # corrupt files make the graph checks below noisy
         problems += _graph_problems(pack, pack.encoder_file(bucket), bucket, None)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from captioner.core import Provider
+from captioner.core import CaptureSource, Provider
 from captioner.errors import SettingsError
 from captioner.storage.atomic import replace_atomically
 from captioner.storage.paths import aside_path
@@ -131,7 +131,7 @@ class AudioConfig:
         mix_both: in "both" mode, mix the two into one stream instead of keeping them apart.
     """
 
-    source: Literal["system", "mic", "both"] = "system"
+    source: CaptureSource = "system"
     mic_device: str = ""
     mix_both: bool = False
 

@@ -1,9 +1,7 @@
 """Live subtitle files: an SRT or WebVTT file that grows as the session is transcribed.
 
-A word is *final* once no retraction can reach it. Following the engine's emission rules
-(NPUSPER.md §11.4, §11.8): a retraction removes the previous round's speculative words and at
-most the last committed word before them, so every committed word except the last
-``hold_back_words`` of its source, and everything before them, is final. Final words go through
+A word is written once it is *final*, when no retraction can reach it
+(:func:`~captioner.core.final_count`: every committed word of its source but the last). Final words go through
 the same :class:`~captioner.transcript.cues.CueSegmenter` as the batch export; each cue it closes
 is appended in one ``write`` and fsynced, so a crash at any moment leaves a file that parses (at
 worst without the cues that were not final yet). :meth:`LiveSubtitleWriter.close` writes the
@@ -22,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from captioner.core import EngineUpdate, Word, apply_update
+from captioner.core import EngineUpdate, Word, apply_update, final_count
 from captioner.errors import StorageError
 from captioner.transcript.cues import Cue, CueOptions, CueSegmenter
 from captioner.transcript.export import VTT_HEADER, srt_cue, vtt_cue
@@ -42,8 +40,6 @@ class LiveSubtitleWriter:
         fmt: "srt" or "vtt".
         options: cue limits and labels.
         labelled: label each cue with its source (sessions with two sources).
-        hold_back_words: committed words per source kept back because a retraction may still
-            reach them (1 for the NPUsper engine).
 
     Raises:
         StorageError: the file cannot be created.
@@ -56,13 +52,11 @@ class LiveSubtitleWriter:
         *,
         options: CueOptions | None = None,
         labelled: bool = False,
-        hold_back_words: int = 1,
     ) -> None:
         if fmt not in ("srt", "vtt"):
             raise ValueError(f"live export format must be 'srt' or 'vtt', not {fmt!r}")
         self.path = Path(path)
         self.fmt = fmt
-        self.hold_back_words = max(0, hold_back_words)
         self.cues_written = 0
         self._segmenter = CueSegmenter(options, labelled=labelled)
         self._pending: dict[str, list[Word]] = {}  # per source: emitted words not yet final
@@ -94,9 +88,7 @@ class LiveSubtitleWriter:
             )
             update = EngineUpdate(len(pending), update.words, update.stats, update.source)
         apply_update(pending, update)
-        committed = next((i for i, w in enumerate(pending) if w.speculative), len(pending))
-        final = max(0, committed - self.hold_back_words)
-        return self._finalize(pending, final)
+        return self._finalize(pending, final_count(pending))
 
     def close(self) -> None:
         """Write every committed word still held back, close the last cue and the file."""
@@ -104,8 +96,7 @@ class LiveSubtitleWriter:
             return
         try:
             for pending in self._pending.values():
-                committed = next((i for i, w in enumerate(pending) if w.speculative), len(pending))
-                self._finalize(pending, committed)
+                self._finalize(pending, final_count(pending, finished=True))
             self._write_cues(self._segmenter.flush())
         finally:
             os.close(self._fd)
