@@ -94,8 +94,6 @@ def test_split_parts_give_the_same_model(real_tiny_en_dir, real_tiny_en_pack, tm
     single = load_ct2_checkpoint(real_tiny_en_dir)
     for name in ("encoder.conv1.weight", "decoder.layers.2.fc1.weight", "decoder.embed_tokens.weight"):
         assert np.array_equal(joined.weights[name], single.weights[name])
-    pack = build_pack(folder, tmp_path / "pack", BuildOptions(buckets=(3,)))
-    assert pack.manifest["source"]["sha256"] == TINY_SHA256
 
 
 # ----------------------------------------------------------------------------- broken files
