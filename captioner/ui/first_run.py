@@ -56,7 +56,7 @@ def explain(exc: BaseException) -> str:
         return "There is not enough free disk space. Free some space and retry."
     text = str(exc) or type(exc).__name__
     lower = text.lower()
-    if any(k in lower for k in ("connection", "network", "offline", "resolve", "timed out", "download")):
+    if any(k in lower for k in ("connection", "network", "offline", "resolv", "timed out", "download", "reach")):
         return f"{text}\nCheck the internet connection and retry, or import a pack folder."
     return text
 

