@@ -27,7 +27,8 @@ speech:
   round's audio are the context, so a loop across rounds is caught too. A lone word said twice
   counts too: Whisper doubles short words far more often than speakers do ("No. No. No." for a
   single "no"; no reference of the development corpus repeats a word), so a real "no, no" loses
-  its second word — one error, where the invented double was one as well. Greedy Whisper also
+  its second word — one error, where the invented double was one as well. The same single token
+  twice is left to the reference's id rule (three copies stop the round and are all dropped). Greedy Whisper also
   restarts its whole sentence after the last word; the round's first five words said again stop it
   at once, before the plan runs out (real speech repeats 3–4-word phrases, "it was here that", but
   five-word restarts of a round's opening were not seen in the corpus).
@@ -196,6 +197,8 @@ class WordGuard:
                 self._words.append(word)
                 self._firsts.append(self._open)
                 n = repeated_tail(self._words)
+                if n == 1 and len(self._firsts) >= 2 and self._single_token_double(decoded):
+                    n = 0  # one token said twice: the id rule (three copies, all dropped) decides
                 if n:
                     at = len(self._words) - n - self._context
                     return Stop("repetition", self._firsts[at] if at >= 0 else 0)
@@ -205,6 +208,12 @@ class WordGuard:
         if starts:
             self._open = len(decoded)
         return None
+
+
+    def _single_token_double(self, decoded: list[int]) -> bool:
+        """The last two completed words are the same single token (left to the id rule)."""
+        a, b = self._firsts[-2], self._firsts[-1]
+        return b - a == 1 and len(decoded) == b + 1 and decoded[a] == decoded[b]
 
 
 class RoundValidator:

@@ -143,10 +143,10 @@ def test_first_content_token_cannot_trigger_peak_margin():
 
 
 def test_a_repeated_word_or_token_stops_the_round():
-    # a repeated word is stopped at its second occurrence by the phrase guard (first copy kept) …
+    # one token said three times: the reference's id rule drops all three copies …
     stop = feed(validator(), [A, B, B, B], [20, 40, 40, 40])
-    assert (stop.reason, stop.index) == ("repetition", 2)
-    # … and three identical tokens that are no word of their own (punctuation) by the id rule
+    assert (stop.reason, stop.index) == ("repetition", 1)
+    # … punctuation too
     stop = feed(validator(), [A, COMMA, COMMA, COMMA], [20, 20, 20, 20])
     assert (stop.reason, stop.index) == ("repetition", 1)
 
@@ -178,3 +178,28 @@ def test_a_special_token_as_runner_up_is_garbage():
     v = validator()
     assert feed(v, [A, V.vocab.eot + 3], [20, 40], eot_wins=[False, True]).reason == "eot"
     assert not V.vocab.is_content(V.vocab.eot + 3)
+
+
+def test_repeated_word_blocks_stop_at_their_second_occurrence() -> None:
+    from captioner.engine.validate import repeated_tail
+
+    assert repeated_tail([b"behind", b"on", b"the", b"left", b"on", b"the", b"left"]) == 3
+    assert repeated_tail([b"his", b"gospel", b"gospel"]) == 1
+    assert repeated_tail([b"it", b"was", b"here", b"that", b"we", b"it", b"was", b"here"]) == 0
+    assert repeated_tail([]) == 0
+
+
+def test_word_guard_stops_multi_token_repeats_and_sound_captions() -> None:
+    from captioner.engine.validate import WordGuard, is_annotation
+
+    assert is_annotation(b" (water") and is_annotation(b"[BLANK") and is_annotation(" \u266a".encode())
+    assert not is_annotation(b" water")
+    # " w000" + "," twice: a two-token word said again stops at its second occurrence
+    guard, decoded = WordGuard(V.vocab, context=(b"x",)), []
+    stop = None
+    for tok in [A, COMMA, A, COMMA, B]:
+        stop = guard.on_token(decoded, tok)
+        if stop:
+            break
+        decoded.append(tok)
+    assert stop is not None and (stop.reason, stop.index) == ("repetition", 2)
