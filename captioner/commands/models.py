@@ -58,8 +58,8 @@ class DownloadProgress:
         self._last_tenth = -1
 
     def __call__(self, done: int, total: int, what: str) -> None:
-        if total <= 0:
-            return
+        if total <= 0 or (self.tty and what.endswith("Hugging Face Hub")):
+            return  # on a terminal huggingface_hub draws its own bars
         tenth = done * 10 // total
         line = f"{what}: {done / 1e6:.1f}/{total / 1e6:.1f} MB ({100 * done // total} %)"
         if self.tty:

