@@ -172,11 +172,7 @@ class OnnxAcousticModel:
             n_frames = n // SAMPLES_PER_FRAME
             mel = pad_to_frames(log_mel(audio, self.pack.dims.n_mels), 2 * total)
         t1 = time.perf_counter()
-        if bucket == self.buckets[-1] and len(self.buckets) > 1:
-            release_free_heap()  # the long bucket's buffers do not fit the short rounds' freed blocks
-        sess = self.runtime.session(self.pack.encoder_file(bucket))
-        cross_k, cross_v = sess.run(["cross_k", "cross_v"],
-                                    {"mel": mel, "n_frames": np.array([n_frames], dtype=np.int64)})
+        cross_k, cross_v = self.run_encoder(mel, n_frames, bucket)
         t2 = time.perf_counter()
         mask = np.full(total, MASKED, dtype=np.float32)
         mask[:n_frames] = 0.0
@@ -185,6 +181,24 @@ class OnnxAcousticModel:
             mel_ms=(t1 - t0) * 1000.0, encoder_ms=(t2 - t1) * 1000.0,
             payload=(cross_k, cross_v, mask),
         )
+
+    def run_encoder(self, mel: np.ndarray, n_frames: int, bucket: int) -> tuple[np.ndarray, np.ndarray]:
+        """The encoder graph of ``bucket`` on a log-mel: cross-attention K and V of every decoder layer.
+
+        Args:
+            mel: float32 [1, n_mels, 100·bucket], real frames first, then the host's padding
+                (:func:`~captioner.engine.features.pad_to_frames`).
+            n_frames: real encoder frames (20 ms each); the rest are masked.
+
+        Returns:
+            cross_k, cross_v: float32 [layers, 1, heads, head_dim, 50·bucket] each.
+        """
+        if bucket == self.buckets[-1] and len(self.buckets) > 1:
+            release_free_heap()  # the long bucket's buffers do not fit the short rounds' freed blocks
+        sess = self.runtime.session(self.pack.encoder_file(bucket))
+        cross_k, cross_v = sess.run(["cross_k", "cross_v"],
+                                    {"mel": mel, "n_frames": np.array([n_frames], dtype=np.int64)})
+        return cross_k, cross_v
 
     def decoder(self, encoding: Encoding) -> OnnxChunkRunner:
         """A decoder with an empty KV cache over ``encoding`` for one round (it supersedes this

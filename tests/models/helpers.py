@@ -1,9 +1,11 @@
-"""Test helpers: the transformers reference of a tiny checkpoint, and a minimal host loop over a pack.
+"""Test helpers: a host loop over a pack's graphs, and the transformers reference (``whisper_reference``).
 
-The reference runs transformers' own modules on exactly the real number of mel frames (its
-``WhisperEncoder.forward`` insists on 3000 frames, so the layers are called one by one, as
-``forward`` does). :class:`PackRunner` drives the pack's graphs the way the engine does: encoder
-once, then the decoder chunk graphs of a schedule, writing ``new_k``/``new_v`` into the fixed cache.
+:class:`PackRunner` drives the pack's graphs the way the engine does, through the engine's own
+classes: sessions from a real :class:`~captioner.engine.runtime.Runtime` (CPU unless told
+otherwise), the encoder through :meth:`OnnxAcousticModel.run_encoder`, the chunk plan from
+:meth:`Pack.chunk_plan`; it then runs the decoder chunk graphs of a schedule itself, writing
+``new_k``/``new_v`` into a fixed cache the test can see and teacher-force (which the engine's
+:class:`~captioner.engine.onnx_model.OnnxChunkRunner` keeps private).
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-import torch
+from whisper_reference import Reference
 
+from captioner.engine.onnx_model import MASKED as MASK
+from captioner.engine.onnx_model import OnnxAcousticModel
+from captioner.engine.runtime import Runtime
 from captioner.models.pack import FRAMES_DIM, Pack, layer_feeds
 
-MASK = -100.0
+__all__ = ["Encoded", "PackRunner", "Reference", "random_mel"]
+
 
 
 def random_mel(n_mels: int, n_frames: int, bucket: int, seed: int) -> np.ndarray:
@@ -26,75 +32,6 @@ def random_mel(n_mels: int, n_frames: int, bucket: int, seed: int) -> np.ndarray
     mel = np.zeros((1, n_mels, 100 * bucket), np.float32)
     mel[:, :, : 2 * n_frames] = rng.uniform(-1.0, 1.5, (1, n_mels, 2 * n_frames)).astype(np.float32)
     return mel
-
-
-class Reference:
-    """transformers' WhisperForConditionalGeneration (eager attention) on exact lengths."""
-
-    def __init__(self, checkpoint: Path) -> None:
-        from transformers import WhisperForConditionalGeneration
-
-        self.model = WhisperForConditionalGeneration.from_pretrained(checkpoint, attn_implementation="eager").eval()
-        self.eot = int(self.model.config.eos_token_id)
-
-    @torch.no_grad()
-    def encode(self, mel: np.ndarray) -> torch.Tensor:
-        """Encoder output [1, n, d] of exactly the mel frames given ([1, n_mels, 2n])."""
-        enc = self.model.model.encoder
-        x = torch.nn.functional.gelu(enc.conv1(torch.from_numpy(mel)))
-        x = torch.nn.functional.gelu(enc.conv2(x)).permute(0, 2, 1)
-        x = x + enc.embed_positions.weight[: x.shape[1]]
-        for layer in enc.layers:
-            x = layer(x, None)
-        return enc.layer_norm(x)
-
-    @torch.no_grad()
-    def cross_kv(self, enc_out: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """Every decoder layer's encoder_attn k_proj/v_proj of ``enc_out``, laid out as the pack's encoder
-        returns them (frames last): [L, 1, H, hd, n] each."""
-        ks, vs = [], []
-        for layer in self.model.model.decoder.layers:
-            attn = layer.encoder_attn
-            shape = (1, enc_out.shape[1], attn.num_heads, attn.head_dim)
-            ks.append(attn.k_proj(enc_out).reshape(shape).permute(0, 2, 3, 1).numpy())
-            vs.append(attn.v_proj(enc_out).reshape(shape).permute(0, 2, 3, 1).numpy())
-        return np.stack(ks), np.stack(vs)
-
-    @torch.no_grad()
-    def decode(self, enc_out: torch.Tensor, tokens: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Logits [S, V] and per-layer cross-attention [H, S, n] for the token sequence."""
-        out = self.model(decoder_input_ids=torch.tensor([tokens]), encoder_outputs=(enc_out,),
-                         output_attentions=True, use_cache=False)
-        return out.logits[0].numpy(), [a[0].numpy() for a in out.cross_attentions]
-
-    @torch.no_grad()
-    def self_kv(self, enc_out: torch.Tensor, tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Self-attention keys and values of every decoder layer for ``tokens``: [L, 1, H, S, hd] each."""
-        out = self.model(decoder_input_ids=torch.tensor([tokens]), encoder_outputs=(enc_out,),
-                         output_hidden_states=True, use_cache=False)
-        ks, vs = [], []
-        for layer, hidden in zip(self.model.model.decoder.layers, out.decoder_hidden_states, strict=False):
-            attn = layer.self_attn
-            h = layer.self_attn_layer_norm(hidden)
-            shape = (1, len(tokens), attn.num_heads, attn.head_dim)
-            ks.append(attn.k_proj(h).reshape(shape).permute(0, 2, 1, 3).numpy())
-            vs.append(attn.v_proj(h).reshape(shape).permute(0, 2, 1, 3).numpy())
-        return np.stack(ks), np.stack(vs)
-
-    @torch.no_grad()
-    def greedy(self, enc_out: torch.Tensor, prompt: list[int], positions: int) -> list[int]:
-        """Tokens at positions 0…positions: the prompt, then argmax over ids < EOT at each free position.
-
-        The prompt is run as one prefill; each further token is one cached step (transformers' own KV cache).
-        """
-        seq = list(prompt)
-        out = self.model(decoder_input_ids=torch.tensor([seq]), encoder_outputs=(enc_out,), use_cache=True)
-        while len(seq) <= positions:
-            seq.append(int(np.argmax(out.logits[0, -1, : self.eot].numpy())))
-            if len(seq) <= positions:
-                out = self.model(decoder_input_ids=torch.tensor([seq[-1:]]), encoder_outputs=(enc_out,),
-                                 past_key_values=out.past_key_values, use_cache=True)
-        return seq
 
 
 @dataclass
@@ -114,22 +51,20 @@ class Encoded:
 
 
 class PackRunner:
-    """Runs a pack's graphs with ONNX Runtime (CPU unless ``session_options`` say otherwise)."""
+    """Runs a pack's graphs with ONNX Runtime: the engine's runtime on the CPU with one thread, or
+    sessions from ``make_options() -> (SessionOptions, providers)`` (a QNN test's own options)."""
 
     def __init__(self, pack: Pack, make_options=None) -> None:
         self.pack = pack
-        self.make_options = make_options or self._cpu_options
+        self.make_options = make_options
+        self.runtime = Runtime(pack, "cpu", threads=1)
+        self.model = OnnxAcousticModel(pack, self.runtime)
         self._sessions: dict[tuple[Path, int | None], ort.InferenceSession] = {}
-
-    @staticmethod
-    def _cpu_options() -> tuple[ort.SessionOptions, list[str] | None]:
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.intra_op_num_threads = 1
-        return so, ["CPUExecutionProvider"]
 
     def session(self, path: Path, frames: int | None = None) -> ort.InferenceSession:
         """The session of ``path``; a chunk graph's symbolic ``frames`` fixed when given (as on the NPU)."""
+        if self.make_options is None:
+            return self.runtime.session(path, frames)
         if (path, frames) not in self._sessions:
             so, providers = self.make_options()
             if frames is not None:
@@ -143,8 +78,12 @@ class PackRunner:
         return np.zeros((d.decoder_layers, 1, d.decoder_heads, self.pack.cache_slots[bucket], d.head_dim), np.float32)
 
     def encode(self, mel: np.ndarray, n_frames: int, bucket: int) -> Encoded:
-        k, v = self.session(self.pack.encoder_file(bucket)).run(
-            None, {"mel": mel, "n_frames": np.array([n_frames], np.int64)})
+        """The encoder of ``bucket`` on ``mel`` [1, n_mels, 100·bucket] with ``n_frames`` real frames."""
+        if self.make_options is None:
+            k, v = self.model.run_encoder(mel, n_frames, bucket)
+        else:
+            k, v = self.session(self.pack.encoder_file(bucket)).run(
+                ["cross_k", "cross_v"], {"mel": mel, "n_frames": np.array([n_frames], np.int64)})
         return Encoded(bucket, n_frames, k, v)
 
     def chunk(self, enc: Encoded, start: int, size: int, token: int, forced: list[int],
@@ -163,16 +102,11 @@ class PackRunner:
         return dict(zip(names, sess.run(None, feeds), strict=True))
 
     def plan(self, bucket: int, schedule: str, positions: int | None = None) -> list[tuple[int, int]]:
-        """(start, size) of the chunks of ``schedule``, continued with long chunks up to ``positions``."""
-        chunks, start = [], 0
-        for size in self.pack.schedules[schedule]:
-            chunks.append((start, size))
-            start += size
-        available = set(self.pack.decoder_chunks(bucket))
-        while positions is not None and start < positions and (start, self.pack.long_chunk) in available:
-            chunks.append((start, self.pack.long_chunk))
-            start += self.pack.long_chunk
-        return chunks
+        """(start, size) of the chunks of ``schedule``, continued with long chunks up to ``positions``
+        (the pack's own plan, :meth:`Pack.chunk_plan`, cut there)."""
+        full = self.pack.chunk_plan(bucket, schedule == "prefixed")
+        head = len(self.pack.schedules[schedule])
+        return [*full[:head], *(c for c in full[head:] if positions is not None and c[0] < positions)]
 
     def greedy(self, enc: Encoded, prompt: list[int], chunks: list[tuple[int, int]],
                forced_override: dict[int, int] | None = None) -> tuple[list[int], list[dict]]:
