@@ -147,14 +147,14 @@ def test_frozen_gui_shows_the_caption_bar_and_quits_cleanly(linux_bundle: Bundle
         env.pop(name, None)
     start = time.monotonic()
     res = subprocess.run([str(linux_bundle.gui), "--source-file", str(CLIP), "--model", "tiny.en", "--screenshot", str(shot),
-                          "--quit-after", "25"], env=env, capture_output=True, text=True, timeout=300)
+                          "--quit-after", "18"], env=env, capture_output=True, text=True, timeout=300)
     took = time.monotonic() - start
     log_file = frozen_home / ".local" / "state" / "captioner" / "log" / "captioner.log"
     log = log_file.read_text() if log_file.exists() else ""
     assert res.returncode == 0, res.stderr[-3000:] + log[-3000:]
     assert took < 120, f"did not quit on time: {took:.0f} s"
     assert "tray: available=True visible=True" in log, log[-3000:]
-    assert "--quit-after: 25.0 s are up" in log and "screenshot" in log and "session 1 ended" in log, log[-3000:]
+    assert "--quit-after: 18.0 s are up" in log and "screenshot" in log and "session 1 ended" in log, log[-3000:]
     # the caption bar was drawn with text on it: many distinct colours (anti-aliased glyphs on the bar)
     from PySide6.QtGui import QImage
 
