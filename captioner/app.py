@@ -44,7 +44,7 @@ from captioner.ui.icons import app_icon, paused_icon
 from captioner.ui.tray import TrayIcon, ask_save_path_dialog
 from captioner.worker import CaptionWorker, CaptureLike, StreamLike
 
-__all__ = ["CaptionerApp", "CaptureFactory", "EngineFactory", "GuiOptions", "Session"]
+__all__ = ["CaptionerApp", "CaptureFactory", "EngineFactory", "EngineRun", "GuiOptions"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class GuiOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class Session:
+class EngineRun:
     """What one engine run is made of.
 
     Attributes:
@@ -95,7 +95,7 @@ class Session:
 class EngineFactory(Protocol):
     """Builds the engine streams for ``sources`` from ``settings`` (may raise CaptionerError)."""
 
-    def __call__(self, settings: Settings, sources: tuple[Source, ...], paths: AppPaths) -> Session: ...
+    def __call__(self, settings: Settings, sources: tuple[Source, ...], paths: AppPaths) -> EngineRun: ...
 
 
 # Returns a *function* that opens a fresh capture (the worker calls it in its thread, again on resume).
@@ -278,17 +278,17 @@ class CaptionerApp(QObject):
             return False
         try:
             open_capture, sources = self._capture_factory(self.settings)
-            session = self._engine_factory(self.settings, sources, self.paths)
+            engine_run = self._engine_factory(self.settings, sources, self.paths)
         except CaptionerError as exc:
             self.tray.set_status(state="stopped")
             title = "Model problem" if isinstance(exc, ModelError) else "Cannot start captioning"
             self.tray.show_error(title, str(exc))
             return False
-        self.provider = session.provider
-        if session.warning:
-            self.tray.show_error("Provider fell back", session.warning)
-        self._begin_session(sources, session)
-        worker = CaptionWorker(open_capture, session.streams, paused=self.paused)
+        self.provider = engine_run.provider
+        if engine_run.warning:
+            self.tray.show_error("Provider fell back", engine_run.warning)
+        self._begin_session(sources, engine_run)
+        worker = CaptionWorker(open_capture, engine_run.streams, paused=self.paused)
         thread = QThread()
         worker.moveToThread(thread)
         thread.started.connect(worker.run)
@@ -300,15 +300,15 @@ class CaptionerApp(QObject):
         worker.finished.connect(thread.quit)
         thread.finished.connect(self._on_thread_finished)
         self._worker, self._thread = worker, thread  # held until finished (buzz #423)
-        self.tray.set_status(state="starting", provider=session.provider, lag_s=0.0)
+        self.tray.set_status(state="starting", provider=engine_run.provider, lag_s=0.0)
         self.bar.set_both_mode(len(sources) > 1)
         thread.start()
-        logger.info("captioning %s with %s on %s", "+".join(sources), session.model, session.provider_summary)
+        logger.info("captioning %s with %s on %s", "+".join(sources), engine_run.model, engine_run.provider_summary)
         return True
 
-    def _begin_session(self, sources: tuple[Source, ...], session: Session) -> None:
+    def _begin_session(self, sources: tuple[Source, ...], engine_run: EngineRun) -> None:
         store = self.disk_store if self.save_session else SessionStore.in_memory()
-        self.recorder = self._start_recorder(store, sources, session.model, session.provider,
+        self.recorder = self._start_recorder(store, sources, engine_run.model, engine_run.provider,
                                              self.settings.engine.language)
 
     def _start_recorder(self, store: SessionStore, sources: tuple[Source, ...], model: str, provider: str,

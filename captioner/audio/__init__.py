@@ -5,12 +5,12 @@ values whose ``start`` is the sample index on the source's audio clock; device t
 as :class:`captioner.core.AudioEvent` values. No Qt, no engine.
 """
 
-from captioner.audio.backends import BLACKHOLE_MESSAGE, CaptureBackend, OpenedStream, SystemBackend
+from captioner.audio.backends import BLACKHOLE_MESSAGE, CaptureBackend, OpenedDevice, SystemBackend
 from captioner.audio.capture import CAPTURE_SOURCES, AudioCapture, CaptureConfig, CaptureSource
 from captioner.audio.devices import DeviceReport, InputDevice, list_devices
 from captioner.audio.files import FileSource, load_audio_file
 from captioner.audio.resample import Resampler, resample
-from captioner.audio.source_stream import CaptureCounters
+from captioner.audio.source_capture import CaptureCounters
 from captioner.audio.wavfile import WavWriter, read_wav
 
 __all__ = [
@@ -24,7 +24,7 @@ __all__ = [
     "DeviceReport",
     "FileSource",
     "InputDevice",
-    "OpenedStream",
+    "OpenedDevice",
     "Resampler",
     "SystemBackend",
     "WavWriter",

@@ -2,7 +2,7 @@
 
 The seam between capture logic and the operating system. :class:`AudioCapture` asks a
 :class:`CaptureBackend` to ``open(source, device, callback, finished_callback)`` and gets an
-:class:`OpenedStream` whose stream calls ``callback(indata, frames, time_info, status)`` with float32
+:class:`OpenedDevice` whose stream calls ``callback(indata, frames, time_info, status)`` with float32
 ``(frames, channels)`` blocks, exactly like ``sounddevice.InputStream``. Tests pass a fake backend,
 or a fake ``sounddevice`` module / ``soundcard`` module to the real backend.
 
@@ -35,7 +35,7 @@ __all__ = [
     "BLACKHOLE_MESSAGE",
     "CaptureBackend",
     "InputStreamLike",
-    "OpenedStream",
+    "OpenedDevice",
     "SoundcardLoopbackStream",
     "SystemBackend",
 ]
@@ -70,8 +70,8 @@ class InputStreamLike(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class OpenedStream:
-    """A stream opened (not started) by a backend.
+class OpenedDevice:
+    """A device input opened (not started) by a backend: its stream and what it delivers.
 
     Attributes:
         stream: the stream; it calls the callback once started.
@@ -93,7 +93,7 @@ class CaptureBackend(Protocol):
 
     def open(
         self, source: Source, device: str | int | None, callback: Callback, finished_callback: Callable[[], None]
-    ) -> OpenedStream: ...
+    ) -> OpenedDevice: ...
 
 
 class SoundcardLoopbackStream:
@@ -248,7 +248,7 @@ class SystemBackend:
 
     def open(
         self, source: Source, device: str | int | None, callback: Callback, finished_callback: Callable[[], None]
-    ) -> OpenedStream:
+    ) -> OpenedDevice:
         """Open (not start) a stream for ``source``; see the module docstring for the routes."""
         if source == "mic":
             return self._open_portaudio(device, callback, finished_callback, label="microphone")
@@ -256,14 +256,14 @@ class SystemBackend:
             monitor = self._monitor_lookup()
             with _pulse_source(monitor):
                 opened = self._open_portaudio("pulse", callback, finished_callback, label="system audio")
-            return OpenedStream(opened.stream, opened.samplerate, opened.channels, opened.blocksize, monitor)
+            return OpenedDevice(opened.stream, opened.samplerate, opened.channels, opened.blocksize, monitor)
         if self.platform == "win32":
             return self._open_loopback(callback, finished_callback)
         raise AudioDeviceError(BLACKHOLE_MESSAGE)
 
     def _open_portaudio(
         self, device: str | int | None, callback: Callback, finished: Callable[[], None], label: str
-    ) -> OpenedStream:
+    ) -> OpenedDevice:
         sd = self.sd
         try:
             try:
@@ -293,9 +293,9 @@ class SystemBackend:
         except (ValueError, sd.PortAudioError) as exc:
             raise AudioDeviceError(f"cannot open {label} {info['name']!r}: {exc}") from exc
         self._streams.add(stream)
-        return OpenedStream(stream, rate, channels, blocksize, str(info["name"]))
+        return OpenedDevice(stream, rate, channels, blocksize, str(info["name"]))
 
-    def _open_loopback(self, callback: Callback, finished: Callable[[], None]) -> OpenedStream:
+    def _open_loopback(self, callback: Callback, finished: Callable[[], None]) -> OpenedDevice:
         sc = self.sc
         try:
             speaker = sc.default_speaker()
@@ -306,4 +306,4 @@ class SystemBackend:
         channels = max(1, min(2, int(getattr(mic, "channels", 2))))
         blocksize = round(rate * BLOCK_S)
         stream = SoundcardLoopbackStream(mic, rate, channels, blocksize, callback, finished)
-        return OpenedStream(stream, rate, channels, blocksize, f"{speaker.name} (loopback)")
+        return OpenedDevice(stream, rate, channels, blocksize, f"{speaker.name} (loopback)")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from captioner.audio.backends import CaptureBackend, SystemBackend
-from captioner.audio.source_stream import CaptureCounters, SourceStream
+from captioner.audio.source_capture import CaptureCounters, SourceCapture
 from captioner.core import (
     CAPTURE_SOURCES,
     SAMPLE_RATE,
@@ -132,7 +132,7 @@ class AudioCapture:
         names: tuple[Source, ...] = ("system", "mic") if config.source == "both" else (config.source,)
         shared = self._shared_origin if config.source == "both" else None
         self._sources = [
-            SourceStream(
+            SourceCapture(
                 name,
                 config.device if name == "mic" else None,
                 self._backend,

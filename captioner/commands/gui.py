@@ -98,7 +98,7 @@ def capture_factory(source_file: Path | None):
 # ----------------------------------------------------------------------------- engine
 def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPaths):
     """Open the engine the settings describe (as the CLI does) and one stream per source."""
-    from captioner.app import Session
+    from captioner.app import EngineRun
     from captioner.commands._engine import open_configured_engine
 
     setup = open_configured_engine(settings.engine, paths)
@@ -109,7 +109,7 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     # under "auto" skipping the NPU where there is none is expected; a forced provider that could
     # not be used is worth a tray message
     warning = info.summary() if settings.engine.provider != "auto" and info.fallbacks else ""
-    return Session(streams, info.chosen, info.summary(), setup.engine.name, warning)
+    return EngineRun(streams, info.chosen, info.summary(), setup.engine.name, warning)
 
 
 # ------------------------------------------------------------------- model install

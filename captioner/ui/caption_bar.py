@@ -33,7 +33,7 @@ from PySide6.QtWidgets import QWidget
 
 from captioner.core import EngineUpdate
 from captioner.storage.settings import CaptionStyle
-from captioner.ui.caption_text import CaptionText, Token
+from captioner.ui.caption_text import CaptionText, LinePiece
 from captioner.ui.geometry import layout_key, restore_rect, screen_rects
 
 __all__ = ["FRAME_MS", "LAG_WARN_S", "MAX_BACKLOG_LINES", "CaptionBar"]
@@ -82,12 +82,12 @@ class CaptionBar(QWidget):
         self._font = QFont()
         self._metrics = QFontMetricsF(self._font)
         self._text = CaptionText(self._measure)
-        self._lines: list[list[Token]] = []  # visible lines, top first
-        self._leaving: list[list[Token]] = []  # lines scrolling out during the animation
+        self._lines: list[list[LinePiece]] = []  # visible lines, top first
+        self._leaving: list[list[LinePiece]] = []  # lines scrolling out during the animation
         self._scroll_px = 0.0  # current downward offset of the animation
         self._scroll_from = 0.0
         self._scroll_t0 = 0.0
-        self._line_since: dict[int, float] = {}  # entry id of a line's first token -> shown since
+        self._line_since: dict[int, float] = {}  # entry id of a line's first piece -> shown since
         self._dirty = False
         self.paint_count = 0  # paint events so far (for the throttling test and diagnostics)
         self._drag: tuple[str, QPoint, QRect] | None = None  # (mode, press pos, start geometry)
@@ -180,8 +180,8 @@ class CaptionBar(QWidget):
         self._relayout()
         return [" ".join(t.text for t in line) for line in self._lines]
 
-    def visible_tokens(self) -> list[list[Token]]:
-        """The tokens on the bar now, top first."""
+    def visible_pieces(self) -> list[list[LinePiece]]:
+        """The pieces on the bar now, top first."""
         self._relayout()
         return [list(line) for line in self._lines]
 
@@ -247,7 +247,7 @@ class CaptionBar(QWidget):
         labels = self._labels if (self._both and self._style.show_source_labels) else None
         width = max(1.0, self.width() - 2 * self._pad().x())
 
-        def wrap() -> list[list[Token]]:
+        def wrap() -> list[list[LinePiece]]:
             return self._text.wrap(width, stable_only=self._style.stable_only, labels=labels)
 
         lines = wrap()
@@ -277,7 +277,7 @@ class CaptionBar(QWidget):
         self._line_since = {k: v for k, v in self._line_since.items() if k in live}
         self._lines = lines[:n]
 
-    def _start_scroll(self, leaving: list[list[Token]], count: int) -> None:
+    def _start_scroll(self, leaving: list[list[LinePiece]], count: int) -> None:
         if not self.isVisible():
             return
         self._leaving = leaving
@@ -326,13 +326,13 @@ class CaptionBar(QWidget):
             self._draw_lag(p)
         p.end()
 
-    def _color_for(self, tok: Token) -> QColor:
+    def _color_for(self, tok: LinePiece) -> QColor:
         st = self._style
         if self._both and st.show_source_labels:
             return QColor(st.mic_color if tok.source == "mic" else st.system_color)
         return QColor(st.text_color)
 
-    def _draw_line(self, p: QPainter, line: list[Token], x: float, baseline: float) -> None:
+    def _draw_line(self, p: QPainter, line: list[LinePiece], x: float, baseline: float) -> None:
         space = self._measure(" ")
         outline = QColor(0, 0, 0) if QColor(self._style.text_color).lightness() > 110 else QColor(255, 255, 255)
         pen_w = max(1.5, self._metrics.height() / 9)

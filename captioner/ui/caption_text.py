@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from captioner.core import EngineUpdate, Source, Word
 
-__all__ = ["MAX_ENTRIES", "CaptionText", "Token"]
+__all__ = ["MAX_ENTRIES", "CaptionText", "LinePiece"]
 
 MAX_ENTRIES = 4_000  # words kept for display; older ones are forgotten (the store keeps them all)
 
 
 @dataclass(frozen=True, slots=True)
-class Token:
+class LinePiece:
     """One drawable piece of a caption line.
 
     Attributes:
@@ -111,30 +111,30 @@ class CaptionText:
         self._next_id += 1
         return _Entry(self._next_id, word, source)
 
-    def tokens(self, *, stable_only: bool = False, labels: dict[str, str] | None = None) -> list[Token]:
-        """The drawable tokens in order; with ``labels``, a label token starts each change of source."""
-        out: list[Token] = []
+    def pieces(self, *, stable_only: bool = False, labels: dict[str, str] | None = None) -> list[LinePiece]:
+        """The drawable pieces in order; with ``labels``, a label piece starts each change of source."""
+        out: list[LinePiece] = []
         last_source: str | None = None
         for e in self._entries:
             if stable_only and e.word.speculative:
                 continue
             if labels is not None and e.source != last_source and labels.get(e.source):
-                out.append(Token(f"{labels[e.source]}:", e.source, False, True, e.entry_id))
+                out.append(LinePiece(f"{labels[e.source]}:", e.source, False, True, e.entry_id))
             last_source = e.source
-            out.append(Token(e.word.text, e.source, e.word.speculative, False, e.entry_id))
+            out.append(LinePiece(e.word.text, e.source, e.word.speculative, False, e.entry_id))
         return out
 
     def wrap(
         self, width: float, *, stable_only: bool = False, labels: dict[str, str] | None = None
-    ) -> list[list[Token]]:
-        """Greedy word wrap of :meth:`tokens` into lines no wider than ``width``.
+    ) -> list[list[LinePiece]]:
+        """Greedy word wrap of :meth:`pieces` into lines no wider than ``width``.
 
         A single word wider than the line gets a line of its own (it is clipped when drawn).
 
         Returns:
-            lines, top first; each a non-empty list of tokens.
+            lines, top first; each a non-empty list of pieces.
         """
-        return wrap_tokens(self.tokens(stable_only=stable_only, labels=labels), width, self._measure)
+        return wrap_pieces(self.pieces(stable_only=stable_only, labels=labels), width, self._measure)
 
     def drop_through(self, entry_id: int) -> None:
         """Forget every word displayed before, and including, the one with ``entry_id``.
@@ -147,7 +147,7 @@ class CaptionText:
                 del self._entries[: i + 1]
                 return
 
-    def drop_lines(self, lines: list[list[Token]]) -> None:
+    def drop_lines(self, lines: list[list[LinePiece]]) -> None:
         """Forget the words of ``lines`` (the top lines of the last wrap, now scrolled off)."""
         for line in reversed(lines):
             for tok in reversed(line):
@@ -156,13 +156,13 @@ class CaptionText:
                     return
 
 
-def wrap_tokens(tokens: list[Token], width: float, measure: Callable[[str], float]) -> list[list[Token]]:
-    """Greedy wrap: tokens separated by one space, each line at most ``width`` wide."""
+def wrap_pieces(pieces: list[LinePiece], width: float, measure: Callable[[str], float]) -> list[list[LinePiece]]:
+    """Greedy wrap: pieces separated by one space, each line at most ``width`` wide."""
     space = measure(" ")
-    lines: list[list[Token]] = []
-    line: list[Token] = []
+    lines: list[list[LinePiece]] = []
+    line: list[LinePiece] = []
     used = 0.0
-    for tok in tokens:
+    for tok in pieces:
         w = measure(tok.text)
         if line and used + space + w > width:
             lines.append(line)

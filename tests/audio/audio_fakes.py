@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import sounddevice
 
-from captioner.audio.backends import OpenedStream
+from captioner.audio.backends import OpenedDevice
 
 Signal = Callable[[int, int], np.ndarray]  # (first frame, frames) -> (frames, channels) float32
 
@@ -157,13 +157,13 @@ class FakeBackend:
         self.rates, self.channels, self.signals, self.paced = rates, channels, signals, paced
         self.streams: dict[str, list[ManualStream]] = {"mic": [], "system": []}
 
-    def open(self, source: str, device: Any, callback: Any, finished: Any) -> OpenedStream:
+    def open(self, source: str, device: Any, callback: Any, finished: Any) -> OpenedDevice:
         rate = self.rates[source]
         blocksize = round(rate * 0.02)
         cls = PacedStream if self.paced else ManualStream
         s = cls(rate, self.channels[source], blocksize, callback, finished, self.signals[source])
         self.streams[source].append(s)
-        return OpenedStream(s, rate, s.channels, blocksize, f"fake {source} {len(self.streams[source])}")
+        return OpenedDevice(s, rate, s.channels, blocksize, f"fake {source} {len(self.streams[source])}")
 
 
 class FakeSoundDevice:

@@ -7,7 +7,7 @@ import json
 import srt
 from PySide6.QtCore import QCoreApplication
 
-from captioner.app import CaptionerApp, GuiOptions, Session
+from captioner.app import CaptionerApp, EngineRun, GuiOptions
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.store import SessionStore
@@ -29,7 +29,7 @@ def make_app(qtbot, tmp_path, n_blocks=6, **options):
         return open_capture, sources
 
     def engine_factory(settings, sources, paths):
-        return Session({s: FakeStream(s) for s in sources}, "FAKE-CPU", "FAKE-CPU (requested auto)", "fake-pack")
+        return EngineRun({s: FakeStream(s) for s in sources}, "FAKE-CPU", "FAKE-CPU (requested auto)", "fake-pack")
 
     saved = tmp_path / "saved.srt"
     app = CaptionerApp(paths, GuiOptions(model="fake-pack", **options), engine_factory=engine_factory,
@@ -235,7 +235,7 @@ def test_a_forced_provider_that_fell_back_is_a_tray_message(qtbot, tmp_path):
     paths = AppPaths.default(tmp_path / "home")
 
     def engine_factory(settings, sources, paths):
-        return Session({"system": FakeStream()}, "CPU", "CPU (requested qnn; QNN-HTP: no NPU)", "p",
+        return EngineRun({"system": FakeStream()}, "CPU", "CPU (requested qnn; QNN-HTP: no NPU)", "p",
                        warning="CPU (requested qnn; QNN-HTP: no NPU)")
 
     app = CaptionerApp(paths, GuiOptions(model="p", provider="qnn"), engine_factory=engine_factory,

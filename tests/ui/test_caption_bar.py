@@ -59,11 +59,11 @@ def test_words_appear_and_speculative_words_are_replaced_in_place(qtbot):
     bar.apply_update(EngineUpdate(0, ws("good morning")))
     bar.apply_update(EngineUpdate(0, ws("every buddy", speculative=True)))
     assert bar.visible_lines() == ["good morning every buddy"]
-    spec = [t.speculative for t in bar.visible_tokens()[0]]
+    spec = [t.speculative for t in bar.visible_pieces()[0]]
     assert spec == [False, False, True, True]
     bar.apply_update(EngineUpdate(2, ws("everybody")))
     assert bar.visible_lines() == ["good morning everybody"]
-    assert not any(t.speculative for t in bar.visible_tokens()[0])
+    assert not any(t.speculative for t in bar.visible_pieces()[0])
 
 
 def test_stable_only_mode_hides_speculative_words_live(qtbot):
@@ -147,7 +147,7 @@ def test_both_mode_labels_and_colours_sources(qtbot):
     bar.apply_update(EngineUpdate(0, ws("yes fine", source="system"), source="system"))
     text = " ".join(bar.visible_lines())
     assert "You: can you hear me" in text and "Others: yes fine" in text
-    tok = bar.visible_tokens()
+    tok = bar.visible_pieces()
     colours = {t.source: bar._color_for(t).name().upper() for line in tok for t in line}
     assert colours == {"mic": "#FFD866", "system": "#FFFFFF"}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from captioner.core import EngineUpdate, Word
-from captioner.ui.caption_text import CaptionText, wrap_tokens
+from captioner.ui.caption_text import CaptionText, wrap_pieces
 
 
 def words(text: str, source="system", speculative=False, t0=0.0) -> tuple[Word, ...]:
@@ -37,7 +37,7 @@ def test_empty_update_changes_nothing_and_over_retraction_appends():
     ct = CaptionText(len)
     assert not ct.apply(EngineUpdate(0, ()))
     ct.apply(EngineUpdate(0, words("a b")))
-    ct.drop_through(ct.tokens()[-1].entry_id)  # both scrolled off
+    ct.drop_through(ct.pieces()[-1].entry_id)  # both scrolled off
     ct.apply(EngineUpdate(2, words("c d")))  # retracts words no longer held: appended
     assert texts(ct) == ["c", "d"]
 
@@ -60,8 +60,8 @@ def test_stable_only_hides_speculative_words():
     ct = CaptionText(len)
     ct.apply(EngineUpdate(0, words("solid")))
     ct.apply(EngineUpdate(0, words("maybe", speculative=True)))
-    assert [t.text for t in ct.tokens(stable_only=True)] == ["solid"]
-    assert [t.text for t in ct.tokens()] == ["solid", "maybe"]
+    assert [t.text for t in ct.pieces(stable_only=True)] == ["solid"]
+    assert [t.text for t in ct.pieces()] == ["solid", "maybe"]
 
 
 def test_labels_start_each_change_of_source():
@@ -69,7 +69,7 @@ def test_labels_start_each_change_of_source():
     ct.apply(EngineUpdate(0, words("hi all", source="mic"), source="mic"))
     ct.apply(EngineUpdate(0, words("hello", source="system"), source="system"))
     ct.apply(EngineUpdate(0, words("so", source="mic"), source="mic"))
-    toks = ct.tokens(labels={"mic": "You", "system": "Others"})
+    toks = ct.pieces(labels={"mic": "You", "system": "Others"})
     assert [t.text for t in toks] == ["You:", "hi", "all", "Others:", "hello", "You:", "so"]
     assert [t.label for t in toks].count(True) == 3
 
@@ -96,4 +96,4 @@ def test_drop_lines_keeps_a_label_that_ends_a_line_with_its_word():
 
 
 def test_wrap_tokens_empty():
-    assert wrap_tokens([], 10, len) == []
+    assert wrap_pieces([], 10, len) == []

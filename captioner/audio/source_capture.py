@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from captioner.audio.backends import CaptureBackend, OpenedStream
+from captioner.audio.backends import CaptureBackend, OpenedDevice
 from captioner.audio.resample import Resampler, downmix
 from captioner.audio.ring import BlockRing, RingItem
 from captioner.core import SAMPLE_RATE, AudioEvent, Source
 from captioner.errors import AudioDeviceError
 
-__all__ = ["CaptureCounters", "SourceStream"]
+__all__ = ["CaptureCounters", "SourceCapture"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class CaptureCounters:
 class _Generation:
     """One opened device stream and its ring (a new one after every reopen)."""
 
-    opened: OpenedStream
+    opened: OpenedDevice
     ring: BlockRing
     started_at: float
     finished: bool = False  # set by the stream's finished callback
@@ -72,7 +72,7 @@ class _Generation:
     flags_seen: int = 0
 
 
-class SourceStream:
+class SourceCapture:
     """Capture of one source; owned by :class:`~captioner.audio.capture.AudioCapture`.
 
     Args:
@@ -313,7 +313,7 @@ class SourceStream:
         )
 
 
-def _close_quietly(opened: OpenedStream) -> None:
+def _close_quietly(opened: OpenedDevice) -> None:
     """Stop and close a stream whose device may already be gone (errors are expected then)."""
     for step in (opened.stream.stop, opened.stream.close):
         try:
