@@ -25,6 +25,8 @@ from captioner.transcript.store import SessionStore
 
 from .conftest import REPO, Bundle
 
+pytestmark = pytest.mark.slow  # one PyInstaller build per session (~100 s on 2 cores)
+
 SPEECH = REPO / "tests" / "data" / "speech"
 CLIP = SPEECH / "1089-134691-0001.wav"  # "FOR A FULL HOUR HE HAD PACED UP AND DOWN WAITING BUT HE COULD WAIT NO LONGER"
 ARTIFACTS = REPO / "test-artifacts" / "installer"
@@ -111,6 +113,7 @@ def test_frozen_cli_version_and_doctor_in_a_users_home(linux_bundle: Bundle, fro
     assert listed["cache"] == str(frozen_home / ".cache" / "captioner"), listed
 
 
+@pytest.mark.qnn
 def test_frozen_doctor_runs_the_bundled_qnn_plugin(linux_bundle: Bundle, frozen_home: Path):
     if not linux_bundle.with_qnn:
         pytest.skip("onnxruntime-qnn is not installed here (the qnn extra: Linux x86-64 and Windows ARM64)")
