@@ -78,6 +78,17 @@ class ChunkOutput:
             of the pass that consumed position ``start+s``; cropped to the real frames.
         attn_align: float32 [K, n_frames], mean over the alignment heads, same pass, cropped.
         elapsed_ms: wall time of the dispatch, milliseconds.
+        logsumexp: float32 [K], log Σ exp of the step's logits over the whole vocabulary:
+            ``token_logit − logsumexp`` is the token's log-probability. None when the model does
+            not report it (the scripted oracle).
+        nospeech_logit: float32 [K], the ``<|nospeech|>`` logit; None without such a token.
+            Whisper's no-speech probability is ``exp(nospeech_logit[0] − logsumexp[0])`` of a
+            round's first chunk (the step that consumed SOT).
+        lang_logits: float32 [K, languages], the language tokens' logits in the order of
+            ``vocab.special.languages``; None for English-only models. Row 0 of a round's first
+            chunk is the language detection step (:mod:`captioner.engine.language`).
+        In the rows a chunk graph batches, these three are given for the first row (SOT) only;
+        the rows after it carry zeros.
     """
 
     tokens: np.ndarray
@@ -86,6 +97,9 @@ class ChunkOutput:
     attn_last: np.ndarray
     attn_align: np.ndarray
     elapsed_ms: float = 0.0
+    logsumexp: np.ndarray | None = None
+    nospeech_logit: np.ndarray | None = None
+    lang_logits: np.ndarray | None = None
 
 
 class ChunkRunner(Protocol):

@@ -27,7 +27,7 @@ from captioner.core import SAMPLE_RATE
 from captioner.engine.features import log_mel, pad_to_frames
 from captioner.engine.model import SAMPLES_PER_FRAME, ChunkOutput, Encoding
 from captioner.engine.runtime import Runtime, release_free_heap
-from captioner.models.pack import layer_feeds
+from captioner.models.pack import decoder_outputs, layer_feeds
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -39,7 +39,6 @@ __all__ = ["OnnxAcousticModel", "OnnxChunkRunner"]
 logger = logging.getLogger(__name__)
 
 MASKED = -100.0  # additive cross-attention bias of padding frames (finite for fp16 NPUs)
-_OUTPUTS = ("tokens", "token_logit", "eot_logit", "attn_last", "attn_align", "new_k", "new_v")
 
 
 def _load_vocabulary(pack: Pack):
@@ -93,6 +92,7 @@ class OnnxAcousticModel:
         self.runtime = runtime or Runtime(pack)
         self.buckets: tuple[int, ...] = tuple(pack.buckets)
         self.vocab = _load_vocabulary(pack)
+        self.outputs = list(decoder_outputs(pack.special))  # what a chunk graph returns, in order
         self._plans: dict[tuple[int, bool], tuple[tuple[int, int], ...]] = {}
         dims = pack.dims
         self._kv_shape = (dims.decoder_layers, 1, dims.decoder_heads, dims.head_dim)
@@ -255,12 +255,14 @@ class OnnxChunkRunner:
             raise ValueError(f"chunk ({start}, {size}) batches its first {known} steps: their tokens must be given")
         sess = self._model.runtime.session(pack.decoder_file(enc.bucket, start, size), frames=enc.total_frames)
         t0 = time.perf_counter()
-        tokens, token_logit, eot_logit, attn_last, attn_align, new_k, new_v = sess.run(_OUTPUTS, {
+        names = self._model.outputs
+        out = dict(zip(names, sess.run(names, {
             "token": np.array([token], dtype=np.int64), "forced": forced,
             "positions": np.arange(start, start + size, dtype=np.int64),
             "self_mask": self._self_mask, "cross_mask": self._mask,
             **self._layer_feeds,
-        })
+        }), strict=True))
+        new_k, new_v = out["new_k"], out["new_v"]
         elapsed = (time.perf_counter() - t0) * 1000.0
         end = min(start + size, self._slots)  # the last chunk's keys are never read again
         self._cache.used = max(self._cache.used, end)  # before the writes: the next round zeroes them
@@ -270,7 +272,9 @@ class OnnxChunkRunner:
         self.consumed = start + size
         n = enc.n_frames
         return ChunkOutput(
-            tokens=tokens, token_logit=token_logit, eot_logit=eot_logit,
-            attn_last=np.ascontiguousarray(attn_last[:, :n]), attn_align=np.ascontiguousarray(attn_align[:, :n]),
-            elapsed_ms=elapsed,
+            tokens=out["tokens"], token_logit=out["token_logit"], eot_logit=out["eot_logit"],
+            attn_last=np.ascontiguousarray(out["attn_last"][:, :n]),
+            attn_align=np.ascontiguousarray(out["attn_align"][:, :n]),
+            elapsed_ms=elapsed, logsumexp=out["logsumexp"], nospeech_logit=out.get("nospeech_logit"),
+            lang_logits=out.get("lang_logits"),
         )

@@ -17,6 +17,14 @@ Out (row s belongs to step s, which consumes the token at p+s and predicts posit
         rows s < known − 1 predict nothing (their next token is given): ``tokens[s] = forced[s]``.
     ``token_logit`` float32 [K]: the logit of that argmax. ``eot_logit`` float32 [K]: the EOT logit
         (both 0 in the rows that predict nothing).
+    ``logsumexp`` float32 [K]: log Σ exp over the whole vocabulary, so logit − logsumexp is the
+        log-probability (the average log-probability of openai-whisper's fallback test).
+    ``nospeech_logit`` float32 [K]: the logit of ``<|nospeech|>`` (only when the vocabulary has it).
+    ``lang_logits`` float32 [K, languages]: the logits of the language tokens in the order of the
+        pack's ``special.languages`` (only for multilingual vocabularies).
+        These three are given for every row that predicts and for the first row of a batched head
+        (the SOT row, where Whisper reads its no-speech probability and the language); the other
+        batched rows carry zeros.
     ``attn_last`` float32 [K, T]: final decoder layer's cross-attention, mean over heads.
     ``attn_align`` float32 [K, T]: mean of the cross-attention of the alignment heads.
     ``new_k``, ``new_v`` float32 [L, 1, H, K, hd]: self-attention K/V of the K consumed tokens; the
@@ -64,7 +72,7 @@ from onnx import TensorProto
 from captioner.models.checkpoint import Checkpoint
 from captioner.models.encoder_graph import MASK_BIAS, qkv_weights
 from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
-from captioner.models.pack import FRAMES_DIM, LAYER_INPUTS, layer_input
+from captioner.models.pack import FRAMES_DIM, LAYER_INPUTS, decoder_outputs, layer_input
 
 __all__ = ["build_decoder_chunk", "graph_name"]
 
@@ -139,18 +147,46 @@ def _head_sum(g: GraphBuilder, total: str | None, probs: str, heads: list[int]) 
     return summed if total is None else g.op("Add", [total, summed])
 
 
-def _greedy_choice(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str) -> tuple[str, str, str]:
-    """Final layer norm, logits and the greedy pick below EOT of one row [1, d]:
-    (argmax [1] int64, its logit [1], EOT logit [1])."""
-    eot = ckpt.special.eot
-    x = g.layer_norm(x, "decoder.layer_norm", ckpt.weights)
-    logits = g.op("Gemm", [x, proj], transB=1)  # [1, V]
-    text = g.op("Slice", [logits, g.const([0]), g.const([eot]), g.const([1])])
-    choice = g.op("ArgMax", [text], axis=1, keepdims=0)  # the first maximum
-    logit = g.op("ReduceMax", [text, g.const([1])], keepdims=0)
-    eot_logit = g.op("Reshape", [g.op("Slice", [logits, g.const([eot]), g.const([eot + 1]), g.const([1])]),
-                                 g.const([1])])
-    return choice, logit, eot_logit
+def _predict(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, rows: int) -> dict[str, str]:
+    """Final layer norm, logits and what the steps of one pass ``x`` [rows, d] report.
+
+    The greedy pick (``tokens`` [1] int64, ``token_logit`` [1], ``eot_logit`` [1]) is made after the
+    last row only. ``logsumexp`` [rows], ``nospeech_logit`` [rows] and ``lang_logits`` [rows, languages]
+    (the last two only where :func:`~captioner.models.pack.decoder_outputs` lists them) come for the
+    last row and, in a batched pass, for its first row too: the row that consumed SOT, where Whisper
+    reads its no-speech probability and the language. The rows between carry zeros. Projecting two
+    rows instead of one costs about the same (the step streams the [V, d] table either way).
+    """
+    special = ckpt.special
+    eot = special.eot
+    picked = x if rows == 1 else g.op("Gather", [x, g.const([0, rows - 1])], axis=0)  # [r, d], r = 1 or 2
+    r = 1 if rows == 1 else 2
+    picked = g.layer_norm(picked, "decoder.layer_norm", ckpt.weights)
+    logits = g.op("Gemm", [picked, proj], transB=1)  # [r, V]
+    last = logits if r == 1 else g.op("Slice", [logits, g.const([1]), g.const([2]), g.const([0])])
+    text = g.op("Slice", [last, g.const([0]), g.const([eot]), g.const([1])])
+    out = {"tokens": g.op("ArgMax", [text], axis=1, keepdims=0),  # the first maximum
+           "token_logit": g.op("ReduceMax", [text, g.const([1])], keepdims=0),
+           "eot_logit": g.op("Reshape", [g.op("Slice", [last, g.const([eot]), g.const([eot + 1]), g.const([1])]),
+                                         g.const([1])])}
+    # log-sum-exp as ReduceMax + Exp + ReduceSum + Log (QNN's HTP has no ReduceLogSumExp)
+    peak = g.op("ReduceMax", [logits, g.const([1])], keepdims=1)  # [r, 1]
+    total = g.op("ReduceSum", [g.op("Exp", [g.op("Sub", [logits, peak])]), g.const([1])], keepdims=0)
+    stats = {"logsumexp": g.op("Add", [g.op("Log", [total]), g.op("Reshape", [peak, g.const([r])])])}
+    if special.nospeech is not None:
+        ns = int(special.nospeech)
+        stats["nospeech_logit"] = g.op("Reshape", [g.op("Slice", [logits, g.const([ns]), g.const([ns + 1]),
+                                                                  g.const([1])]), g.const([r])])
+    if special.languages:
+        stats["lang_logits"] = g.op("Gather", [logits, g.const(list(special.languages.values()))], axis=1)
+    for name, value in stats.items():
+        if rows > 2:  # first row, zeros for the rows between, last row
+            shape = (rows - 2, len(special.languages)) if name == "lang_logits" else (rows - 2,)
+            value = g.op("Concat", [g.op("Slice", [value, g.const([0]), g.const([1])]),
+                                    g.const(np.zeros(shape), np.float32),
+                                    g.op("Slice", [value, g.const([1]), g.const([2])])], axis=0)
+        out[name] = value
+    return out
 
 
 def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: int, linear: str,
@@ -187,7 +223,8 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
     pos_rows = g.op("Gather", [pos_table, "positions"], axis=0)  # [K, d]
     pos_parts = [pos_rows] if len(groups) == 1 else g.op("Split", [pos_rows, g.const(groups)],
                                                           outputs=len(groups), axis=0)
-    outs: dict[str, list[str]] = {"tokens": [], "token_logit": [], "eot_logit": [], "attn_last": [], "attn_align": []}
+    out_names = decoder_outputs(ckpt.special)
+    outs: dict[str, list[str]] = {name: [] for name in out_names if not name.startswith("new_")}
     token = "token"
     if known > 1:
         given = g.op("Slice", ["forced", g.const([0]), g.const([known - 1])])
@@ -231,33 +268,32 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
         assert align_sum is not None  # the checkpoint loader guarantees alignment heads
         outs["attn_align"].append(g.op("Mul", [align_sum, g.const([1.0 / len(ckpt.alignment_heads)], np.float32)]))
 
-        last = x if rows == 1 else g.op("Slice", [x, g.const([rows - 1]), g.const([rows]), g.const([0])])
-        choice, logit, eot_logit = _greedy_choice(g, ckpt, last, proj)
-        outs["tokens"].append(choice)
-        outs["token_logit"].append(logit)
-        outs["eot_logit"].append(eot_logit)
+        for name, value in _predict(g, ckpt, x, proj, rows).items():
+            outs[name].append(value)
+        choice = outs["tokens"][-1]
         done += rows
         if done < size:
             forced = g.op("Slice", ["forced", g.const([done - 1]), g.const([done])])
             token = g.op("Where", [g.op("GreaterOrEqual", [forced, g.const([0])]), forced, choice])
 
-    for name in ("tokens", "token_logit", "eot_logit", "attn_last", "attn_align"):
-        g.op("Concat", outs[name], outputs=[name], axis=0)
+    for name, pieces in outs.items():
+        g.op("Concat", pieces, outputs=[name], axis=0)
     for name, per in (("new_k", new_k), ("new_v", new_v)):
         layers = [g.op("Reshape", [g.op("Concat", pieces, axis=1) if len(pieces) > 1 else pieces[0],
                                    g.const([1, 1, heads, size, hd])]) for pieces in per]
         g.op("Concat", layers, outputs=[name], axis=0)
 
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    out_shape = {"tokens": (i64, [size]), "token_logit": (f32, [size]), "eot_logit": (f32, [size]),
+                 "logsumexp": (f32, [size]), "nospeech_logit": (f32, [size]),
+                 "lang_logits": (f32, [size, len(ckpt.special.languages)]),
+                 "attn_last": (f32, [size, frames]), "attn_align": (f32, [size, frames]),
+                 "new_k": (f32, [n_layers, 1, heads, size, hd]), "new_v": (f32, [n_layers, 1, heads, size, hd])}
     layer_shape = {"self_k": [heads, slots, hd], "self_v": [heads, slots, hd],
                    "cross_k": [heads, hd, frames], "cross_v": [heads, hd, frames]}  # per LAYER_INPUTS kind
     return g.model(
         [value_info("token", i64, [1]), value_info("forced", i64, [size - 1]), value_info("positions", i64, [size]),
          value_info("self_mask", f32, [slots]), value_info("cross_mask", f32, [frames]),
          *[value_info(layer_input(kind, i), f32, layer_shape[kind]) for i in range(n_layers) for kind in LAYER_INPUTS]],
-        [value_info("tokens", i64, [size]), value_info("token_logit", f32, [size]),
-         value_info("eot_logit", f32, [size]), value_info("attn_last", f32, [size, frames]),
-         value_info("attn_align", f32, [size, frames]),
-         value_info("new_k", f32, [n_layers, 1, heads, size, hd]),
-         value_info("new_v", f32, [n_layers, 1, heads, size, hd])],
+        [value_info(name, *out_shape[name]) for name in out_names],
     )

@@ -43,6 +43,7 @@ __all__ = [
     "Pack",
     "SpecialTokens",
     "WeightRef",
+    "decoder_outputs",
     "file_sha256",
     "layer_feeds",
     "layer_input",
@@ -58,7 +59,9 @@ FORMAT = "captioner-pack"
 #    of encoder frames (one graph per cache size, chunk size and known steps, shared by buckets)
 # 4: ``graph_weights`` lists each graph's weights in ``weights.bin``, so the runtime hands them to a
 #    session without parsing the graph (the ``onnx`` package cost the app 11 MB of RSS for that)
-FORMAT_VERSION = 4
+# 5: the chunk graphs also return ``logsumexp``, ``nospeech_logit`` and ``lang_logits``
+#    (:func:`decoder_outputs`), and the batched head's first row (the SOT row) predicts them too
+FORMAT_VERSION = 5
 MANIFEST = "manifest.json"
 
 # Per-layer inputs of a decoder chunk graph, in the order they follow the shared inputs: one tensor
@@ -66,6 +69,18 @@ MANIFEST = "manifest.json"
 # stacked [L, …] input copies it on every dispatch: 37 MB per chunk for whisper-base at 30 s).
 LAYER_INPUTS = ("self_k", "self_v", "cross_k", "cross_v")
 FRAMES_DIM = "frames"  # the symbolic number of encoder frames of a chunk graph (shared by buckets)
+
+
+def decoder_outputs(special: SpecialTokens) -> tuple[str, ...]:
+    """The outputs of a decoder chunk graph, in order (``decoder_graph.py`` documents each).
+
+    ``nospeech_logit`` only when the vocabulary has ``<|nospeech|>``, ``lang_logits`` only for a
+    multilingual vocabulary (``special.languages`` not empty).
+    """
+    return ("tokens", "token_logit", "eot_logit", "logsumexp",
+            *(("nospeech_logit",) if special.nospeech is not None else ()),
+            *(("lang_logits",) if special.languages else ()),
+            "attn_last", "attn_align", "new_k", "new_v")
 
 
 def layer_input(kind: str, layer: int) -> str:

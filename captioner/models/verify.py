@@ -12,7 +12,15 @@ from pathlib import Path
 import onnx
 
 from captioner.errors import ModelError
-from captioner.models.pack import FRAMES_DIM, MANIFEST, Pack, file_sha256, layer_input_names, schedule_chunks
+from captioner.models.pack import (
+    FRAMES_DIM,
+    MANIFEST,
+    Pack,
+    decoder_outputs,
+    file_sha256,
+    layer_input_names,
+    schedule_chunks,
+)
 
 __all__ = ["pack_problems", "verify_pack"]
 
@@ -20,7 +28,6 @@ logger = logging.getLogger(__name__)
 
 ENCODER_IO = (["mel", "n_frames"], ["cross_k", "cross_v"])
 DECODER_INPUTS = ["token", "forced", "positions", "self_mask", "cross_mask"]  # then layer_input_names(L)
-DECODER_OUTPUTS = ["tokens", "token_logit", "eot_logit", "attn_last", "attn_align", "new_k", "new_v"]
 
 
 def _shape(value: onnx.ValueInfoProto) -> list[int | str]:
@@ -41,14 +48,16 @@ def _graph_problems(pack: Pack, path: Path, bucket: int, size: int | None) -> li
         expect = {"mel": [1, dims.n_mels, 100 * bucket], "n_frames": [1], "cross_k": cross, "cross_v": cross}
     else:
         layers = layer_input_names(dims.decoder_layers)
-        names = ([*DECODER_INPUTS, *layers], DECODER_OUTPUTS)
+        names = ([*DECODER_INPUTS, *layers], list(decoder_outputs(pack.special)))
         slots = pack.cache_slots[bucket]
         cache = [dims.decoder_heads, slots, dims.head_dim]
         cross = [dims.decoder_heads, dims.head_dim, FRAMES_DIM]  # one graph serves every bucket
         new = [dims.decoder_layers, 1, dims.decoder_heads, size, dims.head_dim]
         expect = {"token": [1], "forced": [size - 1], "positions": [size], "self_mask": [slots],
                   "cross_mask": [FRAMES_DIM], "tokens": [size], "token_logit": [size],
-                  "eot_logit": [size], "attn_last": [size, FRAMES_DIM], "attn_align": [size, FRAMES_DIM],
+                  "eot_logit": [size], "logsumexp": [size], "nospeech_logit": [size],
+                  "lang_logits": [size, len(pack.special.languages)],
+                  "attn_last": [size, FRAMES_DIM], "attn_align": [size, FRAMES_DIM],
                   "new_k": new, "new_v": new}
         expect |= {name: cache if name.startswith("self_") else cross for name in layers}
     graph = model.graph

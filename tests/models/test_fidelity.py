@@ -1,8 +1,8 @@
 """The pack's graphs against transformers on the same tiny checkpoint (fp32, CPU provider).
 
 Encoder: cross K/V of the real frames equal the reference run on exactly that length (≤ 1e-4).
-Decoder: token_logit, eot_logit, attn_last and attn_align equal the reference decoder on the same
-tokens (≤ 1e-4); the greedy decode through the full schedule, with and without a forced prefix,
+Decoder: token_logit, eot_logit, logsumexp, the no-speech and language logits, attn_last and
+attn_align equal the reference decoder on the same tokens (≤ 1e-4); the greedy decode through the full schedule, with and without a forced prefix,
 reproduces transformers' greedy tokens (ids ≥ EOT suppressed) exactly, for every bucket.
 Masking: padded frames get ≤ 1e-6 attention in total, and their contents change no output.
 """
@@ -68,6 +68,19 @@ def test_decoder_chunks_match_transformers(tiny_pack, runner, reference, bucket)
     np.testing.assert_array_equal(got["tokens"][~predicted], seq[1:4])
     assert np.abs(got["token_logit"][predicted] - text_logits.max(axis=1)).max() <= TOL
     assert np.abs(got["eot_logit"][predicted] - logits[predicted, eot]).max() <= TOL
+    # log-sum-exp, no-speech and language logits: every predicting row and the SOT row of the batched head
+    # (where Whisper reads its no-speech probability and the language); the other batched rows carry zeros
+    reported = predicted | np.concatenate([np.arange(size) == 0 for _, size in chunks])
+    assert reported.sum() == positions - 2
+    wide = logits.astype(np.float64)
+    lse = wide.max(axis=1) + np.log(np.exp(wide - wide.max(axis=1, keepdims=True)).sum(axis=1))
+    assert np.abs(got["logsumexp"][reported] - lse[reported]).max() <= TOL
+    assert np.abs(got["nospeech_logit"][reported] - logits[reported, tiny_pack.special.nospeech]).max() <= TOL
+    lang_ids = list(tiny_pack.special.languages.values())
+    assert got["lang_logits"].shape == (positions, 99)
+    assert np.abs(got["lang_logits"][reported] - logits[reported][:, lang_ids]).max() <= TOL
+    for name in ("logsumexp", "nospeech_logit", "lang_logits"):
+        assert not got[name][~reported].any(), name
     last = attentions[-1].mean(axis=0)  # [S, n]
     assert np.abs(got["attn_last"][:, :n] - last).max() <= TOL
     align = np.mean([attentions[layer][head] for layer, head in tiny_pack.alignment_heads], axis=0)
@@ -143,5 +156,6 @@ def test_padding_gets_no_attention_and_changes_nothing(tiny_pack, runner, bucket
     seq_noisy, outputs_noisy = runner.greedy(enc_noisy, prompt(tiny_pack), runner.plan(bucket, "default"))
     assert seq_noisy == seq
     for a, b in zip(outputs, outputs_noisy, strict=True):
-        for name in ("token_logit", "eot_logit", "attn_last", "attn_align", "new_k", "new_v"):
+        for name in ("token_logit", "eot_logit", "logsumexp", "nospeech_logit", "lang_logits", "attn_last",
+                     "attn_align", "new_k", "new_v"):
             assert np.abs(a[name] - b[name]).max() <= 1e-6, name

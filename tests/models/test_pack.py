@@ -27,7 +27,7 @@ DEFAULT_CHUNKS = [(0, 4), (0, 5), (4, 6), (5, 5), (10, 5), (15, 5), (20, 5), (25
 
 def test_manifest_has_the_contract_keys(tiny_pack, tiny_checkpoint):
     m = tiny_pack.manifest
-    assert m["format"] == "captioner-pack" and m["format_version"] == 4
+    assert m["format"] == "captioner-pack" and m["format_version"] == 5
     assert set(m["source"]) == {"name", "revision", "sha256"}
     assert m["source"]["name"] == "tiny-whisper"
     assert m["source"]["sha256"] == file_sha256(tiny_checkpoint / "model.safetensors")
@@ -126,13 +126,14 @@ def test_graph_io_contract(tiny_pack):
     assert [i.name for i in dec.input] == ["token", "forced", "positions", "self_mask", "cross_mask",
                                            "self_k_0", "self_v_0", "cross_k_0", "cross_v_0",
                                            "self_k_1", "self_v_1", "cross_k_1", "cross_v_1"]
-    assert [o.name for o in dec.output] == ["tokens", "token_logit", "eot_logit", "attn_last", "attn_align",
-                                            "new_k", "new_v"]
+    assert [o.name for o in dec.output] == ["tokens", "token_logit", "eot_logit", "logsumexp", "nospeech_logit",
+                                            "lang_logits", "attn_last", "attn_align", "new_k", "new_v"]
     shapes = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
               for v in [*dec.input, *dec.output]}
     assert shapes["self_k_0"] == [4, 25, 16] and shapes["self_mask"] == [25] and shapes["positions"] == [5]
     assert shapes["cross_v_1"] == [4, 16, "frames"]  # frames last, as the encoder writes them
     assert shapes["forced"] == [4] and shapes["attn_last"] == [5, "frames"]
+    assert shapes["logsumexp"] == shapes["nospeech_logit"] == [5] and shapes["lang_logits"] == [5, 99]
     # static but for the encoder frames, which the NPU runtime fixes per bucket
     assert all(d == "frames" or d > 0 for s in shapes.values() for d in s)
     assert pack_problems(tiny_pack.root, checksums=False) == []
@@ -171,10 +172,11 @@ def test_load_errors_name_the_file(tiny_pack, tmp_path):
     with pytest.raises(ModelError, match=r"encoder_3s\.onnx is missing"):
         Pack.load(copy)
     manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["format_version"] = 99
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(ModelError, match="format_version"):
-        Pack.load(copy)
+    for older_or_newer in (4, 99):  # 4: before the chunk graphs returned logsumexp and language logits
+        manifest["format_version"] = older_or_newer
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+        with pytest.raises(ModelError, match=r"format_version.*rebuild the pack"):
+            Pack.load(copy)
 
 
 def test_each_graph_lists_its_weights_in_the_manifest(tiny_pack, tmp_path):

@@ -39,7 +39,8 @@ def test_conv_lowering_equals_matmul(tiny_checkpoint, tiny_pack, runner, tmp_pat
         seq_b, out_b = conv_runner.greedy(a, prompt(tiny_pack), conv_runner.plan(bucket, "default"))
         assert seq == seq_b
         for x, y in zip(out_a, out_b, strict=True):
-            for name in ("token_logit", "eot_logit", "attn_last", "attn_align", "new_k", "new_v"):
+            for name in ("token_logit", "eot_logit", "logsumexp", "nospeech_logit", "lang_logits", "attn_last",
+                         "attn_align", "new_k", "new_v"):
                 assert np.abs(x[name] - y[name]).max() <= 1e-5, name
     import onnx
 
@@ -94,6 +95,10 @@ def test_english_only_128_mels_pack(tmp_path):
     align = np.mean([attentions[layer][head] for layer, head in pack.alignment_heads], axis=0)
     got = np.concatenate([o["attn_align"] for o in outputs])[:, :n]
     assert np.abs(got - align).max() <= 1e-4
+    # no language tokens, so no lang_logits; the older vocabulary's <|nocaptions|> is the no-speech token
+    assert "lang_logits" not in outputs[0] and pack.special.nospeech == 50361
+    logits, _ = reference.decode(enc_ref, seq[:1])  # the SOT row: the batched head's first row reports it
+    assert abs(outputs[0]["nospeech_logit"][0] - logits[0, 50361]) <= 1e-4
 
 
 def test_hundred_languages_and_half_precision_checkpoint(tmp_path):
@@ -110,6 +115,12 @@ def test_hundred_languages_and_half_precision_checkpoint(tmp_path):
     ref_k, ref_v = reference.cross_kv(reference.encode(mel[:, :, :280]))
     assert np.abs(enc.cross_k[..., :140] - ref_k).max() <= 1e-4
     assert np.abs(enc.cross_v[..., :140] - ref_v).max() <= 1e-4
+    sp = pack.special
+    out = run.chunk(enc, 0, 4, sp.sot, [sp.languages["en"], sp.transcribe, sp.notimestamps],
+                    run.empty_cache(3), run.empty_cache(3))
+    logits, _ = reference.decode(reference.encode(mel[:, :, :280]), [sp.sot])
+    assert out["lang_logits"].shape == (4, 100)  # yue's logit too, in the pack's language order
+    assert np.abs(out["lang_logits"][0] - logits[0, list(sp.languages.values())]).max() <= 1e-4
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16"])
