@@ -99,6 +99,12 @@ class CommittedLog:
                 return i
         return len(self.tokens)
 
+    def word_start_since(self, sample: int, default: int) -> int:
+        """Audio start of the first committed word that starts at or after ``sample`` (``default``
+        if none)."""
+        i = self.first_word_since(sample)
+        return self.tokens[i].start if i < len(self.tokens) else default
+
     def words_since(self, sample: int) -> list[bytes]:
         """Normalised texts of the committed words whose first token starts at or after ``sample``
         (empty ones left out)."""

@@ -63,7 +63,7 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     corpus, this removed the trailing inventions ("… gospel. His") and the lost last words.
 17. **Closing rounds look back and correct**: short closing inputs (the carry is often ~1 s) made
     Whisper loop ("no longer, no longer, …") or invent ("… I hate"). A closing round's input
-    therefore reaches back up to ``closing_context_s`` into audio already decoded (never before
+    therefore reaches back up to ``closing_context_s`` (9.6 s: with the pad it fills the 10 s bucket that deviation 18 uses anyway) into audio already decoded (never before
     the utterance's start) and is decoded without a prefix; its words replace the committed words
     of that audio (the live words were a draft shown early; unchanged words keep the time they
     were first shown), or with ``closing_replaces=False`` only the words after the committed ones
@@ -165,7 +165,7 @@ class StreamConfig:
     vad_threshold: float = 0.5
     end_silence_s: float = 0.5
     speech_pad_s: float = 0.2
-    closing_context_s: float = 8.0
+    closing_context_s: float = 9.6
     closing_replaces: bool = True
 
     def __post_init__(self) -> None:
@@ -380,8 +380,11 @@ class Stream:
         extended = False
         if closes and self._context_n and self._log.tokens:  # deviation 17
             utterance = start if self._utterance_start is None else self._utterance_start
-            begin = _frames(max(self._history_start, utterance, start + audio.size - self._context_n))
-            if begin < start and start <= self._history_start + self._history.size:
+            begin = max(self._history_start, utterance, start + audio.size - self._context_n)
+            if begin > utterance:  # inside the utterance: begin where a committed word begins
+                begin = max(self._history_start, self._log.word_start_since(begin, start) - self._pad_n)
+            begin = _frames(begin)
+            if begin <= start <= self._history_start + self._history.size:
                 audio = np.concatenate([self._history[begin - self._history_start : start - self._history_start], audio])
                 start, extended = begin, True
         eff_s = audio.size / SAMPLE_RATE

@@ -27,9 +27,12 @@ def expected(script: Script) -> list[str]:
 
 
 def stream_of(script, *, plant=None, seed=0, **config):
-    """The oracle's audio is not speech, so the speech detector is off: these tests hold the
-    token-level policy (tests/engine/test_real_speech_policy.py covers the detector's rounds)."""
+    """The oracle's audio is not speech, so the speech detector is off, and the closing look-back
+    (deviation 17: an offline-style re-decode of audio already decoded, which a script keyed on audio
+    positions cannot answer as Whisper would) is off: these tests hold the token-level policy;
+    tests/engine/test_real_speech_policy.py covers both on real Whisper and real speech."""
     config.setdefault("vad", False)
+    config.setdefault("closing_context_s", 0.0)
     clock = SimClock()
     model = OracleModel(script, V, plant=plant, seed=seed, clock=clock)
     return Stream(model, StreamConfig(**config), clock=clock), model, clock
