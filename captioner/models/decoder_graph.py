@@ -284,12 +284,12 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
         g.op("Concat", layers, outputs=[name], axis=0)
 
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
-    out_shape = {"tokens": (i64, [size]), "token_logit": (f32, [size]), "eot_logit": (f32, [size]),
+    out_shape: dict[str, tuple[int, list[int | str]]] = {"tokens": (i64, [size]), "token_logit": (f32, [size]), "eot_logit": (f32, [size]),
                  "logsumexp": (f32, [size]), "nospeech_logit": (f32, [size]),
                  "lang_logits": (f32, [size, len(ckpt.special.languages)]),
                  "attn_last": (f32, [size, frames]), "attn_align": (f32, [size, frames]),
                  "new_k": (f32, [n_layers, 1, heads, size, hd]), "new_v": (f32, [n_layers, 1, heads, size, hd])}
-    layer_shape = {"self_k": [heads, slots, hd], "self_v": [heads, slots, hd],
+    layer_shape: dict[str, list[int | str]] = {"self_k": [heads, slots, hd], "self_v": [heads, slots, hd],
                    "cross_k": [heads, hd, frames], "cross_v": [heads, hd, frames]}  # per LAYER_INPUTS kind
     return g.model(
         [value_info("token", i64, [1]), value_info("forced", i64, [size - 1]), value_info("positions", i64, [size]),

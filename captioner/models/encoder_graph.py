@@ -28,13 +28,15 @@ The short buckets (≤ 6 s, 300 frames) run unblocked.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import numpy as np
 from onnx import TensorProto
 
 from captioner.models.checkpoint import Checkpoint
 from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
 
-__all__ = ["MASK_BIAS", "build_encoder", "qkv_weights"]
+__all__ = ["MASK_BIAS", "build_encoder", "fused_qkv", "qkv_weights"]
 
 MASK_BIAS = -100.0  # additive attention bias of masked positions (paper's NPU choice)
 LONG_FRAMES = 300  # buckets with more encoder frames than this run in blocks (the 10 s and 30 s graphs)
@@ -42,7 +44,13 @@ QUERY_BLOCK = 150  # query frames per self-attention block of a long bucket
 ROW_BLOCK = 300  # frames per MLP block of a long bucket
 
 
-def qkv_weights(w: dict[str, np.ndarray], prefix: str, scale: float) -> tuple[np.ndarray, np.ndarray]:
+def fused_qkv(w: Mapping[str, np.ndarray], prefix: str, scale: float) -> tuple[Callable[[], np.ndarray],
+                                                                               Callable[[], np.ndarray]]:
+    """:func:`qkv_weights`' weight and bias as the lazy makers ``GraphBuilder.linear`` takes."""
+    return (lambda: qkv_weights(w, prefix, scale)[0]), (lambda: qkv_weights(w, prefix, scale)[1])
+
+
+def qkv_weights(w: Mapping[str, np.ndarray], prefix: str, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """Fused [3d, d] weight and [3d] bias of q (pre-multiplied by ``scale``), k (no bias) and v.
 
     ``prefix`` names the attention block, e.g. ``encoder.layers.0.self_attn``.
@@ -102,8 +110,7 @@ def build_encoder(ckpt: Checkpoint, store: WeightStore, bucket: int, linear: str
     for i in range(dims.encoder_layers):
         p = f"encoder.layers.{i}"
         h = g.layer_norm(x, f"{p}.self_attn_layer_norm", w)
-        qkv = g.linear(h, f"{p}.self_attn.qkv", lambda p=p: qkv_weights(w, f"{p}.self_attn", scale)[0],
-                       lambda p=p: qkv_weights(w, f"{p}.self_attn", scale)[1], frames, d, 3 * d, batch=True)
+        qkv = g.linear(h, f"{p}.self_attn.qkv", *fused_qkv(w, f"{p}.self_attn", scale), frames, d, 3 * d, batch=True)
         q, k, v = g.op("Split", [qkv, g.const([d, d, d])], outputs=3, axis=-1)
         split_heads = g.const([frames, heads, hd])
         q = g.op("Transpose", [g.op("Reshape", [q, split_heads])], perm=[1, 0, 2])  # [H, T, hd]

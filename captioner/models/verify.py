@@ -42,17 +42,18 @@ def _graph_problems(pack: Pack, path: Path, bucket: int, size: int | None) -> li
     except Exception as exc:  # onnx raises DecodeError and friends from protobuf
         return [f"{path} is not a readable ONNX model: {exc}"]
     dims = pack.dims
+    expect: dict[str, list[int | str]]
     if size is None:
         names = ENCODER_IO
-        cross = [dims.decoder_layers, 1, dims.decoder_heads, dims.head_dim, 50 * bucket]
+        cross: list[int | str] = [dims.decoder_layers, 1, dims.decoder_heads, dims.head_dim, 50 * bucket]
         expect = {"mel": [1, dims.n_mels, 100 * bucket], "n_frames": [1], "cross_k": cross, "cross_v": cross}
     else:
         layers = layer_input_names(dims.decoder_layers)
         names = ([*DECODER_INPUTS, *layers], list(decoder_outputs(pack.special)))
         slots = pack.cache_slots[bucket]
-        cache = [dims.decoder_heads, slots, dims.head_dim]
+        cache: list[int | str] = [dims.decoder_heads, slots, dims.head_dim]
         cross = [dims.decoder_heads, dims.head_dim, FRAMES_DIM]  # one graph serves every bucket
-        new = [dims.decoder_layers, 1, dims.decoder_heads, size, dims.head_dim]
+        new: list[int | str] = [dims.decoder_layers, 1, dims.decoder_heads, size, dims.head_dim]
         expect = {"token": [1], "forced": [size - 1], "positions": [size], "self_mask": [slots],
                   "cross_mask": [FRAMES_DIM], "tokens": [size], "token_logit": [size],
                   "eot_logit": [size], "logsumexp": [size], "nospeech_logit": [size],
@@ -113,8 +114,8 @@ def pack_problems(root: Path | str, *, checksums: bool = True) -> list[str]:
         if problems:
             return problems  # corrupt files make the graph checks below noisy
         problems += _graph_problems(pack, pack.encoder_file(bucket), bucket, None)
-        sizes = {pack.decoder_file(bucket, *chunk): chunk[1] for chunk in sorted(chunks)}
-        for path, size in sizes.items():
+        graph_sizes = {pack.decoder_file(bucket, *chunk): chunk[1] for chunk in sorted(chunks)}
+        for path, size in graph_sizes.items():
             if path not in checked:
                 checked.add(path)
                 problems += _graph_problems(pack, path, bucket, size)
