@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from PySide6.QtCore import QObject, QRect, QThread, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QApplication
 
-from captioner.core import EngineUpdate, Source, stream_sources
+from captioner.core import EngineUpdate, Provider, Source, stream_sources
 from captioner.errors import CaptionerError, ModelError
 from captioner.models.install import first_installed_pack, list_packs
 from captioner.storage.paths import AppPaths
@@ -43,6 +43,11 @@ from captioner.ui.geometry import layout_key
 from captioner.ui.icons import app_icon, paused_icon
 from captioner.ui.tray import TrayIcon, ask_save_path_dialog
 from captioner.worker import CaptionWorker, CaptureLike, StreamLike
+
+if TYPE_CHECKING:
+    from captioner.ui.first_run import FirstRunDialog
+    from captioner.ui.history_window import HistoryWindow
+    from captioner.ui.settings_dialog import SettingsDialog
 
 __all__ = ["CaptionerApp", "CaptureFactory", "EngineFactory", "EngineRun", "GuiOptions"]
 
@@ -67,7 +72,7 @@ class GuiOptions:
 
     source_file: Path | None = None
     model: str | None = None
-    provider: str | None = None
+    provider: Provider | None = None
     minimized: bool = False
     screenshot: Path | None = None
     quit_after: float = 0.0
@@ -138,7 +143,7 @@ class CaptionerApp(QObject):
         self._capture_factory = capture_factory
         self._install_model = install_model
         self._import_model = import_model
-        self._first_run = None
+        self._first_run: FirstRunDialog | None = None
         self.settings, warnings = load_settings(paths.settings_file)
         self.settings = self._with_overrides(self.settings)
         self._startup_warnings = list(warnings)
@@ -149,11 +154,11 @@ class CaptionerApp(QObject):
         self.paused = False
         self._thread: QThread | None = None
         self._worker: CaptionWorker | None = None
-        self._after_stop: list[Callable[[], None]] = []
+        self._after_stop: list[Callable[[], object]] = []
         self._quitting = False
         self._store_error_shown = False
-        self._history = None
-        self._settings_dialog = None
+        self._history: HistoryWindow | None = None
+        self._settings_dialog: SettingsDialog | None = None
         self.provider = ""
 
         self.bar = CaptionBar(self.settings.captions, self._labels())
@@ -224,7 +229,7 @@ class CaptionerApp(QObject):
         self.bar.geometry_changed.connect(self._on_bar_geometry_changed)
         self.bar.dock_changed.connect(lambda d: self.update_settings(
             dataclasses.replace(self.settings, captions=dataclasses.replace(self.settings.captions, dock=d))))
-        app = QGuiApplication.instance()
+        app = cast(QGuiApplication | None, QGuiApplication.instance())
         if app is not None:
             app.screenAdded.connect(lambda _s: self._on_screens_changed())
             app.screenRemoved.connect(lambda _s: self._on_screens_changed())
@@ -295,7 +300,7 @@ class CaptionerApp(QObject):
         worker.update.connect(self._on_worker_update)
         worker.lag.connect(self._on_worker_lag)
         worker.error.connect(self._on_worker_error)
-        worker.event.connect(self._on_worker_event)
+        worker.audio_event.connect(self._on_worker_event)
         worker.status.connect(self._on_worker_status)
         worker.finished.connect(thread.quit)
         thread.finished.connect(self._on_thread_finished)
@@ -348,7 +353,7 @@ class CaptionerApp(QObject):
             self.tray.show_error("Live subtitles", message)
         self._live_warnings_shown = len(recorder.warnings)
 
-    def stop_engine(self, then: Callable[[], None] | None = None) -> None:
+    def stop_engine(self, then: Callable[[], object] | None = None) -> None:
         """Ask the worker to stop; ``then`` runs after it finished and the session was ended."""
         if then is not None:
             self._after_stop.append(then)

@@ -80,7 +80,7 @@ class CaptionWorker(QObject):
 
     Signals:
         started(); update(EngineUpdate); level(str source, float rms 0..1);
-        lag(float seconds); event(AudioEvent); error(CaptionerError); status(str) with
+        lag(float seconds); audio_event(AudioEvent); error(CaptionerError); status(str) with
         "listening", "paused", "ended" (a file source ran out) or "stopped"; finished().
     """
 
@@ -88,7 +88,7 @@ class CaptionWorker(QObject):
     update = Signal(object)
     level = Signal(str, float)
     lag = Signal(float)
-    event = Signal(object)
+    audio_event = Signal(object)
     error = Signal(object)
     status = Signal(str)
     finished = Signal()
@@ -139,7 +139,8 @@ class CaptionWorker(QObject):
         try:
             while not self._stop.is_set():
                 if self._paused:
-                    capture = self._close(capture)
+                    self._close(capture)
+                    capture = None
                     self.status.emit("paused")
                     self._wait_for_wake()
                     continue
@@ -154,7 +155,8 @@ class CaptionWorker(QObject):
                 elif outcome == "ended":
                     self._flush()
                     self.status.emit("ended")
-                    capture = self._close(capture)
+                    self._close(capture)
+                    capture = None
                     while not self._stop.is_set():  # a file ran out: keep the captions, idle
                         self._wait_for_wake()
         except Exception as exc:  # never let the thread die silently
@@ -188,12 +190,12 @@ class CaptionWorker(QObject):
             return None
 
     def _close(self, capture: CaptureLike | None) -> None:
+        """Stop ``capture`` (a failure is logged: the capture is dropped all the same)."""
         if capture is not None:
             try:
                 capture.stop()
             except CaptionerError as exc:
                 logger.warning("closing the capture: %s", exc)
-        return None
 
     def _pump(self, capture: CaptureLike) -> str:
         """Read one block (or time out) and run the due rounds.
@@ -227,7 +229,7 @@ class CaptionWorker(QObject):
 
     def _drain_events(self, capture: CaptureLike) -> None:
         for ev in capture.events():
-            self.event.emit(ev)
+            self.audio_event.emit(ev)
 
     def _emit_level(self, block: AudioBlock) -> None:
         now = time.monotonic()

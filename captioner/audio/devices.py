@@ -58,7 +58,9 @@ def list_devices(sounddevice: Any = None, soundcard: Any = None, platform: str |
     try:
         sd = sounddevice
         if sd is None:
-            import sounddevice as sd
+            import sounddevice as sd_module
+
+            sd = sd_module
         apis = [a["name"] for a in sd.query_hostapis()]
         try:
             default_in = int(sd.default.device[0])
@@ -84,7 +86,9 @@ def list_devices(sounddevice: Any = None, soundcard: Any = None, platform: str |
         try:
             sc = soundcard
             if sc is None:
-                import soundcard as sc
+                import soundcard as sc_module
+
+                sc = sc_module
             speaker = sc.default_speaker().name
             for m in sc.all_microphones(include_loopback=True):
                 if getattr(m, "isloopback", False):

@@ -26,6 +26,8 @@ def check_targets(result: dict) -> list[dict]:
             return
         desc, default = TARGETS.get(key, (key, None))
         lim = default if limit is None else limit
+        if lim is None:
+            return
         rows.append({"target": key, "what": desc, "value": value, "limit": lim, "met": value <= lim})
 
     enc = {b["bucket_s"]: b["ratio_to_full"] for b in result.get("encoder", {}).get("buckets", [])}

@@ -19,7 +19,7 @@ import numpy as np
 import onnxruntime as ort
 
 from captioner import __version__
-from captioner.core import PROVIDERS
+from captioner.core import PROVIDERS, Provider
 from captioner.engine.providers import QNN_EP, Attempt, Candidate, Host, plan_candidates, qnn_devices
 from captioner.models.install import DEFAULT_MODEL, list_packs
 from captioner.models.verify import pack_problems
@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
-def _print_plan(requested: str) -> None:
+def _print_plan(requested: Provider) -> None:
     plan = plan_candidates(requested)
     chosen = next(p for p in plan if isinstance(p, Candidate))
     print(f"  provider {requested!r} -> {chosen.label}")
@@ -115,12 +115,12 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     print(f"Model packs ({paths.packs}):")
     sound = 0
     for item in list_packs(paths):
-        problems = [item.error] if item.pack is None else pack_problems(item.path, checksums=not args.no_verify)
-        if problems:
+        p = item.pack
+        problems = [str(item.error)] if p is None else pack_problems(item.path, checksums=not args.no_verify)
+        if p is None or problems:
             print(f"  {item.name}: BROKEN: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
             continue
         sound += 1
-        p = item.pack
         print(f"  {item.name}: OK ({p.dims.n_mels} mel, d_model {p.dims.d_model}, {p.precision}/{p.linear}, "
               f"buckets {','.join(map(str, p.buckets))})")
     if sound == 0:

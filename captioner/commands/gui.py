@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from captioner.core import PROVIDERS, Source, stream_sources
 from captioner.errors import CaptionerError, ModelError
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
 
     if args.source_file is not None and not args.source_file.is_file():
         raise CaptionerError(f"--source-file {args.source_file}: no such file")
-    qapp = QApplication.instance() or QApplication(sys.argv[:1])
+    qapp = cast(QApplication | None, QApplication.instance()) or QApplication(sys.argv[:1])
     qapp.setApplicationName("captioner")
     qapp.setQuitOnLastWindowClosed(False)
     qapp.setWindowIcon(app_icon())

@@ -37,7 +37,8 @@ LEVEL_EVERY_S = 1.0  # seconds of audio between level lines
 class Capture(Protocol):
     """The part of AudioCapture / FileSource the loop needs."""
 
-    sources: tuple[Source, ...]
+    @property
+    def sources(self) -> tuple[Source, ...]: ...
 
     @property
     def finished(self) -> bool: ...

@@ -15,7 +15,7 @@ from captioner.errors import StorageError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import export_session, render_txt
+from captioner.transcript.export import EXPORT_FORMATS, export_session, render_txt
 from captioner.transcript.store import SessionInfo, SessionStore
 
 __all__ = ["register", "run"]
@@ -124,7 +124,7 @@ def _show(store: SessionStore, session_id: int, *, timestamps: bool) -> int:
 
 
 def _export(store: SessionStore, args: argparse.Namespace, paths: AppPaths) -> int:
-    targets = [(fmt, getattr(args, fmt)) for fmt in ("srt", "vtt", "txt", "json") if getattr(args, fmt)]
+    targets = [(fmt, getattr(args, fmt)) for fmt in EXPORT_FORMATS if getattr(args, fmt)]
     if not targets:
         raise StorageError("say what to write: --srt FILE, --vtt FILE, --txt FILE and/or --json FILE")
     info = store.get_session(args.id)  # no such session: the error comes before anything is written

@@ -36,7 +36,7 @@ _LOG_FLOOR = 1e-10
 _DYNAMIC_RANGE = 8.0  # log10 units kept below the clip's maximum
 
 
-def _hz_to_mel(freq: np.ndarray) -> np.ndarray:
+def _hz_to_mel(freq: np.ndarray | float) -> np.ndarray:
     """Slaney mel scale: linear below 1 kHz (3 mel per 200 Hz), logarithmic above."""
     freq = np.asarray(freq, dtype=np.float64)
     mels = 3.0 * freq / 200.0

@@ -127,8 +127,12 @@ class AcousticModel(Protocol):
     """
 
     vocab: Vocabulary
-    provider: str
     buckets: tuple[int, ...]
+
+    @property
+    def provider(self) -> str:
+        """The execution provider that runs the graphs ("QNN-HTP", "CPU", ...)."""
+        ...
 
     def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
         """The (start, size) chunks of a round, in order: [4,6,5,5,5,5] or, with a carried

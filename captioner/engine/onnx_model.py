@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -222,7 +222,8 @@ class OnnxChunkRunner:
     def __init__(self, model: OnnxAcousticModel, encoding: Encoding, slots: int) -> None:
         self._model = model
         self._encoding = encoding
-        self._cross_k, self._cross_v, self._mask = encoding.payload
+        payload = cast(tuple[np.ndarray, np.ndarray, np.ndarray], encoding.payload)  # written by encode()
+        self._cross_k, self._cross_v, self._mask = payload
         self._slots = slots
         self._cache = model._kv_cache(slots)
         self._generation = self._cache.take()

@@ -57,7 +57,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
@@ -107,7 +107,7 @@ def limit_host_blas_threads() -> None:
         logger.info("could not limit numpy's BLAS threads: %s", exc)
 
 
-_malloc_trim = None  # glibc's malloc_trim once looked up, False where the C library has none
+_malloc_trim: Any = None  # glibc's malloc_trim once looked up, False where the C library has none
 
 
 def release_free_heap() -> bool:
@@ -262,8 +262,8 @@ class Runtime:
 
     def _advance(self) -> None:
         """Record the skipped providers at the head of the plan until a usable one is first."""
-        while isinstance(self._plan[0], Attempt):
-            attempt = self._plan.pop(0)
+        while isinstance(attempt := self._plan[0], Attempt):
+            self._plan.pop(0)
             self._fallbacks.append(attempt)
             log = logger.info if self.requested == "auto" else logger.warning
             log("execution provider %s not used: %s", attempt.label, attempt.reason)
@@ -415,6 +415,7 @@ class Runtime:
         }, sort_keys=True)
         key = hashlib.sha256(key_src.encode()).hexdigest()[:20]
         stem = graph.stem if frames is None else f"{graph.stem}_f{frames}"
+        assert self.cache_dir is not None  # only called with a cache dir
         return self.cache_dir / "ep-context" / key / f"{stem}_ctx.onnx"
 
 

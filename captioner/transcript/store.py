@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from captioner.core import SOURCES, EngineUpdate, Source, Word
 from captioner.errors import StorageError
@@ -357,7 +357,7 @@ class SessionStore:
 
     @staticmethod
     def _info(row: Sequence[Any]) -> SessionInfo:
-        sources = tuple(s for s in str(row[4]).split(",") if s)
+        sources = tuple(cast(Source, s) for s in str(row[4]).split(",") if s)  # validated when stored
         return SessionInfo(
             int(row[0]),
             row[1],

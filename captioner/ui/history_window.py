@@ -144,15 +144,18 @@ class HistoryWindow(QWidget):
             self.list.addTopLevelItem(item)
         for c in range(len(COLUMNS) - 1):
             self.list.resizeColumnToContents(c)
-        if self.list.topLevelItemCount():
-            self.list.setCurrentItem(self.list.topLevelItem(0))
+        top = self.list.topLevelItem(0)
+        if top is not None:
+            self.list.setCurrentItem(top)
         else:
             self.text.setPlainText("")
 
     def session_ids(self) -> list[int]:
         """Ids of the listed sessions, in list order."""
-        return [self.list.topLevelItem(i).data(0, Qt.ItemDataRole.UserRole)
-                for i in range(self.list.topLevelItemCount())]
+        return [item.data(0, Qt.ItemDataRole.UserRole) for item in self._items()]
+
+    def _items(self) -> list[QTreeWidgetItem]:
+        return [item for i in range(self.list.topLevelItemCount()) if (item := self.list.topLevelItem(i)) is not None]
 
     def current_session(self) -> int | None:
         """Id of the selected session, or None."""
@@ -161,8 +164,7 @@ class HistoryWindow(QWidget):
 
     def select_session(self, session_id: int) -> None:
         """Select (open) a session in the list."""
-        for i in range(self.list.topLevelItemCount()):
-            item = self.list.topLevelItem(i)
+        for item in self._items():
             if item.data(0, Qt.ItemDataRole.UserRole) == session_id:
                 self.list.setCurrentItem(item)
                 return

@@ -26,7 +26,7 @@ class Harness:
         self.worker.update.connect(lambda u: (self.updates.append(u), self.order.append("update")))
         self.worker.error.connect(self.errors.append)
         self.worker.status.connect(self.statuses.append)
-        self.worker.event.connect(self.events.append)
+        self.worker.audio_event.connect(self.events.append)
         self.worker.lag.connect(self.lags.append)
         self.worker.finished.connect(lambda: self.order.append("finished"))
         self.qtbot = qtbot
