@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -179,6 +180,10 @@ class OfflineValidator:
 
     def on_attention(self, attn_last: np.ndarray) -> Stop | None:
         self.checked += 1
+        return self.stop
+
+    def close(self) -> Stop | None:
+        """Nothing is held back at the end of a window (``TokenValidator.close``)."""
         return self.stop
 
 
@@ -377,7 +382,7 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
         seconds = audio.size / SAMPLE_RATE
         onset = speech_onset(audio)
         offline = run_offline(model, audio, item.language)
-        row = {"id": item.id, "kind": item.kind, "language": item.language, "seconds": seconds,
+        row: dict[str, Any] = {"id": item.id, "kind": item.kind, "language": item.language, "seconds": seconds,
                "reference": item.text, "speech_onset_s": onset,
                "offline_words": [[w.text, round(w.start, 3), round(w.end, 3)] for w in offline.words], "modes": {}}
         row["modes"]["offline"] = _score(item.text, item.language, offline, None, sc, latency=False, onset_s=onset)

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ __all__ = ["FasterWhisperReference"]
 
 logger = logging.getLogger(__name__)
 
-MODES = {
+MODES: dict[str, dict[str, Any]] = {
     "fw_default": {"beam_size": 5, "vad_filter": True},
     "fw_greedy": {"beam_size": 1, "temperature": 0.0, "vad_filter": False},
 }

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -270,7 +271,8 @@ def chunk_sizes(model: OnnxAcousticModel, graphs: ExtraGraphs, bucket: int, reps
     samples = _time_samples(candidates, reps, warmup)  # per repetition: the paired test needs them
     med = {name: statistics.median(v) for name, v in samples.items()}
     lo, hi = min(t_values), max(t_values)
-    out, per_rep = {}, {}
+    out: dict[str, dict[str, Any]] = {}
+    per_rep: dict[str, list[float]] = {}
     for k in tails:
         sizes = schedules[k]
         cost = {t: med[f"{k}:{_chunks_for(sizes, t)}"] for t in range(lo, hi + 1)}
@@ -286,9 +288,9 @@ def chunk_sizes(model: OnnxAcousticModel, graphs: ExtraGraphs, bucket: int, reps
             "graphs_per_pack": _graphs_per_pack(pack, k),
         }
     fastest, chosen, paired = choose_tail({k: out[k]["mean_ms_t5_30"] for k in out}, per_rep)
-    for k, row in out.items():
-        row.update(faster_than_paper_reps=paired[k]["wins"], paired_gain=paired[k]["gain"],
-                   paired_t=paired[k]["t"], paired_gain_lower=paired[k]["lower"])
+    for name, row in out.items():
+        row.update(faster_than_paper_reps=paired[name]["wins"], paired_gain=paired[name]["gain"],
+                   paired_t=paired[name]["t"], paired_gain_lower=paired[name]["lower"])
     return {"bucket_s": encoding.bucket, "t_values": list(t_values), "sizes": out, "reps": reps,
             "fastest": fastest, "chosen": chosen,
             "margin": _MARGIN,

@@ -62,7 +62,10 @@ def speech_like(seconds: float, seed: int = 0) -> np.ndarray:
             t += float(rng.uniform(0.03, 0.12))
         t += float(rng.uniform(0.3, 1.2))
     phase = 2 * np.pi * np.cumsum(pitch) / SAMPLE_RATE
-    source = sum(np.sin(h * phase) / h for h in range(1, 25)).astype(np.float32)
+    harmonics = np.zeros(n)
+    for h in range(1, 25):
+        harmonics += np.sin(h * phase) / h
+    source = harmonics.astype(np.float32)
     source += 0.3 * rng.standard_normal(n).astype(np.float32)
     spectrum = np.fft.rfft(source)
     freqs = np.fft.rfftfreq(n, 1.0 / SAMPLE_RATE)

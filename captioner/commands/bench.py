@@ -134,7 +134,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     if options.sections:
         result = run_bench(pack, paths.cache / "bench", options, _progress, pack_label=label)
         texts.append(markdown(result))
-    if accuracy:
+    if acc_items is not None and acc_options is not None:
         acc = accuracy_bench(pack, acc_items, acc_options, _progress, provider=args.provider,
                              threads=args.threads, label=label)
         result = {**acc, **result, "accuracy": acc["accuracy"]}
