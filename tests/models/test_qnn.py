@@ -107,7 +107,7 @@ def _compare(qnn_pack, qnn_runner, bucket: int, n: int, chunks: list[tuple[int, 
     agree = np.mean(np.concatenate([a["tokens"] == b["tokens"] for a, b in zip(out_qnn, out_cpu, strict=True)]))
     assert agree >= 0.8, agree  # a random model has near-ties that fp16 may flip; the max logit may not move
     for a, b in zip(out_qnn, out_cpu, strict=True):
-        for name in ("token_logit", "eot_logit", "new_k", "new_v"):
+        for name in ("token_logit", "eot_logit", "logsumexp", "nospeech_logit", "lang_logits", "new_k", "new_v"):
             assert np.abs(a[name] - b[name]).max() <= ATOL_VALUES, name
         for name in ("attn_last", "attn_align"):
             assert np.abs(a[name] - b[name]).max() <= ATOL_ATTENTION, name
@@ -172,7 +172,7 @@ def test_htp_matches_cpu_on_the_longest_graphs(qnn_pack, qnn_runner):
     forced = seq[221:225]  # positions 221…224, consumed by steps 1…4
     last_qnn = qnn_runner.chunk(enc, 220, 5, seq[220], forced, self_k, self_v)
     last_cpu = cpu.chunk(enc, 220, 5, seq[220], forced, self_k, self_v)
-    for name in ("token_logit", "eot_logit", "new_k", "new_v"):
+    for name in ("token_logit", "eot_logit", "logsumexp", "nospeech_logit", "lang_logits", "new_k", "new_v"):
         assert np.abs(last_qnn[name] - last_cpu[name]).max() <= ATOL_VALUES, name
     for name in ("attn_last", "attn_align"):
         assert np.abs(last_qnn[name] - last_cpu[name]).max() <= ATOL_ATTENTION, name
