@@ -156,6 +156,8 @@ def _predict(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, rows: int) ->
     last row and, in a batched pass, for its first row too: the row that consumed SOT, where Whisper
     reads its no-speech probability and the language. The rows between carry zeros. Projecting two
     rows instead of one costs about the same (the step streams the [V, d] table either way).
+    Measured on whisper-base (ORT 1.32 CPU, one thread): the statistics take ~0.04 ms per row, the
+    head's second projected row ~0.3 ms, against ~7.5 ms for a step's vocabulary projection alone.
     """
     special = ckpt.special
     eot = special.eot
