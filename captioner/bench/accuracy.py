@@ -70,6 +70,7 @@ __all__ = [
     "run_accuracy",
     "run_live",
     "run_offline",
+    "summarise",
 ]
 
 logger = logging.getLogger(__name__)
@@ -340,7 +341,9 @@ def _group(items: list[dict], mode: str) -> dict:
     return out
 
 
-def _summaries(items: list[dict], modes: list[str]) -> dict:
+def summarise(items: list[dict], modes: list[str]) -> dict:
+    """group -> mode -> corpus figures: ``english`` (every English item), each kind of the English
+    items, and ``language:xx`` for each other language."""
     english = [it for it in items if it["language"] == "en"]
     groups: dict[str, list[dict]] = {"english": english}
     for kind in dict.fromkeys(it["kind"] for it in english):
@@ -403,7 +406,7 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
                      "window_s": WINDOW_S, "max_tokens": MAX_TOKENS},
         "items": results,
         "skipped": skipped,
-        "summary": _summaries(results, modes),
+        "summary": summarise(results, modes),
         "nonspeech": noise,
         "elapsed_s": time.perf_counter() - t_start,
         "load_average_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,

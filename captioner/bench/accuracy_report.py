@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["markdown", "write_plots"]
+__all__ = ["compare", "markdown", "merge", "write_plots"]
 
 _WORST = 6
 _TEXT_CHARS = 400
@@ -222,19 +222,51 @@ def compare(before: dict, after: dict, labels: tuple[str, str] = ("before", "aft
     return "\n".join(lines)
 
 
+def merge(results: list[dict]) -> dict:
+    """One result from runs of the same pack and modes over disjoint items (e.g. ``--kinds`` split
+    over parallel processes): items and non-speech joined, summaries recomputed; the first run's
+    header facts, the longest elapsed time.
+
+    Raises:
+        ValueError: the runs' modes differ or an item id occurs twice.
+    """
+    from captioner.bench.accuracy import summarise
+
+    accs = [r.get("accuracy", r) for r in results]
+    modes = accs[0]["settings"]["modes"]
+    if any(a["settings"]["modes"] != modes for a in accs):
+        raise ValueError("the runs measured different modes")
+    items = [it for a in accs for it in a["items"]]
+    ids = [it["id"] for it in items]
+    if len(set(ids)) != len(ids):
+        raise ValueError("an item occurs in more than one run")
+    acc = {**accs[0], "items": items, "skipped": [s for a in accs for s in a.get("skipped", [])],
+           "nonspeech": {k: v for a in accs for k, v in a.get("nonspeech", {}).items()},
+           "summary": summarise(items, modes), "elapsed_s": max(a["elapsed_s"] for a in accs),
+           "merged_runs": len(accs)}
+    return {**results[0], "accuracy": acc} if "accuracy" in results[0] else acc
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m captioner.bench.accuracy_report BEFORE.json AFTER.json``: the comparison table
-    (or, with one file, its report again) on stdout."""
+    (or, with one file, its report again) on stdout; ``--merge OUT.json A.json B.json …`` joins runs
+    over disjoint items into one result (and prints its report)."""
     import argparse
     import json
     import sys
 
     parser = argparse.ArgumentParser(description="Compare two accuracy bench JSON results, or re-render one.")
     parser.add_argument("json", nargs="+", type=Path, help="one or two --json outputs of the accuracy bench")
+    parser.add_argument("--merge", type=Path, metavar="OUT.json", help="merge the runs (disjoint items) into OUT")
     args = parser.parse_args(argv)
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in args.json]
+    if args.merge:
+        merged = merge(runs)
+        args.merge.write_text(json.dumps(merged, indent=1), encoding="utf-8")
+        sys.stdout.write(markdown(merged.get("accuracy", merged)) + "\n")
+        return 0
     if len(args.json) > 2:
         parser.error("give one or two JSON files")
-    runs = [json.loads(p.read_text(encoding="utf-8")) for p in args.json]
     runs = [r.get("accuracy", r) for r in runs]
     if len(runs) == 1:
         sys.stdout.write(markdown(runs[0]) + "\n")

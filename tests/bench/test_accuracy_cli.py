@@ -122,3 +122,24 @@ def test_compare_two_runs_and_rerender_one(acc_run, tmp_path: Path, capsys) -> N
     assert "| english | live_2s |" in out and "| change (points) |" in out and "+0.0 |" in out
     assert accuracy_report.main([str(path)]) == 0
     assert "### WER by kind" in capsys.readouterr().out
+
+
+def test_merge_runs_over_disjoint_items(acc_run, tmp_path: Path, capsys) -> None:
+    result, _, _ = acc_run
+    other = json.loads(json.dumps(result))
+    other["accuracy"]["items"][0]["id"] = "copy"
+    other["accuracy"]["nonspeech"] = {}
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, run in zip(paths, (result, other), strict=True):
+        path.write_text(json.dumps(run), encoding="utf-8")
+    out = tmp_path / "merged.json"
+    assert accuracy_report.main(["--merge", str(out), *map(str, paths)]) == 0
+    merged = json.loads(out.read_text(encoding="utf-8"))["accuracy"]
+    assert [it["id"] for it in merged["items"]] == ["1089-134691-0000", "copy"]
+    one, both = result["accuracy"]["summary"]["english"]["live_2s"], merged["summary"]["english"]["live_2s"]
+    assert (both["items"], both["ref_words"], both["errors"]) == (2, 2 * one["ref_words"], 2 * one["errors"])
+    assert both["latency_s"]["n"] == 2 * one["latency_s"]["n"] and both["wer"] == pytest.approx(one["wer"])
+    assert merged["nonspeech"] == result["accuracy"]["nonspeech"]
+    assert "### WER by kind" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="more than one run"):
+        accuracy_report.merge([result, result])
