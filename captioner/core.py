@@ -96,6 +96,7 @@ class RoundStats:
         lag_s: audio clock of the newest captured sample minus the end of the processed audio.
         speculative: the round's words were emitted speculatively.
         reinferred: the round ran the 30 s re-inference fallback (NPUSPER.md §11.3).
+        language: the language the round was decoded in (detected when the stream's is "auto").
         closes: the round closed an utterance (its speech ended before the input did, or the
             stream finished): decoded to the end without the peak-margin stop, nothing carried.
     """
@@ -118,6 +119,7 @@ class RoundStats:
     speculative: bool = False
     reinferred: bool = False
     closes: bool = False
+    language: str = ""
 
 
 @dataclass(frozen=True, slots=True)

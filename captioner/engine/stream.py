@@ -63,8 +63,9 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     corpus, this removed the trailing inventions ("… gospel. His") and the lost last words.
 17. **Closing rounds look back and correct**: short closing inputs (the carry is often ~1 s) made
     Whisper loop ("no longer, no longer, …") or invent ("… I hate"). A closing round's input
-    therefore reaches back up to ``closing_context_s`` (9.6 s: with the pad it fills the 10 s bucket that deviation 18 uses anyway) into audio already decoded (never before
-    the utterance's start) and is decoded without a prefix; its words replace the committed words
+    therefore reaches back up to ``closing_context_s`` (9.6 s: with the pad it fills the 10 s
+    bucket that deviation 18 uses anyway) into audio already decoded (never before the
+    utterance's start; inside it, from a committed word's start) and is decoded without a prefix; its words replace the committed words
     of that audio (the live words were a draft shown early; unchanged words keep the time they
     were first shown), or with ``closing_replaces=False`` only the words after the committed ones
     are added (found by aligning the texts with ``difflib``, else by DTW time).
@@ -74,6 +75,14 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     30 s windows, and a short masked input made it loop ("No. No. No." for one "no") or mishear
     the first words of an utterance; on the development corpus the padded 10 s input comes much
     closer to the offline 30 s result at a third of its encoder cost.
+
+19. **Language detection** (``language="auto"`` on a multilingual model): Whisper's language
+    token read from the first decoder step (the SOT row of the round's first chunk graph,
+    :mod:`~captioner.engine.language`, one extra chunk dispatch) on every round of an utterance
+    until an input of at least 4 s settles it (2 s of speech is wrong half the time on the
+    development corpus, 4–6 s right on 7–8 of 8 clips), and again on every closing round, whose
+    input reaches back up to 9.6 s: the closing decode, which replaces the utterance's draft
+    words, is in the language heard on the most audio, and the next utterance may switch.
 
 Two word guards of :mod:`~captioner.engine.validate` (phrase repetition with the committed words as
 context, sound annotations) run in every round, closing or not.
@@ -96,6 +105,7 @@ from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
 from captioner.engine._committed import CommittedLog, Token, keep_first_shown, retracted_words, token_spans
 from captioner.engine.align import Alignment, align_words, split_words
 from captioner.engine.decoder import DecodeResult, NativeValidator, decode_round, max_prefix
+from captioner.engine.language import detect_language
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
 from captioner.engine.tokens import TASKS, normalize_word
 from captioner.engine.vad import SpeechDetector
@@ -129,7 +139,8 @@ class StreamConfig:
         unreliable_fraction: DTW is unreliable when the last word ends before this fraction of
             the input (speculative round).
         reinfer_after: identical backward-shift stops in a row that trigger the 30 s re-inference.
-        language: Whisper language code, or "auto" (treated as English for now).
+        language: Whisper language code, or "auto": detected on multilingual models from the
+            first decoder step (deviation 19); English-only models are always English.
         task: "transcribe" or "translate".
         silence_floor_dbfs: inputs with an RMS below this (dB re full scale 1.0) are not decoded
             but handled as a round that decoded nothing (deviation 2); ``None`` disables the gate.
@@ -220,6 +231,10 @@ class Stream:
         self._clock = clock
         self._t0 = clock()
         self._prompt = self.vocab.prompt(self.config.language, self.config.task)
+        # deviation 19: language detection ("auto" on a multilingual model)
+        self._auto = self.config.language == "auto" and self.vocab.multilingual
+        self.language = "en" if self.config.language == "auto" else self.config.language
+        self._language_settled = not self._auto
         cfg = self.config
         self._step_n = round(cfg.step_s * SAMPLE_RATE)
         self._cap_n = _frames(round(2 * cfg.step_s * SAMPLE_RATE))
@@ -395,6 +410,9 @@ class Stream:
             seen = np.concatenate([audio, np.zeros(_CLOSING_MIN_N - audio.size, np.float32)])
         encoding = self.model.encode(seen)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
+        if self._auto and (closes or not self._language_settled):
+            self._detect_language(encoding, audio.size, closes)
+        stats["language"] = self.language
         prefix = () if extended else self._prefix
         if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # deviation 14
             logger.debug("prefix of %d tokens too long for the plan; not forced", len(prefix))
@@ -532,6 +550,17 @@ class Stream:
         )
         stats.update(speculative=speculative)
         return self._update(stats, t_round)
+
+    def _detect_language(self, encoding, n_audio: int, closes: bool) -> None:
+        """Deviation 19: the language of this input from the first decoder step (one chunk dispatch);
+        settled for the utterance once heard on ``_SETTLE_N`` of audio, re-checked when it closes and
+        for the next utterance."""
+        guess = detect_language(self.model, encoding)
+        if guess.code != self.language:
+            logger.info("language: %s (p %.2f) instead of %s", guess.code, guess.probability, self.language)
+            self.language = guess.code
+            self._prompt = self.vocab.prompt(guess.code, self.config.task)
+        self._language_settled = n_audio >= _SETTLE_N and not closes
 
     def _close_utterance(
         self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool
@@ -674,6 +703,7 @@ class Stream:
         return EngineUpdate(retract, words, round_stats, self.source)
 
 
+_SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _CLOSING_MIN_N = 10 * SAMPLE_RATE  # deviation 18: closing inputs are padded with silence to 10 s
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 

@@ -130,7 +130,8 @@ class Vocabulary:
         """The decoder prompt: ``[SOT, lang, task, notimestamps]`` (multilingual) or
         ``[SOT, notimestamps]`` (English-only).
 
-        ``language="auto"`` is treated as English for now (no language detection pass yet).
+        ``language="auto"`` gives the English prompt: the stream detects the language and asks again
+        with the detected code (:class:`~captioner.engine.stream.Stream`, deviation 19).
 
         Raises:
             CaptionerError: unknown language or task, or translation asked of an English-only model.
