@@ -10,6 +10,7 @@ overlap replacement, a comma extending an earlier word) becomes a minimal word-l
 from __future__ import annotations
 
 import bisect
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -188,19 +189,18 @@ def retracted_words(tokens: Sequence[Token], vocab: Vocabulary) -> list[tuple[by
 
 
 def keep_first_shown(new_tokens: list[Token], retracted: list[tuple[bytes, float]], vocab: Vocabulary) -> None:
-    """Words that re-emit the retracted speculative words, in order and with equal normalised text,
-    keep the earlier ``emitted_at`` (``stream.py`` deviation 10)."""
+    """Words that re-emit retracted words with equal normalised text keep the earlier
+    ``emitted_at`` (``stream.py`` deviations 10 and 17): the two word lists are aligned in order
+    (``difflib``), so a word changed by a closing round's correction does not cost the words after
+    it the time they were first shown."""
     if not retracted or not new_tokens:
         return
     groups = split_words([t.id for t in new_tokens], vocab)
     texts = [normalize_word(vocab.text_bytes(t.id for t in new_tokens[f : f + k])) for f, k in groups]
-    best, best_n = 0, 0
-    for offset in (0, 1):  # the first new word may be the overlap replacement of the word before
-        n = 0
-        while n < len(retracted) and offset + n < len(texts) and texts[offset + n] == retracted[n][0]:
-            n += 1
-        if n > best_n:
-            best, best_n = offset, n
-    for (f, k), (_, shown) in zip(groups[best : best + best_n], retracted, strict=False):
-        for t in new_tokens[f : f + k]:
-            t.emitted_at = min(t.emitted_at, shown)
+    old = [text for text, _ in retracted]
+    for block in difflib.SequenceMatcher(None, old, texts, autojunk=False).get_matching_blocks():
+        for n in range(block.size):
+            f, k = groups[block.b + n]
+            shown = retracted[block.a + n][1]
+            for t in new_tokens[f : f + k]:
+                t.emitted_at = min(t.emitted_at, shown)

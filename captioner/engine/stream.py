@@ -578,7 +578,7 @@ class Stream:
         replaced = self._log.first_word_since(start)
         if self.config.closing_replaces and not (replaced == len(self._log) and committed):
             kept = self._log.words_before(start, 1)
-            retracted += retracted_words(self._log.truncate(replaced), self.vocab)
+            retracted = retracted_words(self._log.truncate(replaced), self.vocab) + retracted  # in time order
             j = 1 if kept and decoded and decoded[0] == kept[-1] else 0  # the kept word heard again
         else:
             j = _follow(committed, decoded)
