@@ -54,7 +54,8 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
 15. **Speech detection** (Silero VAD, :mod:`~captioner.engine.vad`): a round whose input holds no
     speech is not decoded (stop reason ``"no_speech"``, handled like deviation 2), so silence,
     noise and music give no words; with no prefix to keep, the input starts ``speech_pad_s``
-    before the speech (no word is timed inside leading silence, and the encoder sees less).
+    before the speech (the encoder sees less), and no word's time starts before the detected onset
+    of its utterance's speech (DTW puts the first word at the start of the input).
 16. **Closing rounds**: when the speech of an input ended ``end_silence_s`` before its end (a
     pause), or at ``finish()``, the input is cut ``speech_pad_s`` after the speech and decoded as
     offline Whisper decodes a complete segment: EOT ends it whenever it wins, no backward-shift
@@ -265,7 +266,8 @@ class Stream:
         self._history = np.zeros(0, np.float32)
         self._history_start = 0
         self._context_n = _frames(round(cfg.closing_context_s * SAMPLE_RATE))
-        self._utterance_start: int | None = None  # where the open utterance's speech began
+        self._utterance_start: int | None = None  # where the open utterance's input begins (onset − pad)
+        self._onset = 0  # where its speech begins (the speech detector's onset): no word starts before
         self._log = CommittedLog(self.vocab, source)  # committed tokens -> published words
 
     # ----------------------------------------------------------------------------- public
@@ -387,7 +389,7 @@ class Stream:
             if lead and not self._prefix:
                 start, audio = start + lead, audio[lead:]
             if self._utterance_start is None:
-                self._utterance_start = start
+                self._utterance_start, self._onset = start, span.start
             if last or start + audio.size - span.end >= self._end_silence_n:
                 closes = True
                 keep = min(audio.size, -(-(span.end + self._pad_n - start) // SAMPLES_PER_FRAME) * SAMPLES_PER_FRAME)
@@ -522,7 +524,7 @@ class Stream:
 
         # 11.10 commit
         now = self._clock() - self._t0
-        spans = token_spans(words, len(cands), start, start + audio.size)
+        spans = _floor(token_spans(words, len(cands), start, start + audio.size), self._onset)
         new_tokens = []
         for k, token in enumerate(emit):
             i = k + dropped
@@ -571,7 +573,7 @@ class Stream:
         cands = [t for t in result.candidates if t < self.vocab.eot]
         alignment = align_words(cands, result.attn_align[: len(cands)], self.vocab, self.config.dtw_median) if cands else None
         words = alignment.words if alignment is not None and alignment.valid else ()
-        spans = token_spans(words, len(cands), start, start + audio.size)
+        spans = _floor(token_spans(words, len(cands), start, start + audio.size), self._onset)
         groups = split_words(cands, self.vocab)
         decoded = [normalize_word(self.vocab.text_bytes(cands[f : f + k])) for f, k in groups]
         committed = self._log.words_since(start)
@@ -642,7 +644,7 @@ class Stream:
         alignment = align_words(tokens, result.attn_align[: len(tokens)], self.vocab, cfg.dtw_median) if tokens else None
         dtw_ms = (time.perf_counter() - t_dtw) * 1000.0
         words = alignment.words if alignment is not None and alignment.valid else ()
-        spans = token_spans(words, len(tokens), start, start + audio.size)
+        spans = _floor(token_spans(words, len(tokens), start, start + audio.size), self._onset)
         groups = split_words(tokens, self.vocab)
         committed = self._log.tail_words(_REINFER_DEDUP_WORDS)
         drop = 0
@@ -706,6 +708,12 @@ class Stream:
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _CLOSING_MIN_N = 10 * SAMPLE_RATE  # deviation 18: closing inputs are padded with silence to 10 s
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
+
+
+def _floor(spans: list[tuple[int, int]], onset: int) -> list[tuple[int, int]]:
+    """Token spans moved to start no earlier than the utterance's speech onset (DTW puts the first
+    word at the start of the input, which holds ``speech_pad_s`` of silence before the speech)."""
+    return [(max(a, onset), max(b, onset)) for a, b in spans]
 
 
 def _follow(committed: list[bytes], decoded: list[bytes]) -> int | None:

@@ -77,7 +77,7 @@ def test_no_word_starts_in_leading_silence(model) -> None:
     detector = SpeechDetector()
     detector.feed(speech)
     onset = 1.5 + detector.speech(0, speech.size).start / SR
-    assert words and words[0].start >= onset - 0.25
+    assert words and words[0].start >= onset - 0.05  # one 32 ms detector window of slack
 
 
 def test_speech_detector_is_independent_of_block_sizes() -> None:
