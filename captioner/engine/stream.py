@@ -99,6 +99,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -364,7 +365,7 @@ class Stream:
     def _run_round(self, new_start: int, new: np.ndarray, *, last: bool) -> EngineUpdate:
         t_round = time.perf_counter()
         cfg = self.config
-        stats = {"round_index": self._round, "carry_s": self._carry.size / SAMPLE_RATE}
+        stats: dict[str, Any] = {"round_index": self._round, "carry_s": self._carry.size / SAMPLE_RATE}
         self._round += 1
         start = self._carry_start if self._carry.size else new_start
         audio = np.concatenate([self._carry, new]) if self._carry.size else new
@@ -581,9 +582,10 @@ class Stream:
         if self.config.closing_replaces and not (replaced == len(self._log) and committed):
             kept = self._log.words_before(start, 1)
             retracted = retracted_words(self._log.truncate(replaced), self.vocab) + retracted  # in time order
-            j = 1 if kept and decoded and decoded[0] == kept[-1] else 0  # the kept word heard again
+            follow: int | None = 1 if kept and decoded and decoded[0] == kept[-1] else 0  # the kept word heard again
         else:
-            j = _follow(committed, decoded)
+            follow = _follow(committed, decoded)
+        j = follow
         if j is None:  # no text match: the words that start after the last committed word ends
             end = self._log.tokens[-1].end if self._log.tokens else start
             j = next((i for i, (f, _) in enumerate(groups) if spans and spans[f][0] >= end - _TIME_SLACK_N), len(groups))

@@ -50,7 +50,9 @@ __all__ = ["CT2_WEIGHTS", "is_ct2_folder", "load_ct2_checkpoint", "model_bin_par
 logger = logging.getLogger(__name__)
 
 CT2_WEIGHTS = "model.bin"
-_DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16, 5: "bfloat16"}
+_BFLOAT16 = 5
+_DTYPES: dict[int, np.dtype] = {0: np.dtype(np.float32), 1: np.dtype(np.int8), 2: np.dtype(np.int16),
+                                3: np.dtype(np.int32), 4: np.dtype(np.float16), _BFLOAT16: np.dtype(np.uint16)}
 _PART = re.compile(r"^model\.bin\.part(\d+)$")
 _MIN_BINARY_VERSION = 5  # older files have no spec name/revision; faster-whisper's are version 6
 
@@ -86,10 +88,10 @@ def _load_bytes(parts: list[Path]) -> tuple[np.ndarray, str]:
     at = 0
     for part, size in zip(parts, sizes, strict=True):
         with part.open("rb") as fh:
-            n = fh.readinto(memoryview(joined)[at : at + size])
+            n = fh.readinto(memoryview(joined.data)[at : at + size])
         if n != size:
             raise PackBuildError(f"{part}: read {n} of {size} bytes")
-        digest.update(memoryview(joined)[at : at + size])
+        digest.update(memoryview(joined.data)[at : at + size])
         at += size
     return joined, digest.hexdigest()
 
@@ -97,7 +99,7 @@ def _load_bytes(parts: list[Path]) -> tuple[np.ndarray, str]:
 class _Reader:
     def __init__(self, data: np.ndarray, path: Path):
         self.data, self.path, self.at = data, path, 0
-        self.raw = memoryview(data)
+        self.raw = memoryview(data.data)
 
     def unpack(self, fmt: str) -> tuple:
         size = struct.calcsize(fmt)
@@ -145,14 +147,14 @@ def read_model_bin(data: np.ndarray, path: Path) -> tuple[str, dict[str, np.ndar
         dtype = _DTYPES.get(dtype_id)
         if dtype is None:
             raise PackBuildError(f"{path}: variable {name!r} has unknown dtype id {dtype_id}")
-        itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+        itemsize = dtype.itemsize
         if nbytes != itemsize * int(np.prod(dims, dtype=np.int64)):
             raise PackBuildError(f"{path}: variable {name!r} of shape {list(dims)} has {nbytes} bytes: corrupt file")
         if r.at + nbytes > data.size:
             raise PackBuildError(f"{path} is truncated inside {name!r}: not a complete CTranslate2 model")
         raw = data[r.at : r.at + nbytes]
         r.at += nbytes
-        if dtype == "bfloat16":
+        if dtype_id == _BFLOAT16:  # the high half of a float32
             array = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
         else:
             array = raw.view(dtype)
