@@ -110,7 +110,7 @@ from captioner.engine.decoder import DecodeResult, NativeValidator, decode_round
 from captioner.engine.language import detect_language
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
 from captioner.engine.tokens import TASKS, normalize_word
-from captioner.engine.vad import SpeechDetector
+from captioner.engine.vad import SpeechDetector, SpeechSpan
 from captioner.engine.validate import RoundValidator
 from captioner.errors import CaptionerError
 
@@ -384,14 +384,17 @@ class Stream:
         closes = last
         if self._vad is not None:  # deviations 15, 16
             span = self._vad.speech(start, start + audio.size)
-            if span is None:
+            if span is None and not (self._utterance_start is not None and self._context_n and self._log.tokens):
                 return self._nothing_decoded(start, audio, stats, t_round, last, "no_speech")
+            silent = span is None
+            if span is None:  # an open utterance whose end fell on the round boundary: close it
+                span = SpeechSpan(start, start)
             lead = _frames(max(0, span.start - self._pad_n - start))
             if lead and not self._prefix:
                 start, audio = start + lead, audio[lead:]
             if self._utterance_start is None:
                 self._utterance_start, self._onset = start, span.start
-            if last or start + audio.size - span.end >= self._end_silence_n:
+            if last or silent or start + audio.size - span.end >= self._end_silence_n:
                 closes = True
                 keep = min(audio.size, -(-(span.end + self._pad_n - start) // SAMPLES_PER_FRAME) * SAMPLES_PER_FRAME)
                 audio = audio[:keep]

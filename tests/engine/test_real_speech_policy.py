@@ -91,3 +91,22 @@ def test_speech_detector_is_independent_of_block_sizes() -> None:
     span = whole.speech(0, n)
     assert span is not None and 0 < span.start < span.end <= n
     assert whole.speech(0, 0) is None
+
+
+def test_an_utterance_ending_on_a_round_boundary_is_closed_by_the_next_silent_round(model) -> None:
+    """Speech that ends exactly where a round ends leaves a silent next input: the open utterance is
+    closed there (its closing decode runs), not left as a draft until the end of the stream."""
+    clip = CLIPS[1]
+    speech = load_audio_file(DATA / clip["audio"])
+    n = -(-speech.size // (2 * SR)) * 2 * SR  # the speech padded to whole 2 s steps
+    audio = np.concatenate([speech, np.zeros(n - speech.size + 6 * SR, np.float32)])
+    stream = Stream(model, StreamConfig(step_s=2.0))
+    closed = []
+    for i in range(0, audio.size, 2 * SR):
+        stream.feed(audio[i : i + 2 * SR])
+        update = stream.step()
+        if update is not None and update.stats.closes:
+            closed.append(update.stats.round_index)
+    stream.finish()
+    assert closed, "the utterance was never closed before finish()"
+    assert NORMALISE(" ".join(w.text for w in stream.words)) == NORMALISE(clip["text"])
