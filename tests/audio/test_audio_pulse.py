@@ -135,7 +135,9 @@ def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[]
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    reader.join(timeout=5)
+        reader.join(timeout=5)
+        assert proc.stdout is not None
+        proc.stdout.close()  # the reader saw its end (or gave up): no pipe left open
     assert proc.returncode == 0, _text(lines)
     return lines
 

@@ -144,8 +144,10 @@ def test_sigkill_mid_session_loses_nothing_committed(tmp_path: Path, kill_after:
     finally:
         child.kill()
         child.wait(timeout=30)
-        assert child.stderr is not None
+        assert child.stdout is not None and child.stderr is not None
         stderr = child.stderr.read()
+        child.stdout.close()
+        child.stderr.close()
     assert child.returncode == -signal.SIGKILL, stderr
     assert session_id is not None and reported >= kill_after, stderr
 
