@@ -24,6 +24,7 @@ plus the mean over T = 5 … 30 (a round that stops uniformly anywhere in the pl
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import statistics
@@ -119,30 +120,19 @@ def encoder_buckets(model: OnnxAcousticModel, reps: int, warmup: int,
     }
 
 
-class _PackView:
-    """A pack whose decoder chunks and schedules come from elsewhere (same weights, same runtime)."""
-
-    def __init__(self, pack: Pack, files: Mapping[tuple[int, int], tuple[Path, int]], bucket: int,
-                 schedules: Mapping[str, tuple[int, ...]], slots: int) -> None:
-        self._pack, self._files, self._bucket = pack, dict(files), bucket
-        self.schedules = MappingProxyType(dict(schedules))
-        self.cache_slots = MappingProxyType({bucket: slots})
-        self.long_chunk = 0  # no continuation beyond the schedule
-
-    def __getattr__(self, name: str):
-        return getattr(self._pack, name)
-
-    def decoder_file(self, bucket: int, start: int, size: int) -> Path:
-        return self._files[(start, size)][0]
-
-    def decoder_known(self, bucket: int, start: int, size: int) -> int:
-        return self._files[(start, size)][1]
-
-    def decoder_chunks(self, bucket: int) -> list[tuple[int, int]]:
-        return sorted(self._files) if bucket == self._bucket else []
-
-    def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
-        return tuple(schedule_chunks(self.schedules["prefixed" if prefixed else "default"]))
+def _with_chunks(pack: Pack, files: Mapping[tuple[int, int], tuple[Path, int]], bucket: int,
+                 sizes: Sequence[int], slots: int) -> Pack:
+    """``pack`` whose decoder chunks of ``bucket`` are ``files`` ((start, size) → (graph, known steps))
+    run as the schedule ``sizes``: the same weights and vocabulary, the bench's chunk graphs (a graph
+    outside the pack folder lists no weights, so the runtime reads its initializers itself)."""
+    schedule = tuple(sizes)
+    return dataclasses.replace(
+        pack,
+        schedules=MappingProxyType({"default": schedule, "prefixed": schedule}),
+        cache_slots=MappingProxyType({bucket: slots}),
+        long_chunk=0,  # no continuation beyond the schedule
+        _decoders=MappingProxyType({(bucket, s, k): (str(path), known) for (s, k), (path, known) in files.items()}),
+    )
 
 
 def schedule_model(pack: Pack, runtime: Runtime, graphs: ExtraGraphs, bucket: int, sizes: Sequence[int],
@@ -157,8 +147,7 @@ def schedule_model(pack: Pack, runtime: Runtime, graphs: ExtraGraphs, bucket: in
     for s, k in plan:
         known = head if s == 0 else 1
         files[(s, k)] = (graphs.chunk(bucket, k, slots, known), known)
-    view = _PackView(pack, files, bucket, {"default": tuple(sizes), "prefixed": tuple(sizes)}, slots)
-    return OnnxAcousticModel(view, runtime)  # type: ignore[arg-type]  # duck-typed Pack
+    return OnnxAcousticModel(_with_chunks(pack, files, bucket, sizes, slots), runtime)
 
 
 def tail_schedule(pack: Pack, tail: int) -> tuple[int, ...]:
