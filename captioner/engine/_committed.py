@@ -43,6 +43,7 @@ class CommittedLog:
         self.words: list[Word] = []
         self._firsts: list[int] = []  # token index of each published word's first token
         self._mark = 0  # first token index that may differ from what was published
+        self.draft_from: int | None = None  # tokens from here on are an open utterance's draft
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -52,7 +53,17 @@ class CommittedLog:
         removed = self.tokens[n:]
         del self.tokens[n:]
         self._mark = min(self._mark, n)
+        if self.draft_from is not None:
+            self.draft_from = min(self.draft_from, n)
         return removed
+
+    def set_draft(self, start: int | None) -> None:
+        """Publish the words of tokens ``[start, end)`` as drafts (``Word.speculative``: shown dimmed,
+        not final, since the utterance's closing round may still correct them); None: none are."""
+        if start != self.draft_from:
+            changed = [i for i in (start, self.draft_from) if i is not None]
+            self._mark = min(self._mark, *changed)
+            self.draft_from = start
 
     def extend(self, tokens: Sequence[Token]) -> None:
         """Append committed tokens."""
@@ -158,7 +169,8 @@ class CommittedLog:
                     end=end,
                     emitted_at=min(t.emitted_at for t in toks),
                     source=self.source,
-                    speculative=any(t.speculative for t in toks),
+                    speculative=any(t.speculative for t in toks)
+                    or (self.draft_from is not None and t_from + f >= self.draft_from),
                 )
             )
             firsts.append(t_from + f)

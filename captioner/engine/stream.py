@@ -64,18 +64,23 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     corpus, this removed the trailing inventions ("… gospel. His") and the lost last words.
 17. **Closing rounds look back and correct**: short closing inputs (the carry is often ~1 s) made
     Whisper loop ("no longer, no longer, …") or invent ("… I hate"). A closing round's input
-    therefore reaches back up to ``closing_context_s`` (9.6 s: with the pad it fills the 10 s
-    bucket that deviation 18 uses anyway) into audio already decoded (never before the
-    utterance's start; inside it, from a committed word's start) and is decoded without a prefix; its words replace the committed words
+    therefore reaches back up to ``closing_context_s`` (29.6 s: with the pad, one 30 s window)
+    into audio already decoded (never before the utterance's start; inside it, from a committed
+    word's start) and is decoded without a prefix, as offline Whisper decodes the utterance; its words replace the committed words
     of that audio (the live words were a draft shown early; unchanged words keep the time they
     were first shown), or with ``closing_replaces=False`` only the words after the committed ones
-    are added (found by aligning the texts with ``difflib``, else by DTW time).
+    are added (found by aligning the texts with ``difflib``, else by DTW time). Until its closing
+    round, an utterance's words are published as drafts (``Word.speculative``: dimmed, not final
+    for the printer and the live subtitle file); a closing decode that finds no words at all keeps
+    the drafts instead of wiping them.
 
-18. **Closing inputs are heard with silence**: a closing input shorter than 10 s is padded with
-    digital silence to 10 s that the encoder sees (not masked): Whisper was trained on padded
-    30 s windows, and a short masked input made it loop ("No. No. No." for one "no") or mishear
-    the first words of an utterance; on the development corpus the padded 10 s input comes much
-    closer to the offline 30 s result at a third of its encoder cost.
+18. **Closing inputs are heard with silence**: a closing input is padded with digital silence that
+    the encoder sees (not masked) to 10 s, or to 30 s when it is longer than 10 s: Whisper was
+    trained on padded 30 s windows, and a short masked input made it loop ("No. No. No." for one
+    "no") or mishear the first words of an utterance. On the development corpus the padded 10 s
+    input comes close to the offline 30 s result at a third of its encoder cost; a long utterance
+    (LibriSpeech's 13–29 s ones) closes with exactly offline Whisper's 30 s window, the only
+    rounds that pay the 30 s encoder.
 
 19. **Language detection** (``language="auto"`` on a multilingual model): Whisper's language
     token read from the first decoder step (the SOT row of the round's first chunk graph,
@@ -178,7 +183,7 @@ class StreamConfig:
     vad_threshold: float = 0.5
     end_silence_s: float = 0.5
     speech_pad_s: float = 0.2
-    closing_context_s: float = 9.6
+    closing_context_s: float = 29.6
     closing_replaces: bool = True
 
     def __post_init__(self) -> None:
@@ -346,6 +351,10 @@ class Stream:
             end = self._carry_start + self._carry.size
             update = _merge(update, self._run_round(end, np.zeros(0, np.float32), last=True))
         self._carry = np.zeros(0, np.float32)
+        if self._log.draft_from is not None:  # the stream is over: every word is final
+            self._log.set_draft(None)
+            retract, words = self._log.publish()
+            update = _merge(update, EngineUpdate(retract, words, update.stats, self.source))
         return update
 
     # ----------------------------------------------------------------------------- rounds
@@ -394,6 +403,8 @@ class Stream:
                 start, audio = start + lead, audio[lead:]
             if self._utterance_start is None:
                 self._utterance_start, self._onset = start, span.start
+                if self._context_n:  # deviation 17: its words are drafts until it closes
+                    self._log.set_draft(self._spec_from if self._spec_from is not None else len(self._log))
             if last or silent or start + audio.size - span.end >= self._end_silence_n:
                 closes = True
                 keep = min(audio.size, -(-(span.end + self._pad_n - start) // SAMPLES_PER_FRAME) * SAMPLES_PER_FRAME)
@@ -412,8 +423,9 @@ class Stream:
         stats["input_s"] = eff_s
 
         seen = audio
-        if closes and audio.size < _CLOSING_MIN_N:  # deviation 18: a closing input is heard with silence after it
-            seen = np.concatenate([audio, np.zeros(_CLOSING_MIN_N - audio.size, np.float32)])
+        if closes:  # deviation 18: a closing input is heard with silence after it, to 10 s or 30 s
+            heard = _CLOSING_MIN_N if audio.size <= _CLOSING_MIN_N else 30 * SAMPLE_RATE
+            seen = np.concatenate([audio, np.zeros(max(0, heard - audio.size), np.float32)])
         encoding = self.model.encode(seen)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
         if self._auto and (closes or not self._language_settled):
@@ -449,7 +461,7 @@ class Stream:
             return self._close_utterance(start, audio, result, stats, t_round, last)
         if not result.tokens:  # §2.6: first choice EOT with a garbage runner-up
             if closes and not last:  # the utterance is over: nothing of it is carried
-                self._prefix, self._utterance_start = (), None
+                self._end_utterance()
                 return self._update(stats, t_round)
             return self._nothing_decoded(start, audio, stats, t_round, last, result.stop_reason)
         return self._end_of_round(start, audio, result, stats, t_round, last, closes)
@@ -547,7 +559,7 @@ class Stream:
             if last and self._carry.size >= audio.size:
                 self._carry = np.zeros(0, np.float32)
         elif not last:  # deviation 16: the utterance is over, nothing of it is carried
-            self._prefix, self._utterance_start = (), None
+            self._end_utterance()
         logger.debug(
             "round %d: input %.2f s at %.2f s, prefix %r, stop %s, candidates %r, emitted %r%s, carry %.2f s",
             stats["round_index"], eff_s, start / SAMPLE_RATE, self.vocab.decode(saved_prefix), result.stop_reason,
@@ -568,6 +580,11 @@ class Stream:
             self._prompt = self.vocab.prompt(guess.code, self.config.task)
         self._language_settled = n_audio >= _SETTLE_N and not closes
 
+    def _end_utterance(self) -> None:
+        """The utterance closed: its words are final, the next one starts afresh."""
+        self._prefix, self._utterance_start = (), None
+        self._log.set_draft(None)
+
     def _close_utterance(
         self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool
     ) -> EngineUpdate:
@@ -582,7 +599,7 @@ class Stream:
         decoded = [normalize_word(self.vocab.text_bytes(cands[f : f + k])) for f, k in groups]
         committed = self._log.words_since(start)
         replaced = self._log.first_word_since(start)
-        if self.config.closing_replaces and not (replaced == len(self._log) and committed):
+        if self.config.closing_replaces and decoded and not (replaced == len(self._log) and committed):
             kept = self._log.words_before(start, 1)
             retracted = retracted_words(self._log.truncate(replaced), self.vocab) + retracted  # in time order
             follow: int | None = 1 if kept and decoded and decoded[0] == kept[-1] else 0  # the kept word heard again
@@ -613,7 +630,7 @@ class Stream:
             if 0 < cut < audio.size:
                 self._set_carry(start + cut, audio[cut:])
         elif not last:
-            self._utterance_start = None
+            self._end_utterance()
         return self._update(stats, t_round)
 
     def _carry_after(self, start, audio, result: DecodeResult, words, speculative: bool, emitted: bool) -> None:
