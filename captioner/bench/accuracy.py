@@ -170,6 +170,7 @@ class OfflineValidator:
     def __init__(self) -> None:
         self.decoded: list[int] = []
         self.checked = 0
+        self.last_peak_s = 0.0  # no attention test here (the TokenValidator protocol asks for it)
         self.stop: Stop | None = None
 
     def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:

@@ -39,6 +39,7 @@ class TokenValidator(Protocol):
 
     decoded: list[int]
     checked: int
+    last_peak_s: float  # f+ of the last passed backward-shift test, seconds (0 if none)
 
     def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None: ...
 
@@ -193,5 +194,5 @@ def decode_round(
         chunks=chunks,
         decoder_ms=decoder_ms,
         validation_ms=validation_ms,
-        last_peak_s=float(getattr(validator, "last_peak_s", 0.0)),
+        last_peak_s=float(validator.last_peak_s),
     )

@@ -719,7 +719,7 @@ class Stream:
         """The round's word update (token changes turned into words) with its statistics."""
         retract, words = self._log.publish()
         round_stats = RoundStats(
-            provider=getattr(self.model, "provider", ""),
+            provider=self.model.provider,
             lag_s=(self._fed - self._next) / SAMPLE_RATE,
             total_ms=(time.perf_counter() - t_round) * 1000.0,
             **stats,
