@@ -48,6 +48,18 @@ def speech_wav(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def paused_speech_wav(tmp_path_factory) -> Path:
+    """The same speech with a 1 s pause after each sentence: the engine's words become final when an
+    utterance closes at a pause (stream.py deviation 17), so the live file grows sentence by sentence."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("needs espeak-ng (scripts/setup --dev installs it)")
+    out = tmp_path_factory.mktemp("speech") / "paused.wav"
+    ssml = "<speak>" + "".join(f"{s.strip()}.<break time=\"1200ms\"/>" for s in SPEECH.split(".") if s.strip()) + "</speak>"
+    subprocess.run(["espeak-ng", "-m", "-w", str(out), ssml], check=True, capture_output=True)
+    return out
+
+
 def new_home(tmp_path: Path, **sections: dict) -> Path:
     """A fresh CAPTIONER_HOME whose settings use 1 s engine steps (more rounds in a short file)."""
     home = tmp_path / "home"
@@ -121,13 +133,13 @@ def test_captioner_command_runs_with_a_real_tray_and_saves_a_complete_session(xs
     assert pixel_variance(shot) > 50
 
 
-def test_live_subtitle_file_grows_during_the_session_and_parses_after_a_kill(xserver, real_tiny_en_pack, speech_wav,
-                                                                           tmp_path):
+def test_live_subtitle_file_grows_during_the_session_and_parses_after_a_kill(xserver, real_tiny_en_pack,
+                                                                           paused_speech_wav, tmp_path):
     exports = tmp_path / "exports"
     home = new_home(tmp_path, transcripts={"live_export": "srt", "export_dir": str(exports),
                                            "max_lines": 1, "max_line_chars": 20})
     env = xserver.env(CAPTIONER_HOME=str(home), PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "captioner", "--source-file", str(speech_wav), "--model",
+    cmd = [sys.executable, "-m", "captioner", "--source-file", str(paused_speech_wav), "--model",
            str(real_tiny_en_pack.root), "--minimized", "--quit-after", "240"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log = home / "logs" / "captioner.log"
