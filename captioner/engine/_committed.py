@@ -75,16 +75,7 @@ class CommittedLog:
 
     def tail_words(self, n: int) -> list[bytes]:
         """Normalised texts of the last ``n`` committed words (fewer if there are fewer)."""
-        ids: list[int] = []
-        words: list[bytes] = []
-        for tok in reversed(self.tokens):
-            ids.append(tok.id)
-            if self.vocab.starts_word(tok.id):
-                words.append(normalize_word(self.vocab.text_bytes(reversed(ids))))
-                ids = []
-                if len(words) == n:
-                    break
-        return words[::-1]
+        return list(self._last_words(len(self.tokens), n))
 
     def words_before(self, sample: int, n: int) -> tuple[bytes, ...]:
         """Normalised texts of the last ``n`` committed, non-speculative words that end by audio
@@ -92,6 +83,10 @@ class CommittedLog:
         upto = len(self.tokens)
         while upto and (self.tokens[upto - 1].end > sample or self.tokens[upto - 1].speculative):
             upto -= 1
+        return self._last_words(upto, n)
+
+    def _last_words(self, upto: int, n: int) -> tuple[bytes, ...]:
+        """Normalised texts of the last ``n`` words of tokens ``[0, upto)``."""
         ids: list[int] = []
         words: list[bytes] = []
         for tok in reversed(self.tokens[:upto]):

@@ -610,14 +610,7 @@ class Stream:
             end = self._log.tokens[-1].end if self._log.tokens else start
             j = next((i for i, (f, _) in enumerate(groups) if spans and spans[f][0] >= end - _TIME_SLACK_N), len(groups))
         first = groups[j][0] if j < len(groups) else len(cands)
-        now = self._clock() - self._t0
-        new_tokens = [
-            Token(int(t), *(spans[i] if spans else (start, start + audio.size)), now, False)
-            for i, t in enumerate(cands)
-            if i >= first
-        ]
-        keep_first_shown(new_tokens, retracted, self.vocab)
-        self._log.extend(new_tokens)
+        new_tokens = self._commit(cands[first:], spans[first:], start, audio.size, retracted)
         logger.debug(
             "round %d: closing %.2f s at %.2f s: %r, committed %r, emitted %r",
             stats["round_index"], audio.size / SAMPLE_RATE, start / SAMPLE_RATE, self.vocab.decode(cands),
@@ -632,6 +625,19 @@ class Stream:
         elif not last:
             self._end_utterance()
         return self._update(stats, t_round)
+
+    def _commit(self, tokens, spans, start: int, n_audio: int, retracted) -> list[Token]:
+        """Append ``tokens`` (non-speculative, timed by ``spans`` or, without an alignment, by the whole
+        input) to the log; words that re-emit ``retracted`` ones keep their first-shown time."""
+        now = self._clock() - self._t0
+        whole = (start, start + n_audio)
+        new_tokens = []
+        for i, t in enumerate(tokens):
+            a, b = spans[i] if spans else whole
+            new_tokens.append(Token(int(t), a, b, now, False))
+        keep_first_shown(new_tokens, retracted, self.vocab)
+        self._log.extend(new_tokens)
+        return new_tokens
 
     def _carry_after(self, start, audio, result: DecodeResult, words, speculative: bool, emitted: bool) -> None:
         if speculative:  # (b) whole input, no cap (before (a): deviation 8 may leave nothing emitted)
@@ -675,14 +681,7 @@ class Stream:
             if committed[len(committed) - n :] == heads:
                 drop = groups[n][0] if n < len(groups) else len(tokens)
                 break
-        now = self._clock() - self._t0
-        new_tokens = [
-            Token(t, *(spans[i] if spans else (start, start + audio.size)), now, False)
-            for i, t in enumerate(tokens)
-            if i >= drop
-        ]
-        keep_first_shown(new_tokens, retracted, self.vocab)
-        self._log.extend(new_tokens)
+        new_tokens = self._commit(tokens[drop:], spans[drop:], start, audio.size, retracted)
         logger.debug(
             "round %d: 30 s re-inference of %.2f s at %.2f s: %r, emitted %r",
             stats["round_index"], audio.size / SAMPLE_RATE, start / SAMPLE_RATE, self.vocab.decode(tokens),
