@@ -99,6 +99,7 @@ class RoundStats:
         language: the language the round was decoded in (detected when the stream's is "auto").
         closes: the round closed an utterance (its speech ended before the input did, or the
             stream finished): decoded to the end without the peak-margin stop, nothing carried.
+        skipped_s: audio dropped undecoded by an overload skip (``stop_reason`` ``"skipped"``).
     """
 
     round_index: int = 0
@@ -120,6 +121,7 @@ class RoundStats:
     reinferred: bool = False
     closes: bool = False
     language: str = ""
+    skipped_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,17 +131,21 @@ class EngineUpdate:
     Retraction counts only words previously emitted by the same source's engine stream. This one
     shape expresses speculative emission, overlap replacement and the 30 s re-inference
     (NPUSPER.md §11) without the consumers knowing about them.
+
+    ``gap`` is the audio-clock span ``(start, end)`` in seconds that the engine dropped undecoded
+    because it fell behind real time (``Stream.skip``); the transcript shows a gap marker there.
     """
 
     retract: int = 0
     words: tuple[Word, ...] = ()
     stats: RoundStats | None = None
     source: Source = "system"
+    gap: tuple[float, float] | None = None
 
     @property
     def is_empty(self) -> bool:
         """True when the update changes nothing."""
-        return self.retract == 0 and not self.words
+        return self.retract == 0 and not self.words and self.gap is None
 
 
 def apply_update(words: list[Word], update: EngineUpdate) -> None:

@@ -65,6 +65,13 @@ class CommittedLog:
             self._mark = min(self._mark, *changed)
             self.draft_from = start
 
+    def confirm(self, start: int) -> None:
+        """Make the speculative tokens from index ``start`` on committed (no later round will
+        re-decode their audio)."""
+        for tok in self.tokens[start:]:
+            tok.speculative = False
+        self._mark = min(self._mark, start)
+
     def extend(self, tokens: Sequence[Token]) -> None:
         """Append committed tokens."""
         self.tokens.extend(tokens)

@@ -103,7 +103,7 @@ import difflib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -356,6 +356,37 @@ class Stream:
             retract, words = self._log.publish()
             update = _merge(update, EngineUpdate(retract, words, update.stats, self.source))
         return update
+
+    def skip(self, keep_s: float) -> EngineUpdate:
+        """Overload: drop the pending audio but its last ``keep_s`` seconds, undecoded.
+
+        For a caller that fell behind real time (the worker's lag rule): the carried audio before
+        the pending audio goes too, the open utterance ends as it stands (its draft and
+        speculative words become final: a closing decode would cost the round the caller does not
+        have), the prefix is forgotten, and the update's ``gap`` is the dropped audio-clock span
+        (seconds) for the transcript's gap marker. Nothing happens (an empty update) when no more
+        than ``keep_s`` is pending or the stream is finished.
+        """
+        keep = _frames(round(max(0.0, keep_s) * SAMPLE_RATE))
+        drop = _frames(self._pending_n - keep) if self._pending_n > keep else 0
+        if self._finished or drop <= 0:
+            return EngineUpdate(source=self.source)
+        t_round = time.perf_counter()
+        gap_start = self._carry_start if self._carry.size else self._next
+        data = np.concatenate(self._pending)
+        self._pending = [data[drop:]] if data.size > drop else []
+        self._pending_n = data.size - drop
+        self._next += drop
+        self._carry = np.zeros(0, np.float32)
+        self._history, self._history_start = np.zeros(0, np.float32), self._next
+        if self._spec_from is not None:
+            self._log.confirm(self._spec_from)
+        self._spec_from, self._memory, self._repeat, self._repeat_count = None, None, None, 0
+        self._end_utterance()
+        skipped = (self._next - gap_start) / SAMPLE_RATE
+        logger.info("behind real time: skipped %.2f s of audio at %.2f s", skipped, gap_start / SAMPLE_RATE)
+        update = self._update({"round_index": self._round, "stop_reason": "skipped", "skipped_s": skipped}, t_round)
+        return replace(update, gap=(gap_start / SAMPLE_RATE, self._next / SAMPLE_RATE))
 
     # ----------------------------------------------------------------------------- rounds
     def _take(self, n: int) -> tuple[int, np.ndarray]:

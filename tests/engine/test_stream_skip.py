@@ -1,0 +1,73 @@
+"""``Stream.skip``: the overload mechanism the worker's lag rule uses (captioner/worker.py).
+
+On the scripted oracle: skipped audio yields no words and one gap, the words before the gap stay
+(final), the words after it are the script's words heard after the gap, and times stay on the
+audio clock (they do not shift by the skipped seconds).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from oracle import SR, make_vocab, random_script
+from test_stream_oracle import stream_of
+
+from captioner.core import apply_update
+
+V = make_vocab()
+
+
+def _script(seed: int = 3):
+    import random
+
+    return random_script(V, random.Random(seed), n_words=40, rate=1.0, pauses=0.1)
+
+
+def test_skip_drops_pending_audio_with_one_gap_and_keeps_words_on_the_audio_clock():
+    script = _script()
+    stream, _model, clock = stream_of(script, step_s=1.0)
+    audio = script.audio
+    words: list = []
+    block = SR // 10
+    pos = 0
+    while pos < 8 * SR:  # 8 s at real pace
+        stream.feed(audio[pos : pos + block])
+        pos += block
+        clock.now += 0.1
+        upd = stream.step()
+        if upd is not None:
+            apply_update(words, upd)
+    before = [w.text for w in words]
+    stream.feed(audio[pos : pos + 6 * SR])  # 6 s arrive while the engine was busy
+    pos += 6 * SR
+    update = stream.skip(1.0)
+    assert update.gap is not None
+    gap_start, gap_end = update.gap
+    assert gap_end == (pos - SR) / SR  # the last 1 s is kept
+    assert gap_start <= 8.0
+    assert update.stats is not None and update.stats.stop_reason == "skipped"
+    assert abs(update.stats.skipped_s - (gap_end - gap_start)) < 1e-9
+    apply_update(words, update)
+    assert not any(w.speculative for w in words)  # the open utterance ended as it stood
+    kept = [w.text for w in words]
+    assert kept[: len(before) - 1] == before[: len(before) - 1]
+    while pos < audio.size:
+        stream.feed(audio[pos : pos + block])
+        pos += block
+        clock.now += 0.1
+        upd = stream.step()
+        if upd is not None:
+            apply_update(words, upd)
+    apply_update(words, stream.finish())
+    after = [w for w in words[len(kept) :]]
+    heard = [V.vocab.decode(w.tokens).strip() for w in script.words if w.start / SR >= gap_end + 0.3]
+    texts = [w.text for w in after]
+    assert texts[-len(heard) :] == heard  # every word spoken wholly after the gap is transcribed
+    assert all(w.start >= gap_end - 1e-9 for w in after)  # on the audio clock, after the gap
+    assert stream.skip(1.0).is_empty  # finished: nothing to skip
+
+
+def test_skip_with_little_pending_does_nothing():
+    stream, _model, _clock = stream_of(_script(), step_s=2.0)
+    stream.feed(np.zeros(SR // 2, np.float32))
+    assert stream.skip(1.0).is_empty
+    assert stream.lag_s == 0.5
