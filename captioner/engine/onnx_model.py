@@ -10,7 +10,9 @@ KV cache: a runner uses one [L, 1, H, S, D] array for K and one for V (S: the bu
 ``self_mask`` [S] that opens the slots filled so far. After a chunk its ``new_k``/``new_v`` are
 written into slots p…p+K−1 in place: no allocation and no copy of the old positions. The arrays are
 allocated once per cache size and thread and reused by every round (the slots the previous round
-filled are zeroed and masked again): rounds allocate no KV memory. A runner is therefore valid until
+filled are zeroed and masked again): rounds allocate no KV memory. Every dispatch goes through
+:meth:`Runtime.run <captioner.engine.runtime.Runtime.run>`: a provider failing mid-session is
+replaced by the next one and the dispatch runs again on the same host arrays. A runner is therefore valid until
 the next :meth:`OnnxAcousticModel.decoder` call on its thread; a superseded runner refuses to run.
 """
 
@@ -195,9 +197,9 @@ class OnnxAcousticModel:
         """
         if bucket == self.buckets[-1] and len(self.buckets) > 1:
             release_free_heap()  # the long bucket's buffers do not fit the short rounds' freed blocks
-        sess = self.runtime.session(self.pack.encoder_file(bucket))
-        cross_k, cross_v = sess.run(["cross_k", "cross_v"],
-                                    {"mel": mel, "n_frames": np.array([n_frames], dtype=np.int64)})
+        # runtime.run fails over to the next provider and runs again if the dispatch fails (a lost NPU)
+        cross_k, cross_v = self.runtime.run(self.pack.encoder_file(bucket), ["cross_k", "cross_v"],
+                                            {"mel": mel, "n_frames": np.array([n_frames], dtype=np.int64)})
         return cross_k, cross_v
 
     def decoder(self, encoding: Encoding) -> OnnxChunkRunner:
@@ -254,15 +256,16 @@ class OnnxChunkRunner:
         known = pack.decoder_known(enc.bucket, start, size)
         if (forced[: known - 1] < 0).any():
             raise ValueError(f"chunk ({start}, {size}) batches its first {known} steps: their tokens must be given")
-        sess = self._model.runtime.session(pack.decoder_file(enc.bucket, start, size), frames=enc.total_frames)
         t0 = time.perf_counter()
         names = self._model.outputs
-        out = dict(zip(names, sess.run(names, {
+        # The feeds are host arrays the run does not change, so a dispatch that fails over to the next
+        # provider (runtime.run) runs again on the same cache: the round goes on where it was.
+        out = dict(zip(names, self._model.runtime.run(pack.decoder_file(enc.bucket, start, size), names, {
             "token": np.array([token], dtype=np.int64), "forced": forced,
             "positions": np.arange(start, start + size, dtype=np.int64),
             "self_mask": self._self_mask, "cross_mask": self._mask,
             **self._layer_feeds,
-        }), strict=True))
+        }, frames=enc.total_frames), strict=True))
         new_k, new_v = out["new_k"], out["new_v"]
         elapsed = (time.perf_counter() - t0) * 1000.0
         end = min(start + size, self._slots)  # the last chunk's keys are never read again

@@ -38,11 +38,14 @@ class Attempt:
         label: the provider (``"QNN-HTP"``, ...).
         failed: True if a session was tried and failed; False if it was skipped without trying.
         reason: one line for the user.
+        mid_session: the provider ran, then a run failed (a lost device): the runtime moved on to the
+            next provider in the middle of a session (the app tells the user once).
     """
 
     label: str
     failed: bool
     reason: str
+    mid_session: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,17 @@ Platform notes:
   runtime falls back to the next candidate in the auto order after it and says so in the
   :class:`EngineInfo` (``fallbacks``) and in the log; ``captioner transcribe`` prints that line.
 
-Weights: every large initializer of a pack lives once in ``weights.bin``. The runtime maps that file
-once (``np.memmap``), wraps each tensor as an ``OrtValue`` over the mapped bytes and hands the same
-OrtValue to every session (``SessionOptions.add_initializer``). Which weights a graph uses comes from
+Weights: every large initializer of a pack lives once in ``weights.bin``. The runtime reads each
+tensor once into memory it owns (from a descriptor opened with the pack), wraps it as an ``OrtValue``
+and hands the same OrtValue to every session (``SessionOptions.add_initializer``). Not a memory map:
+a mapped file truncated under a running session (a reinstall writing in place) kills the process with
+SIGBUS at the next page fault; owned memory makes a deleted, replaced or truncated pack harmless to
+the sessions already open, and a session created after such a change fails with a ModelError
+(:meth:`Runtime.session`). The cost is nil on the CPU, which touches every weight anyway: whisper-base,
+33.6 s of speech on the CPU, RSS after the run 452 MB either way (mapped: 133 MB anonymous + 319 MB
+file pages; read: 409 + 42), peak 504 MB either way. The pages are anonymous rather than file-backed,
+so under memory pressure they go to swap instead of being dropped. A provider running compiled EP
+contexts never reads them. Which weights a graph uses comes from
 the manifest (``Pack.graph_weights``), so the app never imports the ``onnx`` package (11 MB of RSS);
 only a graph outside the pack (the bench's) is read with it. MatMul/Gemm weight *prepacking* is
 disabled on the CPU provider (``session.disable_prepacking``), because ORT prepacks a shared
@@ -40,6 +48,13 @@ run of the longest bucket hands the free pages back first: peak 601 -> 545 MB at
 measurable cost (those rounds are rare and take ~1 s). Trimming after every round saved no more
 and cost 5 % (the next round faults its pages in again).
 
+Mid-session failures: a run that raises on a provider other than the last (a lost NPU device, a
+driver reset; :meth:`Runtime.run`) drops every session, records the provider as failed with the
+reason (``Attempt.mid_session``), moves to the next candidate and runs the same inputs again there.
+The caller's state lives in host arrays (the decoder's KV cache, the encoder output), so the retried
+dispatch continues the round and the stream never sees the failure; ``RoundStats.provider`` names
+the new provider from that round on. Only when the last provider fails is a ProviderError raised.
+
 On QNN each graph is compiled into an EP context; contexts are cached under the user cache dir,
 keyed by pack hash, provider and options, and ``ep.share_ep_contexts`` lets the sessions of a pack
 share one QNN backend.
@@ -48,12 +63,14 @@ share one QNN backend.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -66,6 +83,12 @@ from captioner.core import PROVIDERS, Provider
 from captioner.engine.providers import Attempt, Candidate, plan_candidates
 from captioner.errors import ModelError, ProviderError
 from captioner.models.pack import FRAMES_DIM, WeightRef
+
+try:  # the ORT error of a bad input (wrong shape or type): a caller's mistake, not a provider failure
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument as _InvalidArgument
+except ImportError:  # pragma: no cover - every supported onnxruntime has it
+    _InvalidArgument = ValueError  # type: ignore[assignment,misc]
+_INPUT_ERRORS: tuple[type[BaseException], ...] = (_InvalidArgument, TypeError, ValueError)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -156,7 +179,12 @@ class EngineInfo:
 
 
 class SharedWeights:
-    """The pack's weight file mapped once; one OrtValue per external initializer, shared by all sessions.
+    """The pack's weight file, each tensor read once into owned memory; one OrtValue per external
+    initializer, shared by all sessions.
+
+    The file is opened here and its descriptor kept, so a deleted or replaced file still reads as it
+    was; a file changed in place (another size or modification time) or cut short is a ModelError,
+    never a read of the wrong bytes and never SIGBUS (module docstring).
 
     Args:
         path: ``weights.bin`` of the pack.
@@ -165,19 +193,45 @@ class SharedWeights:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         try:
-            self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
-        except (OSError, ValueError) as exc:
-            raise ModelError(f"cannot map the weight file {self.path}: {exc}") from exc
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except OSError as exc:
+            raise ModelError(f"cannot open the weight file {self.path}: {exc}") from exc
+        self._closer = weakref.finalize(self, os.close, self._fd)  # kept open for this object's life
+        st = os.fstat(self._fd)
+        self._identity = (st.st_size, st.st_mtime_ns)
+        self._size = int(st.st_size)
+        self._loaded = 0
         self._values: dict[str, tuple[tuple, ort.OrtValue]] = {}
         self._lock = threading.Lock()
 
     @property
     def nbytes(self) -> int:
-        """Size of the weight file in bytes."""
-        return int(self._map.size)
+        """Size of the weight file in bytes (as opened)."""
+        return self._size
+
+    @property
+    def loaded_bytes(self) -> int:
+        """Bytes of weights read into memory so far."""
+        return self._loaded
+
+    def changed(self) -> str:
+        """Why the opened file no longer matches what was opened ("" if it does)."""
+        if not self._closer.alive:
+            return "was closed"
+        try:
+            st = os.fstat(self._fd)
+        except OSError as exc:
+            return f"cannot be read: {exc}"
+        if (st.st_size, st.st_mtime_ns) != self._identity:
+            return "was changed on disk after the model was opened"
+        return ""
 
     def ortvalue(self, ref: WeightRef) -> ort.OrtValue:
-        """The OrtValue of a shared weight (created on first use, then reused)."""
+        """The OrtValue of a shared weight (read on first use, then reused).
+
+        Raises:
+            ModelError: the file is shorter than the manifest says, or changed since it was opened.
+        """
         key = (ref.offset, ref.length, ref.dtype, ref.shape)
         with self._lock:
             cached = self._values.get(ref.name)
@@ -185,12 +239,43 @@ class SharedWeights:
                 if cached[0] != key:
                     raise ModelError(f"{self.path}: initializer {ref.name} differs between graphs")
                 return cached[1]
-            if ref.offset + ref.length > self._map.size:
+            if ref.offset + ref.length > self._size:
                 raise ModelError(f"{self.path} is truncated: {ref.name} lies beyond its end")
-            array = self._map[ref.offset : ref.offset + ref.length].view(np.dtype(ref.dtype)).reshape(ref.shape)
+            why = self.changed()
+            if why:
+                raise ModelError(f"{self.path} {why}; restart captioning (reinstall the model if it is damaged)")
+            data = np.empty(ref.length, dtype=np.uint8)
+            try:
+                got = self._read_at(data, ref.offset)
+            except (OSError, ValueError) as exc:
+                raise ModelError(f"cannot read {ref.name} from {self.path}: {exc}") from exc
+            if got != ref.length:
+                raise ModelError(f"{self.path} was cut short after the model was opened ({ref.name} "
+                                 f"reads {got} of {ref.length} bytes); reinstall the model")
+            array = data.view(np.dtype(ref.dtype)).reshape(ref.shape)
             value = ort.OrtValue.ortvalue_from_numpy(array)
             self._values[ref.name] = (key, value)
+            self._loaded += ref.length
             return value
+
+    def _read_at(self, data: np.ndarray, offset: int) -> int:
+        """Fill ``data`` from ``offset`` (fewer bytes only at the end of the file); under the lock."""
+        view, done = data.data, 0
+        while done < len(view):
+            if hasattr(os, "preadv"):  # POSIX: no shared file position
+                got = os.preadv(self._fd, [view[done:]], offset + done)
+            else:  # Windows: seek and read (under the lock)
+                with io.FileIO(self._fd, "rb", closefd=False) as f:
+                    f.seek(offset + done)
+                    got = f.readinto(view[done:]) or 0
+            if got <= 0:
+                break
+            done += got
+        return done
+
+    def close(self) -> None:
+        """Close the file (the tensors already read stay valid; a later read is a ModelError)."""
+        self._closer()
 
 
 def _external_initializers(graph: Path, weights_name: str) -> tuple[WeightRef, ...]:
@@ -238,6 +323,7 @@ class Runtime:
         limit_host_blas_threads()
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.weights = SharedWeights(pack.weights_file())
+        self._graph_ids = _identities(pack)
         self._plan: list[Candidate | Attempt] = plan_candidates(provider)
         self._fallbacks: list[Attempt] = []
         self._advance()
@@ -289,14 +375,66 @@ class Runtime:
         Raises:
             ProviderError: no provider, not even the CPU, could run the graph.
         """
-        graph = Path(graph)
+        return self._session_of(Path(graph), frames)[0]
+
+    def _session_of(self, graph: Path, frames: int | None) -> tuple[ort.InferenceSession, Candidate]:
+        """The session of ``graph`` and the candidate it runs on (see :meth:`session`)."""
         with self._lock:
             fixed = frames if frames is not None and self._current.static_shapes else None
             sess = self._sessions.get((graph, fixed))
             if sess is None:
                 sess = self._create(graph, fixed)
+                fixed = frames if frames is not None and self._current.static_shapes else None  # after a fallback
                 self._sessions[(graph, fixed)] = sess
-            return sess
+            return sess, self._current
+
+    def run(self, graph: Path, outputs: Sequence[str], feeds: Mapping[str, Any], *,
+            frames: int | None = None) -> list[np.ndarray]:
+        """Run ``graph``'s session on ``feeds``; when the run fails, fail over and run it again.
+
+        A failing run (any ONNX Runtime error but a bad input: a lost NPU device, a driver reset, an
+        out-of-memory on the device) on a provider that is not the last calls :meth:`fail_over` and
+        runs the same feeds on the next provider's new session, so the caller's dispatch succeeds
+        and its round continues (module docstring). ``frames`` as in :meth:`session`.
+
+        Raises:
+            ProviderError: the last provider failed too (chained to its exception).
+            ModelError: a session had to be created and the pack's files changed on disk.
+        """
+        graph = Path(graph)
+        while True:
+            sess, cand = self._session_of(graph, frames)
+            try:
+                return sess.run(list(outputs), dict(feeds))
+            except _INPUT_ERRORS:
+                raise  # the caller's mistake: the same on every provider
+            except Exception as exc:  # ORT's Fail/EPFail/DeviceReset/RuntimeException, ...
+                self.fail_over(cand, graph, exc)
+
+    def fail_over(self, cand: Candidate, graph: Path, exc: BaseException) -> None:
+        """Give up ``cand`` after a run of ``graph`` failed with ``exc``: drop every session, record
+        the failure (``Attempt.mid_session``) and make the next candidate current. Nothing happens
+        when ``cand`` is no longer current (another stream's failure moved on already).
+
+        Raises:
+            ProviderError: ``cand`` is the last provider; its sessions are dropped all the same.
+        """
+        with self._lock:
+            if self._current is not cand:
+                return
+            reason = f"{graph.name} failed while running: {_one_line(exc)}"
+            for key in reversed(list(self._sessions)):
+                del self._sessions[key]
+            self._placement.clear()
+            if len(self._plan) == 1:
+                logger.error("execution provider %s failed (%s); no provider is left", cand.label, reason)
+                raise ProviderError(f"{cand.label} failed while running {graph.name} and no other execution "
+                                    f"provider is left: {_one_line(exc)}; restart captioning") from exc
+            self._fallbacks.append(Attempt(cand.label, True, reason, mid_session=True))
+            self._plan.pop(0)
+            self._advance()
+            logger.warning("execution provider %s failed mid-session (%s); continuing on %s",
+                           cand.label, reason, self._current.label)
 
     def loaded(self) -> list[Path]:
         """The graph file of every live session (a file once per fixed ``frames`` value)."""
@@ -308,6 +446,23 @@ class Runtime:
             for key in reversed(list(self._sessions)):
                 del self._sessions[key]
 
+    def pack_changed(self, graph: Path) -> str:
+        """Why ``graph`` (a file of the pack) or the weight file is no longer what the runtime opened
+        ("" when both are as they were; a graph outside the pack is not watched)."""
+        why = self.weights.changed()
+        if why:
+            return f"{self.weights.path.name} {why}"
+        opened = self._graph_ids.get(graph)
+        if opened is None:
+            return ""
+        try:
+            st = graph.stat()
+        except OSError:
+            return f"{graph.name} is missing"
+        if (st.st_size, st.st_mtime_ns) != opened:
+            return f"{graph.name} was changed on disk after the model was opened"
+        return ""
+
     # -- internals ----------------------------------------------------------------------------
     def _create(self, graph: Path, frames: int | None) -> ort.InferenceSession:
         inits = self.pack.graph_weights(graph)
@@ -318,8 +473,18 @@ class Runtime:
             t0 = time.perf_counter()
             fixed = frames if cand.static_shapes else None
             try:
+                changed = self.pack_changed(graph)
+                if changed:  # a pack deleted or rewritten under a running session: no provider's fault
+                    raise ModelError(f"the model pack {self.pack.root.name} changed while captioning: {changed}; "
+                                     "restart captioning (reinstall the model if it is damaged)")
                 sess = self._open(graph, cand, inits, fixed)
+            except ModelError:
+                raise
             except Exception as exc:  # ORT raises its own Fail/InvalidGraph/... types
+                changed = self.pack_changed(graph)
+                if changed:
+                    raise ModelError(f"the model pack {self.pack.root.name} changed while captioning: {changed}; "
+                                     "restart captioning (reinstall the model if it is damaged)") from exc
                 if len(self._plan) == 1:
                     raise ProviderError(f"{cand.label} cannot run {graph.name}: {_one_line(exc)}") from exc
                 reason = f"{graph.name}: {_one_line(exc)}"
@@ -417,6 +582,18 @@ class Runtime:
         stem = graph.stem if frames is None else f"{graph.stem}_f{frames}"
         assert self.cache_dir is not None  # only called with a cache dir
         return self.cache_dir / "ep-context" / key / f"{stem}_ctx.onnx"
+
+
+def _identities(pack: Pack) -> dict[Path, tuple[int, int]]:
+    """(size, mtime in ns) of every graph file of ``pack`` now, to notice a pack changed later."""
+    ids = {}
+    for graph in pack.graph_files():
+        try:
+            st = graph.stat()
+        except OSError:
+            continue  # a missing graph is reported when a session needs it
+        ids[graph] = (st.st_size, st.st_mtime_ns)
+    return ids
 
 
 def _placement(sess: ort.InferenceSession) -> dict[str, int]:

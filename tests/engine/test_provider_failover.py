@@ -1,0 +1,160 @@
+"""A provider that fails in the middle of a session: the runtime moves to the next one and the stream
+goes on with every word (issue 16, "faults").
+
+The failure is injected the way a lost NPU device shows itself to ONNX Runtime's caller: ``run``
+raises ORT's own ``EPFail`` after N dispatches. The provider that fails is a real CPU session under
+another label (this machine has no NPU), so both providers compute the same numbers and the
+transcript with a failure mid-clip must equal the transcript without one, word for word and time for
+time. The real tiny.en runs on real speech (the vendored clips joined with pauses).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnxruntime.capi.onnxruntime_pybind11_state import EPFail
+
+from captioner.audio.files import load_audio_file
+from captioner.core import SAMPLE_RATE, EngineUpdate
+from captioner.engine import StreamConfig, Transcriber
+from captioner.engine.providers import Candidate
+from captioner.engine.runtime import Runtime
+from captioner.errors import ProviderError
+
+SPEECH = Path(__file__).resolve().parents[1] / "data" / "speech"
+CPU_EP = "CPUExecutionProvider"
+
+
+@pytest.fixture(scope="module")
+def clips() -> np.ndarray:
+    """The four vendored clips, each followed by 1 s of silence (16.8 s of speech, 20.8 s)."""
+    pause = np.zeros(SAMPLE_RATE, dtype=np.float32)
+    parts = []
+    for wav in sorted(SPEECH.glob("*.wav")):
+        parts += [load_audio_file(wav), pause]
+    return np.concatenate(parts)
+
+
+class _Dispatches:
+    """Counts the runs of every session and makes the sessions of ``label`` fail from run ``fail_at``
+    on (as a lost device does: every later run fails too); ``kind`` picks the graph that fails."""
+
+    def __init__(self, label: str = "", fail_at: int = -1, kind: str = "") -> None:
+        self.label, self.fail_at, self.kind = label, fail_at, kind
+        self.runs = 0
+        self.failed: list[str] = []
+
+    def wrap(self, sess, cand: Candidate, graph: str):
+        counter = self
+
+        class _Session:
+            def __getattr__(self, name):
+                return getattr(sess, name)
+
+            def run(self, outputs, feeds):
+                counter.runs += 1
+                if (counter.label in (cand.label, "*") and 0 <= counter.fail_at <= counter.runs
+                        and (counter.failed or graph.startswith(counter.kind))):
+                    counter.failed.append(graph)
+                    raise EPFail(f"[ONNXRuntimeError] : 11 : EP_FAIL : device lost running {graph} (injected)")
+                return sess.run(outputs, feeds)
+
+        return _Session()
+
+
+@pytest.fixture
+def dispatches(monkeypatch) -> _Dispatches:
+    """Two real CPU providers, the first labelled as an NPU; its sessions fail as ``dispatches`` says."""
+    counter = _Dispatches()
+    monkeypatch.setattr("captioner.engine.runtime.plan_candidates",
+                        lambda requested: [Candidate("NPU-SIM", CPU_EP), Candidate("CPU", CPU_EP)])
+    real_session = Runtime._session
+
+    def session(self, path, so, cand, inits):
+        return counter.wrap(real_session(self, path, so, cand, inits), cand, Path(path).name)
+
+    monkeypatch.setattr(Runtime, "_session", session)
+    return counter
+
+
+def _run(pack, audio: np.ndarray) -> tuple[list, object, list[EngineUpdate]]:
+    engine = Transcriber.from_pack(pack, "auto")
+    updates: list[EngineUpdate] = []
+    try:
+        words, info = engine.transcribe(audio, StreamConfig(step_s=2.0, language="en"),
+                                        on_update=lambda u, _last: updates.append(u))
+    finally:
+        engine.close()
+    return words, info, updates
+
+
+@pytest.fixture(scope="module")
+def baseline(real_tiny_en_pack, clips):
+    """The transcript and the number of dispatches without a failure (the runs counted by a wrapper
+    that never fails)."""
+    mp = pytest.MonkeyPatch()
+    counter = _Dispatches()
+    real_session = Runtime._session
+    mp.setattr(Runtime, "_session",
+               lambda self, path, so, cand, inits: counter.wrap(real_session(self, path, so, cand, inits), cand,
+                                                                Path(path).name))
+    try:
+        words, info, _updates = _run(real_tiny_en_pack, clips)
+    finally:
+        mp.undo()
+    return words, info, counter.runs
+
+
+def _strip(words) -> list[tuple[str, float, float, bool]]:
+    return [(w.text, w.start, w.end, w.speculative) for w in words]
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_a_provider_failing_mid_clip_loses_no_word(real_tiny_en_pack, clips, baseline, dispatches, kind) -> None:
+    """The NPU fails half-way through the clip (in an encoder or in a decoder chunk dispatch): the
+    runtime moves to the CPU, runs the failed dispatch again there, and the stream never notices."""
+    base_words, base_info, total_runs = baseline
+    assert base_words and base_info.provider.chosen == "CPU"
+    text = " ".join(w.text for w in base_words)
+    assert "could wait no longer" in text.lower()  # real speech, really recognised
+    dispatches.label, dispatches.kind, dispatches.fail_at = "NPU-SIM", kind, total_runs // 2
+    words, info, _updates = _run(real_tiny_en_pack, clips)
+    assert dispatches.failed and dispatches.failed[0].startswith(kind)  # the fault really happened mid-clip
+    assert len(dispatches.failed) == 1  # one failed dispatch, then the NPU's sessions were dropped
+    assert _strip(words) == _strip(base_words)
+    providers = [r.provider for r in info.rounds if r.bucket > 0]
+    assert providers[0] == "NPU-SIM" and providers[-1] == "CPU"
+    switch = providers.index("CPU")
+    assert 0 < switch < len(providers) - 1 and set(providers[switch:]) == {"CPU"}
+    assert info.provider.chosen == "CPU"
+    (failure,) = info.provider.fallbacks
+    assert failure.label == "NPU-SIM" and failure.failed and failure.mid_session
+    assert "failed while running" in failure.reason and "device lost" in failure.reason
+    assert failure.reason.startswith(kind)
+
+
+def test_the_last_provider_failing_is_a_clear_error_after_the_words_so_far(real_tiny_en_pack, clips, baseline,
+                                                                          dispatches) -> None:
+    """When the CPU (the last provider) fails too, the stream raises a ProviderError that says so;
+    the updates emitted before it are exactly those of a run without failure."""
+    _words, _info, total_runs = baseline
+    config = StreamConfig(step_s=2.0, language="en")
+    reference: list[EngineUpdate] = []
+    clean = Transcriber.from_pack(real_tiny_en_pack, "auto")
+    clean.transcribe(clips, config, on_update=lambda u, _last: reference.append(u))
+    clean.close()
+    dispatches.runs = 0
+    dispatches.label, dispatches.fail_at = "*", total_runs // 2  # every provider fails from there on
+    engine = Transcriber.from_pack(real_tiny_en_pack, "auto")
+    updates: list[EngineUpdate] = []
+    with pytest.raises(ProviderError, match=r"CPU failed while running .* no other execution provider is left"):
+        engine.transcribe(clips, config, on_update=lambda u, _last: updates.append(u))
+    info = engine.info()
+    engine.close()
+    assert [a.label for a in info.fallbacks] == ["NPU-SIM"] and info.fallbacks[0].mid_session
+    assert len(dispatches.failed) == 2  # the NPU's dispatch, then the same one on the CPU
+    assert sum(len(u.words) for u in updates) > 0, "words came before the failure"
+    assert [(u.retract, _strip(u.words)) for u in updates] == \
+        [(u.retract, _strip(u.words)) for u in reference[: len(updates)]]
