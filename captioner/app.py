@@ -34,7 +34,7 @@ from captioner.models.install import first_installed_pack, list_packs
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import Settings, load_settings, save_settings, to_dict
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import export_session
+from captioner.transcript.export import export_session, export_words
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore
 from captioner.ui.caption_bar import CaptionBar
@@ -45,6 +45,7 @@ from captioner.ui.tray import TrayIcon, ask_save_path_dialog
 from captioner.worker import CaptionWorker, CaptureLike, StreamLike
 
 if TYPE_CHECKING:
+    from captioner.engine.runtime import EngineInfo
     from captioner.ui.first_run import FirstRunDialog
     from captioner.ui.history_window import HistoryWindow
     from captioner.ui.settings_dialog import SettingsDialog
@@ -88,6 +89,8 @@ class EngineRun:
         provider_summary: one line with the fallbacks and their reasons (for the log).
         model: pack name.
         warning: shown as a tray message when not empty (a forced provider could not be used).
+        info: the engine's provider state now (``Transcriber.info``): why a provider failed when the
+            rounds' provider changes mid-session; None when the engine cannot say.
     """
 
     streams: Mapping[Source, StreamLike]
@@ -95,6 +98,7 @@ class EngineRun:
     provider_summary: str
     model: str
     warning: str = ""
+    info: Callable[[], EngineInfo] | None = None
 
 
 class EngineFactory(Protocol):
@@ -157,6 +161,8 @@ class CaptionerApp(QObject):
         self._after_stop: list[Callable[[], object]] = []
         self._quitting = False
         self._store_error_shown = False
+        self._store_problem_shown = False  # the store refuses writes and the user was told
+        self._engine_info: Callable[[], EngineInfo] | None = None
         self._history: HistoryWindow | None = None
         self._settings_dialog: SettingsDialog | None = None
         self.provider = ""
@@ -290,6 +296,7 @@ class CaptionerApp(QObject):
             self.tray.show_error(title, str(exc))
             return False
         self.provider = engine_run.provider
+        self._engine_info = engine_run.info
         if engine_run.warning:
             self.tray.show_error("Provider fell back", engine_run.warning)
         self._begin_session(sources, engine_run)
@@ -327,7 +334,8 @@ class CaptionerApp(QObject):
         self._live_warnings_shown = 0
         recorder = SessionRecorder.start(store, sources=sources, model=model, provider=provider,
                                          language=language, settings=to_dict(self.settings),
-                                         live_path=live_path, options=CueOptions.from_config(t))
+                                         live_path=live_path, options=CueOptions.from_config(t),
+                                         fallback_dirs=[self._export_dir()])
         if recorder.live is not None:
             logger.info("live subtitles: %s", recorder.live.path)
         self._show_live_warnings(recorder)
@@ -380,6 +388,10 @@ class CaptionerApp(QObject):
                 self.recorder.close()
             except CaptionerError as exc:
                 self.tray.show_error("Transcript not saved", str(exc))
+            if self.recorder.fallback_export is not None:
+                self.tray.show_error("Transcript saved elsewhere",
+                                     f"The session store could not be written ({self.recorder.store_problem}); "
+                                     f"this session was exported to {self.recorder.fallback_export} (and .txt).")
             self._show_live_warnings(self.recorder)
             logger.info("session %d ended", self.recorder.session_id)
         self._run_after_stop()
@@ -404,10 +416,41 @@ class CaptionerApp(QObject):
                     self.tray.show_error("Transcript not saved", str(exc))
             if len(self.recorder.warnings) > self._live_warnings_shown:
                 self._show_live_warnings(self.recorder)
+            self._show_store_problem(self.recorder)
         self.bar.apply_update(update)
         if update.stats is not None and update.stats.provider and update.stats.provider != self.provider:
-            self.provider = update.stats.provider
-            self.tray.set_status(provider=self.provider)
+            self._on_provider_changed(update.stats.provider)
+
+    def _show_store_problem(self, recorder: SessionRecorder) -> None:
+        """Tell the user once when the store starts refusing writes, and once when it takes them again."""
+        problem = recorder.store_problem
+        if problem and not self._store_problem_shown:
+            self._store_problem_shown = True
+            self.tray.show_error("Transcript not being saved",
+                                 f"{problem}. Captions go on; the words are kept in memory and saved as soon "
+                                 "as the disk can be written again (or exported when captioning stops).")
+        elif not problem and self._store_problem_shown:
+            self._store_problem_shown = False
+            self.tray.show_info("Transcript saved again", "The session store can be written again; every "
+                                "word held in memory is saved.")
+
+    def _on_provider_changed(self, provider: str) -> None:
+        """The rounds run on another provider: the last one failed mid-session (runtime.Runtime.run).
+        Tell the user once, with the reason, and show the new provider in the tooltip."""
+        old, self.provider = self.provider, provider
+        info = self._engine_info() if self._engine_info is not None else None
+        failure = next((a for a in reversed(info.fallbacks) if a.mid_session and a.label == old), None) \
+            if info is not None else None
+        if failure is not None:
+            self.tray.show_error(f"{old} failed", f"{old} failed: {failure.reason} — captioning goes on on {provider}.")
+            self.tray.set_status(provider=f"{provider} ({old} failed)")
+        else:
+            self.tray.set_status(provider=provider)
+        if self.recorder is not None:
+            try:
+                self.recorder.store.set_provider(self.recorder.session_id, provider)
+            except CaptionerError as exc:
+                logger.warning("the session's provider could not be recorded: %s", exc)
 
     def _on_worker_status(self, state: str) -> None:
         logger.info("captioning state: %s", state)
@@ -480,9 +523,14 @@ class CaptionerApp(QObject):
         if self.session_id is None:
             self.tray.show_error("Nothing to save", "No session has been recorded yet.")
             return None
+        options = CueOptions.from_config(self.settings.transcripts)
         try:
-            out = export_session(self.store, self.session_id, Path(path), fmt,  # type: ignore[arg-type]
-                                 options=CueOptions.from_config(self.settings.transcripts))
+            if self.recorder is not None and not self.recorder.flush():  # the store refuses: words held back
+                out = export_words(self.recorder.session_words(), Path(path), fmt,  # type: ignore[arg-type]
+                                   options=options, session=self.store.get_session(self.session_id).to_json())
+            else:
+                out = export_session(self.store, self.session_id, Path(path), fmt,  # type: ignore[arg-type]
+                                     options=options)
         except CaptionerError as exc:
             self.tray.show_error("Transcript not saved", str(exc))
             return None
@@ -511,7 +559,7 @@ class CaptionerApp(QObject):
         info = old.store.get_session(old.session_id)
         target = self.disk_store if save else SessionStore.in_memory()
         new = self._start_recorder(target, info.sources, info.model, info.provider, info.language)
-        words = old.store.session_words(old.session_id, include_speculative=True)
+        words = old.session_words(include_speculative=True)  # held-back words too (store refusing writes)
         for source in info.sources:
             own = tuple(w for w in words if w.source == source)
             if own:

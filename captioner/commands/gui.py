@@ -110,7 +110,7 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     # under "auto" skipping the NPU where there is none is expected; a forced provider that could
     # not be used is worth a tray message
     warning = info.summary() if settings.engine.provider != "auto" and info.fallbacks else ""
-    return EngineRun(streams, info.chosen, info.summary(), setup.engine.name, warning)
+    return EngineRun(streams, info.chosen, info.summary(), setup.engine.name, warning, info=setup.engine.info)
 
 
 # ------------------------------------------------------------------- model install

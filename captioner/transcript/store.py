@@ -341,6 +341,11 @@ class SessionStore:
             )
         self._active.discard(session_id)
 
+    def set_provider(self, session_id: int, provider: str) -> None:
+        """Record the provider a session runs on now (the last one failed mid-session)."""
+        with self._transaction() as conn:
+            conn.execute("UPDATE sessions SET provider = ? WHERE id = ?", (provider, session_id))
+
     def set_title(self, session_id: int, title: str) -> None:
         """Rename a session."""
         self.get_session(session_id)

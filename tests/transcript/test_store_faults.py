@@ -1,0 +1,211 @@
+"""The session store stops taking writes in the middle of a session (issue 16, "faults").
+
+The refusals are SQLite's own, on the recorder's real connection: ``PRAGMA max_page_count`` at the
+file's current size gives the real ``database or disk is full`` (SQLITE_FULL) and ``PRAGMA
+query_only`` the real ``attempt to write a readonly database``; raising the limit or clearing the
+flag makes the store writable again. Where this machine lets the tests mount a tmpfs (root), a real
+full file system is used as well: the store on a 16 MiB tmpfs filled up by another file, then freed.
+Every committed word must end up in the store once and in order (or, when the store never recovers,
+in the fallback export).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from itertools import islice
+from pathlib import Path
+
+import pytest
+
+from captioner.core import EngineUpdate
+from captioner.transcript.recorder import SessionRecorder
+from captioner.transcript.store import SessionStore
+
+from ._streams import engine_like_updates, replay
+
+SOURCES = ("system", "mic")
+
+
+def _committed(state: dict) -> dict:
+    return {src: [(w.text, w.start, w.end) for w in words if not w.speculative] for src, words in state.items()}
+
+
+def _stored(store: SessionStore, session_id: int) -> dict:
+    out: dict = {}
+    for w in store.session_words(session_id):
+        out.setdefault(w.source, []).append((w.text, w.start, w.end))
+    return out
+
+
+def _refuse(store: SessionStore, how: str) -> None:
+    conn = store._conn  # the recorder's own connection: SQLite refuses the writes itself
+    if how == "full":
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages}")
+    else:
+        conn.execute("PRAGMA query_only = 1")
+
+
+def _allow(store: SessionStore, how: str) -> None:
+    conn = store._conn
+    if how == "full":
+        conn.execute("PRAGMA max_page_count = 1073741823")
+    else:
+        conn.execute("PRAGMA query_only = 0")
+
+
+@pytest.mark.parametrize("how", ["full", "readonly"])
+def test_words_held_while_the_store_refuses_are_written_when_it_recovers(tmp_path: Path, how: str) -> None:
+    """200 updates of two sources; the store refuses writes from update 60 to 140: the recorder never
+    raises, says why once, holds the words, and writes them at the first update after recovery."""
+    updates = list(islice(engine_like_updates(7, SOURCES), 200))
+    store = SessionStore.open(tmp_path / "sessions.sqlite3")
+    rec = SessionRecorder.start(store, sources=SOURCES)
+    rec.retry_interval_s = 0.0
+    problems = set()
+    for i, update in enumerate(updates):
+        if i == 60:
+            _refuse(store, how)
+        if i == 140:
+            _allow(store, how)
+        rec.apply(update)
+        if 60 <= i < 140:
+            problems.add(rec.store_problem)
+            if i == 139:
+                assert rec.held_words > 20
+        elif i >= 140:
+            assert rec.store_problem == "" and rec.held_words == 0  # written at the first chance
+    (problem,) = problems - {""}  # (the first updates may still fit the file's free pages)
+    assert ("database or disk is full" if how == "full" else "readonly database") in problem
+    rec.close()
+    assert rec.fallback_export is None
+    assert _stored(store, rec.session_id) == _committed(replay(updates))
+    assert store.get_session(rec.session_id).ended_at is not None
+    assert store.integrity_check() == "ok"
+    store.close()
+
+
+def test_a_store_still_refusing_at_the_end_exports_the_session_to_the_fallback_folder(tmp_path: Path) -> None:
+    """The store never recovers: at close the whole session (stored words and held words) is exported
+    as JSON and text to the fallback folder, and nothing is lost."""
+    updates = list(islice(engine_like_updates(11, SOURCES), 120))
+    store = SessionStore.open(tmp_path / "sessions.sqlite3")
+    rec = SessionRecorder.start(store, sources=SOURCES, fallback_dirs=[tmp_path / "exports"])
+    rec.retry_interval_s = 0.0
+    for i, update in enumerate(updates):
+        if i == 50:
+            _refuse(store, "full")
+        rec.apply(update)
+    assert rec.session_words() and rec.held_words > 0
+    rec.close()
+    path = rec.fallback_export
+    assert path is not None and path.parent == tmp_path / "exports" and path.suffix == ".json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    exported: dict = {}
+    for w in doc["words"]:
+        exported.setdefault(w["source"], []).append((w["text"], w["start"], w["end"]))
+    assert exported == _committed(replay(updates))
+    assert doc["session"]["id"] == rec.session_id
+    assert path.with_suffix(".txt").read_text(encoding="utf-8").strip()
+    store.close()
+
+
+def test_held_words_survive_retractions_of_stored_words(tmp_path: Path) -> None:
+    """A retraction that reaches past the held words into the stored ones is kept as such."""
+    from captioner.core import Word
+
+    def w(text: str, t: float, spec: bool = False) -> Word:
+        return Word(text, t, t + 0.2, t, "system", spec)
+
+    store = SessionStore.open(tmp_path / "s.sqlite3")
+    rec = SessionRecorder.start(store)
+    rec.retry_interval_s = 0.0
+    rec.apply(EngineUpdate(0, (w("a", 0), w("b", 1), w("c?", 2, True))))
+    _refuse(store, "readonly")
+    rec.apply(EngineUpdate(2, (w("B", 1), w("c", 2))))  # retracts the speculative word and a stored one
+    rec.apply(EngineUpdate(0, (w("d", 3), w("e?", 4, True))))
+    rec.apply(EngineUpdate(1, (w("e", 4),)))
+    assert [x.text for x in rec.session_words()] == ["a", "B", "c", "d", "e"]
+    _allow(store, "readonly")
+    assert rec.flush()
+    rec.close()
+    assert [x.text for x in store.session_words(rec.session_id)] == ["a", "B", "c", "d", "e"]
+    store.close()
+
+
+# -- a real full file system -------------------------------------------------------------------
+
+_CHILD = """
+import json, os, sys
+from itertools import islice
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from transcript._streams import engine_like_updates, replay
+from captioner.transcript.recorder import SessionRecorder
+from captioner.transcript.store import SessionStore
+
+mnt = Path(sys.argv[1])
+updates = list(islice(engine_like_updates(3, ("system", "mic")), 400))
+store = SessionStore.open(mnt / "sessions.sqlite3", sync_interval_s=0)
+rec = SessionRecorder.start(store, sources=("system", "mic"), fallback_dirs=[mnt])
+rec.retry_interval_s = 0.0
+filler = mnt / "filler"
+held_max, problem = 0, ""
+for i, update in enumerate(updates):
+    if i == 100:  # another program fills the disk
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"x" * 4096)
+        except OSError:
+            pass
+        os.close(fd)
+    if i == 300:
+        filler.unlink()  # ... and frees it again
+    rec.apply(update)
+    held_max = max(held_max, rec.held_words)
+    problem = problem or rec.store_problem
+recovered = rec.store_problem == "" and rec.held_words == 0
+rec.close()
+stored = {}
+for w in store.session_words(rec.session_id):
+    stored.setdefault(w.source, []).append([w.text, w.start, w.end])
+want = {s: [[w.text, w.start, w.end] for w in ws if not w.speculative] for s, ws in replay(updates).items()}
+print(json.dumps({"equal": stored == want, "held_max": held_max, "problem": problem, "recovered": recovered,
+                  "fallback": str(rec.fallback_export), "words": sum(len(v) for v in want.values())}))
+store.close()
+"""
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path):
+    """A 16 MiB tmpfs, when this machine lets the test mount one (root with CAP_SYS_ADMIN)."""
+    mnt = tmp_path / f"fs-{uuid.uuid4().hex[:8]}"
+    mnt.mkdir()
+    if not shutil.which("mount") or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; the SQLite-level tests above cover the recorder")
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_really_full_disk_mid_session_loses_no_word(tiny_fs: Path) -> None:
+    """The store on a 16 MiB file system that another file fills up mid-session, then frees: every
+    committed word is in the store once and in order (run in a child so that the store's files are
+    closed before the file system is unmounted)."""
+    tests = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(tiny_fs), str(tests)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    print("full disk:", result)
+    assert "full" in result["problem"]  # the disk really filled up
+    assert result["held_max"] > 0 and result["recovered"]
+    assert result["fallback"] == "None" and result["equal"]

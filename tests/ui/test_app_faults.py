@@ -1,0 +1,148 @@
+"""The app under faults (issue 16): a provider failing mid-session, the store refusing writes.
+
+A scripted engine (``FakeStream``) and a capture that hands out blocks only when the test releases
+them, so the fault lands between known words; the store is the real SQLite store on disk, made to
+refuse writes by SQLite itself (``PRAGMA query_only``: "attempt to write a readonly database").
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+
+from captioner.app import CaptionerApp, EngineRun, GuiOptions
+from captioner.core import AudioBlock
+from captioner.engine.providers import Attempt
+from captioner.engine.runtime import EngineInfo
+from captioner.storage.paths import AppPaths
+from captioner.transcript.store import SessionStore
+from tests.ui.fakes import BLOCK, FakeStream
+
+
+class GatedCapture:
+    """Gives out a block of 0.1 s per :meth:`release`; idles on reads otherwise."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._allowed = 0
+        self._sent = 0
+        self._wake = threading.Event()
+        self.finished = False
+
+    def release(self, n: int) -> None:
+        with self._lock:
+            self._allowed += n
+        self._wake.set()
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self._wake.set()
+
+    def read(self, timeout: float):
+        with self._lock:
+            if self._sent < self._allowed:
+                self._sent += 1
+                return AudioBlock("system", (self._sent - 1) * BLOCK, np.full(BLOCK, 0.1, np.float32))
+        self._wake.wait(timeout)
+        self._wake.clear()
+        return None
+
+    def events(self):
+        return []
+
+
+def _app(qtbot, tmp_path, stream: FakeStream, info=None):
+    capture = GatedCapture()
+    paths = AppPaths.default(tmp_path / "home")
+
+    def engine_factory(settings, sources, paths):
+        return EngineRun({"system": stream}, stream.provider, f"{stream.provider} (requested auto)", "fake-pack",
+                         info=info)
+
+    app = CaptionerApp(paths, GuiOptions(model="fake-pack"), engine_factory=engine_factory,
+                       capture_factory=lambda s: ((lambda: capture), ("system",)))
+    qtbot.addWidget(app.bar)
+    shown: list[tuple[str, str]] = []
+    app.tray.show_error = lambda title, msg: shown.append((title, msg))
+    app.tray.show_info = lambda title, msg: shown.append((title, msg))
+    return app, capture, shown
+
+
+def _quit(qtbot, app) -> None:
+    app.tray.actions["quit"].trigger()
+    qtbot.waitUntil(lambda: not app.running, timeout=10_000)
+
+
+def _words_on_bar(app) -> str:
+    return " ".join(app.bar.visible_lines())
+
+
+def test_a_provider_failing_mid_session_is_told_once_and_shown_in_the_tooltip_and_history(qtbot, tmp_path):
+    stream = FakeStream(provider="QNN-HTP")
+    failure = Attempt("QNN-HTP", True, "decoder_s25_k6.onnx failed while running: device lost", mid_session=True)
+    info = EngineInfo("auto", "CPU", (failure,))
+    app, capture, shown = _app(qtbot, tmp_path, stream, info=lambda: info)
+    app.start()
+    capture.release(5)
+    qtbot.waitUntil(lambda: "system3" in _words_on_bar(app), timeout=10_000)
+    assert "on QNN-HTP" in app.tray.tray.toolTip() and shown == []
+    stream.provider = "CPU"  # what RoundStats.provider says once the runtime failed over
+    capture.release(5)
+    qtbot.waitUntil(lambda: "system8" in _words_on_bar(app), timeout=10_000)
+    assert shown == [("QNN-HTP failed", "QNN-HTP failed: decoder_s25_k6.onnx failed while running: device lost "
+                                        "— captioning goes on on CPU.")]
+    assert "on CPU (QNN-HTP failed)" in app.tray.tray.toolTip()
+    sid = app.session_id
+    _quit(qtbot, app)
+    with SessionStore.open(app.paths.sessions_db) as store:
+        assert store.get_session(sid).provider == "CPU"  # the history (and doctor) show the provider now used
+        assert [w.text for w in store.session_words(sid)] == [f"system{i}" for i in range(10)]
+
+
+def _refuse(app, on: bool) -> None:
+    app.disk_store._conn.execute(f"PRAGMA query_only = {int(on)}")
+
+
+def test_a_store_refusing_writes_mid_session_keeps_captions_and_every_word(qtbot, tmp_path):
+    app, capture, shown = _app(qtbot, tmp_path, FakeStream())
+    app.start()
+    app.recorder.retry_interval_s = 0.0
+    capture.release(5)
+    qtbot.waitUntil(lambda: len(app.store.session_words(app.session_id)) >= 4, timeout=10_000)
+    _refuse(app, True)
+    capture.release(10)
+    qtbot.waitUntil(lambda: "system13" in _words_on_bar(app), timeout=10_000)  # captions go on
+    assert [t for t, _m in shown] == ["Transcript not being saved"]  # told once, not per update
+    assert "readonly database" in shown[0][1]
+    assert app.recorder.held_words >= 9
+    _refuse(app, False)
+    capture.release(5)
+    qtbot.waitUntil(lambda: app.recorder.held_words == 0, timeout=10_000)
+    assert [t for t, _m in shown] == ["Transcript not being saved", "Transcript saved again"]
+    sid = app.session_id
+    _quit(qtbot, app)
+    with SessionStore.open(app.paths.sessions_db) as store:
+        assert [w.text for w in store.session_words(sid)] == [f"system{i}" for i in range(20)]
+        assert store.get_session(sid).ended_at is not None
+
+
+def test_a_store_still_refusing_at_quit_exports_the_session_where_the_user_is_told(qtbot, tmp_path):
+    app, capture, shown = _app(qtbot, tmp_path, FakeStream())
+    app.start()
+    capture.release(4)
+    qtbot.waitUntil(lambda: len(app.store.session_words(app.session_id)) >= 3, timeout=10_000)
+    _refuse(app, True)
+    capture.release(6)
+    qtbot.waitUntil(lambda: "system9" in _words_on_bar(app), timeout=10_000)
+    _quit(qtbot, app)
+    titles = [t for t, _m in shown]
+    assert titles == ["Transcript not being saved", "Transcript saved elsewhere"]
+    path = app.recorder.fallback_export
+    assert path is not None and str(path) in shown[-1][1]
+    assert path.parent == app._export_dir()
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert [w["text"] for w in doc["words"]] == [f"system{i}" for i in range(10)]
