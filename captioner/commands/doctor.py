@@ -2,8 +2,9 @@
 
 Prints the ONNX Runtime build and its providers, the QNN plugin and its devices, the provider plan
 for ``auto`` (and for ``--provider`` if given) with the reason for every skipped provider, the
-installed packs (verified: sha256 of every file and the graph contracts), the audio devices and the
-application's directories. ``--check-qnn`` also compiles a small graph on the QNN HTP backend with CPU
+installed packs (verified: sha256 of every file and the graph contracts), the provider the latest
+recorded session runs on (the app records a provider that took over mid-session, after a failure),
+the audio devices and the application's directories. ``--check-qnn`` also compiles a small graph on the QNN HTP backend with CPU
 fallback disabled (on Linux x86-64 that is the HTP emulator) and runs it against numpy.
 Exit code 0 when the engine can run (a pack is installed and sound), 1 otherwise.
 """
@@ -93,6 +94,26 @@ def check_qnn() -> tuple[bool, str]:
     return ok, f"QNN {kind}: nodes on {', '.join(eps)}, max error {err:.2e} (fp16 on HTP), {ms:.0f} ms"
 
 
+def _print_last_session(paths: AppPaths) -> None:
+    """The provider the latest recorded session ran on (or runs on, while the app captions)."""
+    from captioner.errors import CaptionerError
+    from captioner.transcript.store import SessionStore
+
+    if not paths.sessions_db.is_file():
+        return
+    try:
+        with SessionStore.open(paths.sessions_db) as store:
+            last = store.list_sessions(limit=1)
+    except CaptionerError as exc:
+        print(f"Last session: cannot read the session store: {exc}")
+        return
+    if last:
+        s = last[0]
+        state = "running or interrupted" if s.ended_at is None else f"ended {s.ended_at}"
+        print(f"Last session: #{s.id} started {s.started_at} ({state}): {s.model or '?'} on "
+              f"{s.provider or '?'}, {s.word_count} words")
+
+
 def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     host = Host.current()
     print(f"captioner {__version__} on Python {platform.python_version()}, {sys.platform} {host.machine}")
@@ -125,6 +146,8 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
               f"buckets {','.join(map(str, p.buckets))})")
     if sound == 0:
         print(f"  none usable; install one: captioner models install {DEFAULT_MODEL}")
+
+    _print_last_session(paths)
 
     print("Audio devices:")
     try:

@@ -81,7 +81,8 @@ def _words_on_bar(app) -> str:
     return " ".join(app.bar.visible_lines())
 
 
-def test_a_provider_failing_mid_session_is_told_once_and_shown_in_the_tooltip_and_history(qtbot, tmp_path):
+def test_a_provider_failing_mid_session_is_told_once_and_shown_in_the_tooltip_and_doctor(qtbot, tmp_path,
+                                                                                          capsys):
     stream = FakeStream(provider="QNN-HTP")
     failure = Attempt("QNN-HTP", True, "decoder_s25_k6.onnx failed while running: device lost", mid_session=True)
     info = EngineInfo("auto", "CPU", (failure,))
@@ -101,6 +102,12 @@ def test_a_provider_failing_mid_session_is_told_once_and_shown_in_the_tooltip_an
     with SessionStore.open(app.paths.sessions_db) as store:
         assert store.get_session(sid).provider == "CPU"  # the history (and doctor) show the provider now used
         assert [w.text for w in store.session_words(sid)] == [f"system{i}" for i in range(10)]
+    from captioner import cli
+
+    capsys.readouterr()
+    cli.run(["doctor", "--no-verify"], app.paths)
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("Last session:")]
+    assert line.startswith(f"Last session: #{sid} started ") and line.endswith("fake-pack on CPU, 10 words")
 
 
 def _refuse(app, on: bool) -> None:
