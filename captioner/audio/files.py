@@ -1,8 +1,12 @@
-"""Audio files: load a whole file as 16 kHz mono, or replay a WAV behind the capture interface.
+"""Audio files as 16 kHz mono: streamed in blocks, loaded whole, or replayed behind the capture interface.
 
 WAV is read by :mod:`captioner.audio.wavfile` (any rate, channel count, 8/16/24/32-bit integer or
 32/64-bit float); other formats are decoded by ``ffmpeg`` when it is on PATH. Everything is
 resampled with :class:`captioner.audio.resample.Resampler`; NaN and Inf samples become 0 (logged).
+
+:class:`AudioFileReader` streams a file (WAV read block by block, ffmpeg's output read from its
+pipe as it decodes), so a multi-hour file costs one block of memory, not the whole file in float32
+(3 h: 0.7 GB); :func:`load_audio_file` is the whole file at once, for short clips.
 """
 
 from __future__ import annotations
@@ -10,8 +14,10 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,20 +27,23 @@ from captioner.audio.wavfile import read_wav, read_wav_info
 from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, Source
 from captioner.errors import AudioFileError
 
-__all__ = ["FileSource", "load_audio_file"]
+__all__ = ["AudioFileReader", "FileSource", "load_audio_file"]
 
 logger = logging.getLogger(__name__)
 
 FILE_BLOCK_S = 0.1  # FileSource block length in seconds
-FFMPEG_TIMEOUT_S = 600.0
+READ_BLOCK_S = 10.0  # AudioFileReader block length in seconds of the file (0.6 MB of float32 at 16 kHz)
 
 
-def _finite(x: np.ndarray, path: Path) -> np.ndarray:
+def _finite(x: np.ndarray, path: Path, *, log: bool = True) -> tuple[np.ndarray, int]:
+    """``x`` with NaN/Inf replaced by 0, and how many were replaced (logged with ``log``)."""
     bad = ~np.isfinite(x)
-    if bad.any():
-        logger.warning("%s: replaced %d NaN/Inf samples by 0", path, int(bad.sum()))
+    count = int(bad.sum())
+    if count:
+        if log:
+            logger.warning("%s: replaced %d NaN/Inf samples by 0", path, count)
         x = np.where(bad, np.float32(0.0), x).astype(np.float32)
-    return x
+    return x, count
 
 
 def _is_wav(path: Path) -> bool:
@@ -47,39 +56,101 @@ def _is_wav(path: Path) -> bool:
 
 
 def load_audio_file(path: str | Path) -> np.ndarray:
-    """The whole file as 16 kHz mono float32 (n,).
+    """The whole file as 16 kHz mono float32 (n,) (a long file: :class:`AudioFileReader`).
 
     Raises:
         AudioFileError: missing, empty, truncated, not audio, or not WAV without ffmpeg.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise AudioFileError(f"{path} does not exist or is not a file")
-    if path.stat().st_size == 0:
-        raise AudioFileError(f"{path} is empty")
-    if _is_wav(path) or path.suffix.lower() == ".wav":
-        data, info = read_wav(path)
-        mono = _finite(downmix(data), path)
-        r = Resampler(info.rate, SAMPLE_RATE)
-        return np.concatenate([r.process(mono), r.flush()])
-    return _finite(_ffmpeg_decode(path), path)
+    blocks = list(AudioFileReader(path))
+    return np.concatenate(blocks) if blocks else np.zeros(0, np.float32)
 
 
-def _ffmpeg_decode(path: Path) -> np.ndarray:
-    exe = shutil.which("ffmpeg")
-    if exe is None:
-        raise AudioFileError(f"{path} is not a WAV file; install ffmpeg to read other formats")
-    cmd = [exe, "-nostdin", "-v", "error", "-i", str(path), "-f", "f32le", "-ac", "1", "-ar", str(SAMPLE_RATE), "-"]
-    try:
-        done = subprocess.run(cmd, capture_output=True, timeout=FFMPEG_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise AudioFileError(f"ffmpeg could not decode {path}: {exc}") from exc
-    if done.returncode != 0:
-        why = (done.stderr.decode(errors="replace").strip().splitlines() or ["unknown error"])[-1]
-        raise AudioFileError(f"ffmpeg could not decode {path}: {why}")
-    if not done.stdout:
-        raise AudioFileError(f"{path} contains no audio")
-    return np.frombuffer(done.stdout, dtype="<f4").astype(np.float32)
+class AudioFileReader:
+    """A file as consecutive 16 kHz mono float32 blocks, decoded as they are read.
+
+    Iterating yields blocks of about ``block_s`` seconds (never more than ``block_s`` plus the
+    resampler's few samples of flush; the last may be shorter); their concatenation is what
+    :func:`load_audio_file` returns. A WAV is read ``block_s`` at a time through one
+    :class:`Resampler` (the same samples as resampling it in one go); another format is decoded by
+    ``ffmpeg`` into a pipe that is read as the blocks are consumed (stopping early ends ffmpeg).
+    NaN/Inf samples become 0, logged once with their count when the file has been read.
+
+    Args:
+        path: the file.
+        block_s: seconds of the file per block.
+
+    Raises:
+        AudioFileError: at construction for a missing, empty or unreadable file, a broken WAV
+            header, or not WAV without ffmpeg; while iterating when ffmpeg fails or finds no audio.
+    """
+
+    def __init__(self, path: str | Path, block_s: float = READ_BLOCK_S) -> None:
+        self.path = Path(path)
+        self.block_s = block_s
+        if not self.path.is_file():
+            raise AudioFileError(f"{self.path} does not exist or is not a file")
+        if self.path.stat().st_size == 0:
+            raise AudioFileError(f"{self.path} is empty")
+        self._wav = read_wav_info(self.path) if _is_wav(self.path) or self.path.suffix.lower() == ".wav" else None
+        self._ffmpeg = None if self._wav is not None else shutil.which("ffmpeg")
+        if self._wav is None and self._ffmpeg is None:
+            raise AudioFileError(f"{self.path} is not a WAV file; install ffmpeg to read other formats")
+
+    @property
+    def duration_s(self) -> float | None:
+        """Length in seconds at 16 kHz, from the WAV header; None for other formats (known once read)."""
+        if self._wav is None:
+            return None
+        return -(-self._wav.frames * SAMPLE_RATE // self._wav.rate) / SAMPLE_RATE
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        bad = 0
+        for block in self._wav_blocks() if self._wav is not None else self._ffmpeg_blocks():
+            block, n = _finite(block, self.path, log=False)
+            bad += n
+            if len(block):
+                yield block
+        if bad:
+            logger.warning("%s: replaced %d NaN/Inf samples by 0", self.path, bad)
+
+    def _wav_blocks(self) -> Iterator[np.ndarray]:
+        info = self._wav
+        assert info is not None
+        resampler = Resampler(info.rate, SAMPLE_RATE)
+        frames = max(1, round(self.block_s * info.rate))
+        for start in range(0, info.frames, frames):
+            data, _ = read_wav(self.path, start, frames)
+            yield resampler.process(downmix(data))
+        yield resampler.flush()
+
+    def _ffmpeg_blocks(self) -> Iterator[np.ndarray]:
+        assert self._ffmpeg is not None
+        cmd = [self._ffmpeg, "-nostdin", "-v", "error", "-i", str(self.path), "-f", "f32le", "-ac", "1",
+               "-ar", str(SAMPLE_RATE), "-"]
+        chunk = 4 * max(1, round(self.block_s * SAMPLE_RATE))
+        with tempfile.TemporaryFile() as err:  # a file, not a pipe: ffmpeg never blocks on its stderr
+            try:
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+            except OSError as exc:
+                raise AudioFileError(f"ffmpeg could not decode {self.path}: {exc}") from exc
+            assert proc.stdout is not None
+            got = 0
+            try:
+                while raw := proc.stdout.read(chunk):  # a buffered read: whole blocks until the end
+                    got += len(raw)
+                    yield np.frombuffer(raw[: len(raw) // 4 * 4], dtype="<f4").astype(np.float32)
+                code = proc.wait()
+            finally:
+                if proc.poll() is None:  # the consumer stopped early
+                    proc.kill()
+                    proc.wait()
+                proc.stdout.close()
+            if code != 0:
+                err.seek(0)
+                why = (err.read().decode(errors="replace").strip().splitlines() or ["unknown error"])[-1]
+                raise AudioFileError(f"ffmpeg could not decode {self.path}: {why}")
+            if got == 0:
+                raise AudioFileError(f"{self.path} contains no audio")
 
 
 class FileSource:
@@ -166,7 +237,7 @@ class FileSource:
         while not len(out) and self._pos < self._info.frames:
             data, _ = read_wav(self.path, self._pos, self._block)
             self._pos += len(data)
-            out = self._resampler.process(_finite(downmix(data), self.path))
+            out = self._resampler.process(_finite(downmix(data), self.path)[0])
             if self._pos >= self._info.frames:
                 out = np.concatenate([out, self._resampler.flush()])
         return out

@@ -18,15 +18,17 @@ computation-aware replay). With ``--realtime`` it is the wall clock.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
 import numpy as np
 
-from captioner.audio import load_audio_file
+from captioner.audio.files import AudioFileReader
 from captioner.commands._engine import add_engine_options, open_engine
 from captioner.commands._printer import WordPrinter
 from captioner.core import SAMPLE_RATE, EngineUpdate, Word
@@ -56,14 +58,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
-def _load(path: Path) -> np.ndarray:
-    audio = load_audio_file(path)
-    if audio.size == 0:
+def _load(path: Path) -> tuple[Iterator[np.ndarray], float | None]:
+    """The file's 16 kHz blocks, read as the engine consumes them (a multi-hour file is never held
+    whole), and its length in seconds when the header tells it (WAV). The first 0.1 s is read here,
+    so a file with too little audio fails before the engine is opened."""
+    reader = AudioFileReader(path)
+    blocks = iter(reader)
+    head: list[np.ndarray] = []
+    for block in blocks:
+        head.append(block)
+        if sum(map(len, head)) >= _MIN_AUDIO_S * SAMPLE_RATE:
+            break
+    n = sum(map(len, head))
+    if n == 0:
         raise AudioFileError(f"{path} contains no audio samples")
-    if audio.size < _MIN_AUDIO_S * SAMPLE_RATE:
-        raise AudioFileError(f"{path} is only {audio.size / SAMPLE_RATE * 1000:.0f} ms long; "
+    if n < _MIN_AUDIO_S * SAMPLE_RATE:
+        raise AudioFileError(f"{path} is only {n / SAMPLE_RATE * 1000:.0f} ms long; "
                              f"nothing to transcribe (at least {_MIN_AUDIO_S * 1000:.0f} ms needed)")
-    return audio
+    return itertools.chain(head, blocks), reader.duration_s
 
 
 def _print_summary(stats: dict, err: TextIO) -> None:
@@ -96,7 +108,7 @@ def _save_outputs(args: argparse.Namespace, words: list[Word], stats: dict) -> N
 
 
 def _run(args: argparse.Namespace, paths: AppPaths) -> int:
-    audio = _load(args.audio)
+    audio, audio_s = _load(args.audio)
     setup = open_engine(args, paths, install_missing=True)  # a fresh machine installs the default model
     engine = setup.engine
     err = sys.stderr
@@ -104,7 +116,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     if info.fallbacks and info.requested != "auto":
         err.write(f"captioner: provider {info.requested!r} is not available; using {info.chosen} "
                   f"({'; '.join(f'{a.label}: {a.reason}' for a in info.fallbacks)})\n")
-    err.write(f"transcribing {args.audio} ({len(audio) / SAMPLE_RATE:.1f} s) with {engine.name} "
+    err.write(f"transcribing {args.audio} ({f'{audio_s:.1f} s' if audio_s is not None else 'streamed'}) with {engine.name} "
               f"on {info.chosen}, step {setup.config.step_s:g} s{', real time' if args.realtime else ''}\n")
     printer = WordPrinter(sys.stdout, sys.stdout.isatty())
     recorder = None
@@ -118,12 +130,19 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
             recorder.apply(update)
         printer.update(update, last)
 
+    fed = [0]  # samples fed so far: the session's length even if decoding stops half-way
+
+    def counted() -> Iterator[np.ndarray]:
+        for block in audio:
+            fed[0] += len(block)
+            yield block
+
     try:
-        words, result = engine.transcribe(audio, setup.config, realtime=args.realtime, on_update=on_update)
+        words, result = engine.transcribe(counted(), setup.config, realtime=args.realtime, on_update=on_update)
     finally:
         engine.close()
         if recorder is not None:
-            recorder.close(duration_ms=round(len(audio) / SAMPLE_RATE * 1000))
+            recorder.close(duration_ms=round(fed[0] / SAMPLE_RATE * 1000))
             recorder.store.close()
     if not words:
         err.write("captioner: no speech was recognised\n")

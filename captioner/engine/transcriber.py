@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,12 +185,15 @@ class Transcriber:
         """A live stream of one source (``feed``/``step``/``finish``); see :class:`~captioner.engine.stream.Stream`."""
         return Stream(self.model, self.check(config), source=source, clock=clock)
 
-    def transcribe(self, audio: np.ndarray, config: StreamConfig, *, realtime: bool = False,
+    def transcribe(self, audio: np.ndarray | Iterable[np.ndarray], config: StreamConfig, *, realtime: bool = False,
                    on_update: Callable[[EngineUpdate, bool], None] | None = None,
                    ) -> tuple[list[Word], TranscriptionInfo]:
         """Stream ``audio`` (16 kHz mono float32) through the live engine, one step at a time.
 
         Args:
+            audio: the whole signal (n,), or its consecutive blocks of any sizes (a long file read as
+                it goes, :class:`~captioner.audio.files.AudioFileReader`): both are cut into the same
+                steps, so they give the same words.
             realtime: feed at real-time pace (as a live source); else as fast as the machine allows.
             on_update: called with every update as it comes, and True for the last one (from
                 ``finish``: every committed word is final then).
@@ -214,23 +217,40 @@ class Transcriber:
                 on_update(update, last)
 
         t0 = time.perf_counter()
-        for pos in range(0, len(audio), step):
-            block = audio[pos : pos + step]
+        pos = 0
+        for block in _steps(audio, step):
             if realtime:
                 wait = t0 + (pos + len(block)) / SAMPLE_RATE - time.perf_counter()
                 if wait > 0:
                     time.sleep(wait)  # pacing a file at real time is the point of realtime
-            sim.audio_s = (pos + len(block)) / SAMPLE_RATE
+            pos += len(block)
+            sim.audio_s = pos / SAMPLE_RATE
             stream.feed(block)
             sim.enter()
             handle(stream.step())
         sim.enter()
         handle(stream.finish(), last=True)
         wall = time.perf_counter() - t0
-        info = TranscriptionInfo(self.name, config, self.info(), len(audio) / SAMPLE_RATE, wall, tuple(rounds),
+        info = TranscriptionInfo(self.name, config, self.info(), pos / SAMPLE_RATE, wall, tuple(rounds),
                                  realtime)
         return words, info
 
     def close(self) -> None:
         """Release the ONNX Runtime sessions and the mapped weights."""
         self.runtime.close()
+
+
+def _steps(audio: np.ndarray | Iterable[np.ndarray], step: int) -> Iterator[np.ndarray]:
+    """``audio`` (an array, or blocks of any sizes) as consecutive pieces of ``step`` samples, the last shorter."""
+    if isinstance(audio, np.ndarray):
+        for pos in range(0, len(audio), step):
+            yield audio[pos : pos + step]
+        return
+    pending = np.zeros(0, np.float32)
+    for block in audio:
+        pending = np.concatenate([pending, block]) if len(pending) else np.asarray(block, np.float32)
+        while len(pending) >= step:
+            yield pending[:step]
+            pending = pending[step:]
+    if len(pending):
+        yield pending
