@@ -320,8 +320,16 @@ class CaptionerApp(QObject):
 
     def _begin_session(self, sources: tuple[Source, ...], engine_run: EngineRun) -> None:
         store = self.disk_store if self.save_session else SessionStore.in_memory()
-        self.recorder = self._start_recorder(store, sources, engine_run.model, engine_run.provider,
-                                             self.settings.engine.language)
+        try:
+            self.recorder = self._start_recorder(store, sources, engine_run.model, engine_run.provider,
+                                                 self.settings.engine.language)
+        except CaptionerError as exc:  # the store cannot even begin a session (disk full, read-only)
+            self.recorder = self._start_recorder(SessionStore.in_memory(), sources, engine_run.model,
+                                                 engine_run.provider, self.settings.engine.language)
+            self.recorder.export_reason = str(exc)  # exported to the export folder when it ends
+            self.tray.show_error("Transcript not being saved",
+                                 f"{exc}. Captions go on; this session is kept in memory and exported when "
+                                 "captioning stops.")
 
     def _start_recorder(self, store: SessionStore, sources: tuple[Source, ...], model: str, provider: str,
                         language: str) -> SessionRecorder:
@@ -390,7 +398,7 @@ class CaptionerApp(QObject):
                 self.tray.show_error("Transcript not saved", str(exc))
             if self.recorder.fallback_export is not None:
                 self.tray.show_error("Transcript saved elsewhere",
-                                     f"The session store could not be written ({self.recorder.store_problem}); "
+                                     f"The session store could not be written ({self.recorder.unsaved_reason}); "
                                      f"this session was exported to {self.recorder.fallback_export} (and .txt).")
             self._show_live_warnings(self.recorder)
             logger.info("session %d ended", self.recorder.session_id)

@@ -82,6 +82,8 @@ class SessionRecorder:
 
     Attributes:
         store_problem: why words are being held in memory ("" while the store takes every update).
+        export_reason: set when the session is recorded in memory only because the real store could
+            not even begin it (``App``): :meth:`close` then exports it like an unwritable store.
         fallback_export: the JSON file the session was exported to at close, when the store could
             not take it; None otherwise.
     """
@@ -95,6 +97,7 @@ class SessionRecorder:
         self.fallback_dirs = [Path(d) for d in fallback_dirs]
         self.retry_interval_s = retry_interval_s
         self.store_problem = ""
+        self.export_reason = ""
         self.fallback_export: Path | None = None
         self._backlog: dict[Source, _Backlog] = {}
         self._next_try = 0.0
@@ -155,6 +158,11 @@ class SessionRecorder:
                 self.live.feed(update)
             except StorageError as exc:
                 self._drop_live(exc)
+
+    @property
+    def unsaved_reason(self) -> str:
+        """Why the session is not (all) in its store: :attr:`store_problem` or :attr:`export_reason`."""
+        return self.store_problem or self.export_reason
 
     @property
     def held_words(self) -> int:
@@ -227,7 +235,7 @@ class SessionRecorder:
                 self.live.close()
             except StorageError as exc:
                 self._drop_live(exc)
-        if not self.flush():
+        if not self.flush() or self.export_reason:
             self.fallback_export = self._export_fallback()
             return
         try:
@@ -255,9 +263,9 @@ class SessionRecorder:
                 problems.append(f"{folder}: {exc}")
                 continue
             logger.warning("the session store could not be written (%s); the session's %d words were exported "
-                           "to %s (and .txt)", self.store_problem, len(words), path)
+                           "to %s (and .txt)", self.unsaved_reason, len(words), path)
             return path
-        raise StorageError(f"the session store could not be written ({self.store_problem}) and no fallback folder "
+        raise StorageError(f"the session store could not be written ({self.unsaved_reason}) and no fallback folder "
                            f"could take the transcript either: {'; '.join(problems)}")
 
     def discard(self) -> None:

@@ -153,3 +153,17 @@ def test_a_store_still_refusing_at_quit_exports_the_session_where_the_user_is_to
     assert path.parent == app._export_dir()
     doc = json.loads(path.read_text(encoding="utf-8"))
     assert [w["text"] for w in doc["words"]] == [f"system{i}" for i in range(10)]
+
+
+def test_a_store_that_cannot_begin_the_session_keeps_it_in_memory_and_exports_it(qtbot, tmp_path):
+    app, capture, shown = _app(qtbot, tmp_path, FakeStream())
+    _refuse(app, True)  # read-only before the session begins
+    app.start()
+    assert app.running  # captions start all the same
+    assert [t for t, _m in shown] == ["Transcript not being saved"]
+    capture.release(6)
+    qtbot.waitUntil(lambda: "system5" in _words_on_bar(app), timeout=10_000)
+    _quit(qtbot, app)
+    assert [t for t, _m in shown] == ["Transcript not being saved", "Transcript saved elsewhere"]
+    doc = json.loads(app.recorder.fallback_export.read_text(encoding="utf-8"))
+    assert [w["text"] for w in doc["words"]] == [f"system{i}" for i in range(6)]
