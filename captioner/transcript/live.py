@@ -126,11 +126,19 @@ class LiveSubtitleWriter:
         """One write per cue, then fsync: a kill between two cues leaves whole cues only."""
         assert self._fd is not None
         data = memoryview(text.encode("utf-8"))
+        before = None
         try:
+            before = os.lseek(self._fd, 0, os.SEEK_CUR)
             while data:
                 data = data[os.write(self._fd, data) :]
             os.fsync(self._fd)
         except OSError as exc:
+            if before is not None:  # a full disk can take half a cue: cut it off, the file still parses
+                try:
+                    os.ftruncate(self._fd, before)
+                    os.lseek(self._fd, before, os.SEEK_SET)
+                except OSError:
+                    logger.debug("cannot cut the partial cue off %s", self.path, exc_info=True)
             raise StorageError(
                 f"cannot write the live subtitle file {self.path}: {exc.strerror or exc}"
             ) from exc

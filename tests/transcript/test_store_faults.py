@@ -209,3 +209,36 @@ def test_a_really_full_disk_mid_session_loses_no_word(tiny_fs: Path) -> None:
     assert "full" in result["problem"]  # the disk really filled up
     assert result["held_max"] > 0 and result["recovered"]
     assert result["fallback"] == "None" and result["equal"]
+
+
+def test_a_disk_filling_up_in_the_middle_of_a_live_cue_leaves_a_file_that_parses(tmp_path: Path, monkeypatch) -> None:
+    """The write that meets the full disk took half a cue: it is cut off again, so the live file
+    holds whole cues only, and the recording goes on."""
+    import srt
+
+    store = SessionStore.in_memory()
+    rec = SessionRecorder.start(store, live_path=tmp_path / "l.srt")
+    real_write = os.write
+    budget = {"left": None}
+
+    def filling_disk(fd: int, data) -> int:
+        if rec.live is not None and fd == rec.live._fd and budget["left"] is not None:
+            if budget["left"] <= 0:
+                raise OSError(28, "No space left on device")
+            n = min(len(data), budget["left"])
+            budget["left"] -= n
+            return real_write(fd, bytes(data[:n]))
+        return real_write(fd, data)
+
+    monkeypatch.setattr("captioner.transcript.live.os.write", filling_disk)
+    updates = list(islice(engine_like_updates(5), 120))
+    for i, update in enumerate(updates):
+        if i == 60:
+            budget["left"] = 7  # the disk has 7 bytes left: the next cue is written in part
+        rec.apply(update)
+    rec.close()
+    assert rec.live is None and "No space left" in rec.warnings[0]
+    text = (tmp_path / "l.srt").read_text(encoding="utf-8")
+    cues = list(srt.parse(text))  # whole cues only
+    assert cues and text.endswith("\n\n")
+    assert _stored(store, rec.session_id) == _committed(replay(updates))  # the store has every word
