@@ -227,6 +227,8 @@ class Pack:
         cache_slots: bucket → S, the slots of the fixed self-attention cache its chunk graphs read.
         precision: ``"fp32"`` or ``"fp16"`` (weights; graph I/O is always float32).
         linear: ``"matmul"`` or ``"conv"`` (lowering of the linear layers).
+        vocab: the decoder's vocabulary projection, ``"fp32"`` or ``"int8"`` (ranked in int8, the
+            best candidates scored in fp32; ``BuildOptions.vocab``); packs without the field: fp32.
         token_bytes: id -> raw bytes of that single token (specials as their ``<|...|>`` text).
         pack_hash: hex sha256 of ``manifest.json`` (key of EP-context caches).
     """
@@ -246,6 +248,7 @@ class Pack:
     linear: str
     token_bytes: tuple[bytes, ...]
     pack_hash: str
+    vocab: str
     _encoders: Mapping[int, str] = field(repr=False)
     _decoders: Mapping[tuple[int, int, int], tuple[str, int]] = field(repr=False)
     _graph_weights: Mapping[str, tuple[WeightRef, ...]] = field(repr=False)
@@ -397,6 +400,7 @@ class Pack:
             linear=str(manifest["linear"]),
             token_bytes=token_bytes,
             pack_hash=pack_hash,
+            vocab=str(manifest.get("vocab", "fp32")),
             _encoders=MappingProxyType(encoders),
             _decoders=MappingProxyType(decoders),
             _graph_weights=MappingProxyType(graph_weights),
@@ -416,7 +420,7 @@ def _graph_weights(manifest: dict, mpath: Path, graphs: list[str]) -> dict[str, 
     except (TypeError, ValueError, AttributeError) as exc:
         raise ModelError(f"{mpath}: malformed weights_index or graph_weights: {exc}") from None
     for ref in refs.values():
-        size = {"float32": 4, "float16": 2}.get(ref.dtype)
+        size = {"float32": 4, "float16": 2, "int8": 1}.get(ref.dtype)
         if size is None or math.prod(ref.shape) * size != ref.length or ref.offset < 0:
             raise ModelError(f"{mpath}: weights_index entry {ref.name} is inconsistent")
     missing = sorted(set(graphs) - set(out))

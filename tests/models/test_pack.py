@@ -110,7 +110,9 @@ def test_graphs_share_weights_by_name_and_offset(tiny_pack, tiny_checkpoint):
     weights = tiny_pack.weights_file().stat().st_size
     ckpt = (tiny_checkpoint / "model.safetensors").stat().st_size
     total = sum(f.stat().st_size for f in tiny_pack.root.iterdir())
-    assert weights < 1.1 * ckpt and total < 1.5 * ckpt, (weights, total, ckpt)
+    # the int8 vocabulary projection adds its table (one byte per entry) and a scale per token
+    extra = (tiny_pack.dims.n_vocab * (tiny_pack.dims.d_model + 4)) if tiny_pack.vocab == "int8" else 0
+    assert weights < 1.1 * ckpt + extra and total < 1.5 * ckpt + extra, (weights, total, ckpt, extra)
     data = np.memmap(tiny_pack.weights_file(), np.uint8, mode="r")
     info = index["decoder.embed_tokens.weight"]
     table = data[info["offset"] : info["offset"] + info["length"]].view(np.float32).reshape(info["shape"])

@@ -62,12 +62,12 @@ def small_pack(tmp_path_factory):
     root = tmp_path_factory.mktemp("qnn")
     ckpt = make_checkpoint(root / "ckpt", d_model=32, layers=1, heads=2, ffn=64, seed=3,
                            alignment_heads=[(0, 1)])
-    return build_pack(ckpt, root / "pack", BuildOptions())
+    return build_pack(ckpt, root / "pack", BuildOptions(vocab="fp32"))  # the NPU's packs: fp32 projection
 
 
 @pytest.fixture(scope="module")
-def qnn_pack(tiny_pack):
-    return tiny_pack
+def qnn_pack(tiny_fp32_pack):
+    return tiny_fp32_pack
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,8 @@ def prompt(pack: Pack) -> list[int]:
 
 
 def test_conv_lowering_equals_matmul(tiny_checkpoint, tiny_pack, runner, tmp_path):
-    conv = build(tiny_checkpoint, tmp_path / "conv", "--linear", "conv", "--buckets", "3", "30")
+    conv = build(tiny_checkpoint, tmp_path / "conv", "--linear", "conv", "--buckets", "3", "30",
+                 "--vocab", tiny_pack.vocab)
     assert conv.linear == "conv"
     conv_runner = PackRunner(conv)
     for bucket, n in ((3, 120), (30, 1111)):
