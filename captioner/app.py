@@ -158,6 +158,7 @@ class CaptionerApp(QObject):
         self.paused = False
         self._thread: QThread | None = None
         self._worker: CaptionWorker | None = None
+        self._skip_told = False  # the "skipping" tray message was shown this session
         self._after_stop: list[Callable[[], object]] = []
         self._quitting = False
         self._store_error_shown = False
@@ -312,7 +313,9 @@ class CaptionerApp(QObject):
         worker.finished.connect(thread.quit)
         thread.finished.connect(self._on_thread_finished)
         self._worker, self._thread = worker, thread  # held until finished (buzz #423)
-        self.tray.set_status(state="starting", provider=engine_run.provider, lag_s=0.0)
+        self._skip_told = False
+        self.tray.set_status(state="starting", provider=engine_run.provider, lag_s=0.0, lag_state="ok")
+        self.bar.set_lag(0.0, "ok")
         self.bar.set_both_mode(len(sources) > 1)
         thread.start()
         logger.info("captioning %s with %s on %s", "+".join(sources), engine_run.model, engine_run.provider_summary)
@@ -465,9 +468,17 @@ class CaptionerApp(QObject):
         self.tray.set_status(state=state)
         self.state_changed.emit(state)
 
-    def _on_worker_lag(self, lag_s: float) -> None:
-        self.bar.set_lag(lag_s)
-        self.tray.set_status(lag_s=lag_s)
+    def _on_worker_lag(self, lag_s: float, state: str) -> None:
+        """The worker's lag after a round and its state ("ok", "behind", "skipping": the bounded-lag
+        rule of ``engine/overload.py``): on the bar's badge and in the tray; the first skip of a
+        session also gets a tray message (the transcript marks each skipped span)."""
+        self.bar.set_lag(lag_s, state)
+        self.tray.set_status(lag_s=lag_s, lag_state=state)
+        if state == "skipping" and not self._skip_told:
+            self._skip_told = True
+            self.tray.show_info("Captions are behind — skipping",
+                                "This computer cannot keep up with the audio right now, so some audio is "
+                                "skipped to keep captions current. The transcript marks each gap with […].")
 
     def _on_worker_error(self, exc: CaptionerError) -> None:
         self.tray.show_error("captioner", str(exc))

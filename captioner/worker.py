@@ -1,10 +1,15 @@
 """The engine worker: one QObject, moved to its own QThread, that owns the capture and the streams.
 
 Data flow (ARCHITECTURE.md §3): the worker blocks on the capture's ``read(timeout)`` (no sleep
-polling), feeds each block to the stream of its source (one :class:`StreamLike` per source in
-"both" mode), runs every round that is due and emits the resulting
-:class:`~captioner.core.EngineUpdate` values. Cross-thread signal connections are queued, so the
-GUI receives them in order and never waits on the engine.
+polling), then drains whatever else the capture already holds with non-blocking reads, feeds each
+block to the stream of its source (one :class:`StreamLike` per source in "both" mode), applies the
+bounded-lag rule (:class:`~captioner.engine.overload.LagGovernor`: when more than two steps of
+audio wait, the stream skips all but the newest step and the transcript gets a gap marker), runs
+the round that is due and emits the resulting :class:`~captioner.core.EngineUpdate` values.
+Draining first is what makes the rule see the whole backlog: audio left in the capture's ring is
+invisible to the stream, and a ring that fills replaces audio by silence without a word.
+Cross-thread signal connections are queued, so the GUI receives them in order and never waits on
+the engine.
 
 Shutdown is cooperative: :meth:`CaptionWorker.request_stop` (thread-safe) sets an event; the loop
 notices it within one read timeout, calls ``finish()`` on every stream and emits those last
@@ -25,6 +30,8 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal, Slot
 
 from captioner.core import AudioBlock, AudioEvent, EngineUpdate, Source
+from captioner.engine.overload import LagGovernor, LagReport, LagState
+from captioner.engine.stream import StreamConfig
 from captioner.errors import AudioDeviceError, CaptionerError
 
 __all__ = ["CaptionWorker", "CaptureLike", "StreamLike"]
@@ -34,6 +41,8 @@ logger = logging.getLogger(__name__)
 READ_TIMEOUT_S = 0.25  # longest wait for audio before checking the stop/pause flags
 LEVEL_INTERVAL_S = 0.1  # level signals at most 10 per second per source
 REOPEN_WAIT_S = 2.0  # pause before reopening a capture whose device failed
+MAX_DRAIN_BLOCKS = 1000  # blocks read per turn at most (a turn still checks the stop flag)
+_LAG_ORDER: dict[LagState, int] = {"ok": 0, "behind": 1, "skipping": 2}
 
 
 class CaptureLike(Protocol):
@@ -58,11 +67,23 @@ class CaptureLike(Protocol):
 
 
 class StreamLike(Protocol):
-    """The engine's streaming session for one source (``captioner.engine`` ``Stream``)."""
+    """The engine's streaming session for one source (``captioner.engine`` ``Stream``).
+
+    ``config.step_s`` and ``lag_s`` (fed but not yet processed, seconds) and ``skip`` serve the
+    bounded-lag rule (:mod:`captioner.engine.overload`).
+    """
+
+    @property
+    def config(self) -> StreamConfig: ...
+
+    @property
+    def lag_s(self) -> float: ...
 
     def feed(self, samples: np.ndarray) -> None: ...
 
     def step(self) -> EngineUpdate | None: ...
+
+    def skip(self, keep_s: float) -> EngineUpdate: ...
 
     def finish(self) -> EngineUpdate: ...
 
@@ -77,17 +98,24 @@ class CaptionWorker(QObject):
         read_timeout_s: longest blocking read before the flags are checked again.
         reopen_wait_s: pause before reopening a capture that failed (never a busy retry loop).
         paused: start paused.
+        realtime: the capture delivers audio at real-time pace (devices, a file replayed at
+            real time): the backlog is drained each turn and the bounded-lag rule skips what the
+            engine cannot keep up with. False for a file read as fast as it can be (the backlog
+            is the rest of the file: one block per turn, nothing skipped).
 
     Signals:
         started(); update(EngineUpdate); level(str source, float rms 0..1);
-        lag(float seconds); audio_event(AudioEvent); error(CaptionerError); status(str) with
+        lag(float seconds, str state) after every round: the round's lag (audio that waited when
+        it started plus its compute; the worst source in "both" mode) and "ok", "behind" or
+        "skipping" (:class:`~captioner.engine.overload.LagGovernor`);
+        audio_event(AudioEvent); error(CaptionerError); status(str) with
         "listening", "paused", "ended" (a file source ran out) or "stopped"; finished().
     """
 
     started = Signal()
     update = Signal(object)
     level = Signal(str, float)
-    lag = Signal(float)
+    lag = Signal(float, str)
     audio_event = Signal(object)
     error = Signal(object)
     status = Signal(str)
@@ -101,10 +129,13 @@ class CaptionWorker(QObject):
         read_timeout_s: float = READ_TIMEOUT_S,
         reopen_wait_s: float = REOPEN_WAIT_S,
         paused: bool = False,
+        realtime: bool = True,
     ) -> None:
         super().__init__()
         self._open_capture = open_capture
         self._streams = dict(streams)
+        self._realtime = realtime
+        self._governors = {s: LagGovernor(stream.config.step_s, bounded=realtime) for s, stream in self._streams.items()}
         self._timeout = read_timeout_s
         self._reopen_wait = reopen_wait_s
         self._stop = threading.Event()
@@ -129,6 +160,10 @@ class CaptionWorker(QObject):
     def stopping(self) -> bool:
         """True once a stop was requested."""
         return self._stop.is_set()
+
+    def lag_reports(self) -> dict[Source, LagReport]:
+        """The lag of each source's stream so far (max, p95, seconds skipped); any thread."""
+        return {s: g.report() for s, g in self._governors.items()}
 
     # -------------------------------------------------------------- the loop
     @Slot()
@@ -198,34 +233,55 @@ class CaptionWorker(QObject):
                 logger.warning("closing the capture: %s", exc)
 
     def _pump(self, capture: CaptureLike) -> str:
-        """Read one block (or time out) and run the due rounds.
+        """Wait for a block (or time out), drain the rest of the backlog, run the lag rule and
+        the due rounds.
 
         Returns:
             "ok"; "ended" when a file source has nothing more; "failed" when the device failed
-            (the capture is then closed, and reopened by the loop after a pause).
+            (the blocks read before are still fed; the capture is then closed, and reopened by
+            the loop after a pause).
         """
+        blocks: list[AudioBlock] = []
+        failed: AudioDeviceError | None = None
         try:
             block = capture.read(self._timeout)
+            while block is not None:
+                blocks.append(block)
+                if not self._realtime or len(blocks) >= MAX_DRAIN_BLOCKS:
+                    break
+                block = capture.read(0.0)  # non-blocking: only what the capture already holds
         except AudioDeviceError as exc:
-            self.error.emit(exc)
+            failed = exc
+        self._drain_events(capture)
+        fed: list[Source] = []
+        for block in blocks:
+            stream = self._streams.get(block.source)
+            if stream is None:
+                logger.debug("block from %s ignored: no stream for it", block.source)
+                continue
+            stream.feed(block.samples)
+            self._emit_level(block)
+            if block.source not in fed:
+                fed.append(block.source)
+        for source in fed:
+            self._run_rounds(source)
+        if failed is not None:
+            self.error.emit(failed)
             self._close(capture)
             self._stop.wait(self._reopen_wait)
             return "failed"
-        self._drain_events(capture)
-        if block is None:
+        if not blocks:
             return "ended" if capture.finished else "ok"
-        stream = self._streams.get(block.source)
-        if stream is None:
-            logger.debug("block from %s ignored: no stream for it", block.source)
-            return "ok"
-        stream.feed(block.samples)
-        self._emit_level(block)
-        while not self._stop.is_set():
-            upd = stream.step()
-            if upd is None:
-                break
-            self._emit(upd)
         return "ok"
+
+    def _run_rounds(self, source: Source) -> None:
+        """The lag rule, then the due rounds of ``source``'s stream; emits updates and the lag."""
+        updates = self._governors[source].run(self._streams[source], self._stop.is_set)
+        for upd in updates:
+            self._emit(upd)
+        if updates:
+            worst = max(self._governors.values(), key=lambda g: (_LAG_ORDER[g.state], g.last_lag_s))
+            self.lag.emit(max(g.last_lag_s for g in self._governors.values()), worst.state)
 
     def _drain_events(self, capture: CaptureLike) -> None:
         for ev in capture.events():
@@ -240,8 +296,6 @@ class CaptionWorker(QObject):
         self.level.emit(block.source, min(1.0, rms))
 
     def _emit(self, upd: EngineUpdate) -> None:
-        if upd.stats is not None:
-            self.lag.emit(float(upd.stats.lag_s))
         if not upd.is_empty:
             self.update.emit(upd)
 

@@ -36,13 +36,12 @@ from captioner.storage.settings import CaptionStyle
 from captioner.ui.caption_text import CaptionText, LinePiece
 from captioner.ui.geometry import layout_key, restore_rect, screen_rects
 
-__all__ = ["FRAME_MS", "LAG_WARN_S", "MAX_BACKLOG_LINES", "CaptionBar"]
+__all__ = ["FRAME_MS", "MAX_BACKLOG_LINES", "CaptionBar"]
 
 logger = logging.getLogger(__name__)
 
 FRAME_MS = 33  # repaint at most ~30 Hz
 SCROLL_MS = 220  # duration of the scroll animation when lines leave the top
-LAG_WARN_S = 2.0  # show the lag badge when the engine is further behind than this
 MAX_BACKLOG_LINES = 3  # lines waiting beyond this many screens' worth skip the dwell time
 SPECULATIVE_ALPHA = 0.55  # opacity of speculative words relative to committed ones
 EDGE_PX = 8  # logical px at the left/right edge that resize instead of move
@@ -79,6 +78,7 @@ class CaptionBar(QWidget):
         self._labels = dict(labels or {"mic": "You", "system": "Others"})
         self._both = False
         self._lag_s = 0.0
+        self._lag_state = "ok"
         self._font = QFont()
         self._metrics = QFontMetricsF(self._font)
         self._text = CaptionText(self._measure)
@@ -162,18 +162,28 @@ class CaptionBar(QWidget):
         self._line_since.clear()
         self._request_frame()
 
-    def set_lag(self, lag_s: float) -> None:
-        """Show a lag badge while the captions are more than :data:`LAG_WARN_S` behind."""
-        shown_before = self._lag_s > LAG_WARN_S
-        changed = abs(lag_s - self._lag_s) >= 0.1
-        self._lag_s = lag_s
-        if shown_before != (lag_s > LAG_WARN_S) or (changed and lag_s > LAG_WARN_S):
+    def set_lag(self, lag_s: float, state: str) -> None:
+        """Show the lag badge while the engine is "behind" or "skipping" (the worker's lag state,
+        :class:`~captioner.engine.overload.LagGovernor`); "ok" hides it."""
+        shown_before = self.lag_visible
+        changed = abs(lag_s - self._lag_s) >= 0.1 or state != self._lag_state
+        self._lag_s, self._lag_state = lag_s, state
+        if shown_before != self.lag_visible or (changed and self.lag_visible):
             self._request_frame()
 
     @property
     def lag_visible(self) -> bool:
         """True while the lag badge is shown."""
-        return self._lag_s > LAG_WARN_S
+        return self._lag_state in ("behind", "skipping")
+
+    @property
+    def lag_text(self) -> str:
+        """The badge's text ("" while hidden)."""
+        if self._lag_state == "skipping":
+            return f"behind — skipping · {self._lag_s:.1f} s"
+        if self._lag_state == "behind":
+            return f"behind {self._lag_s:.1f} s"
+        return ""
 
     def visible_lines(self) -> list[str]:
         """The text of the lines on the bar now, top first (labels included)."""
@@ -322,7 +332,7 @@ class CaptionBar(QWidget):
         for i, line in enumerate(self._lines):
             self._draw_line(p, line, pad.x(), top + i * spacing + ascent)
         p.setClipping(False)
-        if self._lag_s > LAG_WARN_S:
+        if self.lag_visible:
             self._draw_lag(p)
         p.end()
 
@@ -356,7 +366,7 @@ class CaptionBar(QWidget):
     def _draw_lag(self, p: QPainter) -> None:
         font = QFont(self._font)
         font.setPointSizeF(max(7.0, self._font.pointSizeF() * 0.45))
-        text = f"behind {self._lag_s:.1f} s"
+        text = self.lag_text
         fm = QFontMetricsF(font)
         w, h = fm.horizontalAdvance(text) + 10, fm.height() + 4
         box = QRectF(self.width() - w - 6, 4, w, h)

@@ -9,7 +9,8 @@ wrapping always starts at a line start and the lines above never re-flow.
 
 A retraction removes the source's last ``retract`` words *where they are* and inserts the new
 words at that place, so a corrected word is replaced in place even when the other source spoke
-in between ("both" mode).
+in between ("both" mode). An update with a ``gap`` (the engine skipped audio it could not keep up
+with) adds a :data:`GAP_MARK` after its words; retractions never count or remove a mark.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from dataclasses import dataclass
 
 from captioner.core import EngineUpdate, Source, Word
 
-__all__ = ["MAX_ENTRIES", "CaptionText", "LinePiece"]
+__all__ = ["GAP_MARK", "MAX_ENTRIES", "CaptionText", "LinePiece"]
 
 MAX_ENTRIES = 4_000  # words kept for display; older ones are forgotten (the store keeps them all)
+GAP_MARK = "[…]"  # where the engine skipped audio (the transcript's exports show the same mark)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,7 @@ class _Entry:
     entry_id: int
     word: Word
     source: Source
+    mark: bool = False  # a gap mark, not an engine word
 
 
 class CaptionText:
@@ -93,7 +96,7 @@ class CaptionText:
         if update.retract:
             found: list[int] = []
             for i in range(len(self._entries) - 1, -1, -1):
-                if self._entries[i].source == update.source:
+                if self._entries[i].source == update.source and not self._entries[i].mark:
                     found.append(i)
                     if len(found) == update.retract:
                         break
@@ -102,6 +105,10 @@ class CaptionText:
                 keep = set(found)
                 self._entries = [e for i, e in enumerate(self._entries) if i not in keep]
         new = [self._entry(w, update.source) for w in update.words]
+        if update.gap is not None:
+            self._next_id += 1
+            mark = Word(GAP_MARK, update.gap[0], update.gap[1], source=update.source)
+            new.append(_Entry(self._next_id, mark, update.source, mark=True))
         self._entries[pos:pos] = new
         if len(self._entries) > MAX_ENTRIES:
             del self._entries[: len(self._entries) - MAX_ENTRIES]

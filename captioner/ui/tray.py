@@ -84,6 +84,7 @@ class TrayIcon(QObject):
         self._state = "starting"
         self._provider = ""
         self._lag_s = 0.0
+        self._lag_state = "ok"
         self.tray = QSystemTrayIcon(icon, self)
         self.menu = QMenu()
         self.actions: dict[str, QAction] = {}
@@ -228,14 +229,18 @@ class TrayIcon(QObject):
             self._model_menu.addAction(a)
             self.actions[f"model:{name}"] = a
 
-    def set_status(self, state: str | None = None, provider: str | None = None, lag_s: float | None = None) -> None:
-        """Update the tooltip and the status line (state such as "listening", provider, lag)."""
+    def set_status(self, state: str | None = None, provider: str | None = None, lag_s: float | None = None,
+                   lag_state: str | None = None) -> None:
+        """Update the tooltip and the status line (state such as "listening", provider, lag and
+        the lag state "ok", "behind" or "skipping" of the worker's lag rule)."""
         if state is not None:
             self._state = state
         if provider is not None:
             self._provider = provider
         if lag_s is not None:
             self._lag_s = lag_s
+        if lag_state is not None:
+            self._lag_state = lag_state
         self._update_tooltip()
 
     def status_text(self) -> str:
@@ -243,7 +248,12 @@ class TrayIcon(QObject):
         parts = [self._state.capitalize()]
         if self._provider:
             parts.append(f"on {self._provider}")
-        parts.append(f"lag {self._lag_s:.1f} s")
+        if self._lag_state == "skipping":
+            parts.append(f"behind — skipping, lag {self._lag_s:.1f} s")
+        elif self._lag_state == "behind":
+            parts.append(f"behind, lag {self._lag_s:.1f} s")
+        else:
+            parts.append(f"lag {self._lag_s:.1f} s")
         return " · ".join(parts)
 
     def _update_tooltip(self) -> None:

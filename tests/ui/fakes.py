@@ -8,6 +8,7 @@ speculative one — the shape of the real engine's updates (NPUSPER.md §11).
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -59,16 +60,41 @@ class FakeCapture:
 
 
 class FakeStream:
-    """One speculative word per 0.1 s fed; the next round commits it (retract 1, append committed)."""
+    """One speculative word per 0.1 s fed; the next round commits it (retract 1, append committed).
 
-    def __init__(self, source="system", provider="FAKE-CPU", lag_s=0.0) -> None:
+    ``config.step_s`` is 3 s, so the worker's lag rule (skip beyond two steps waiting) leaves the
+    fake's few seconds of instant blocks alone; ``skips`` records any ``skip`` asked of it.
+    """
+
+    def __init__(self, source="system", provider="FAKE-CPU", step_s=3.0) -> None:
         self.source = source
         self.provider = provider
-        self.lag_s = lag_s
+        self.config = SimpleNamespace(step_s=step_s)
         self.fed = 0
         self.rounds = 0
+        self.skips: list[float] = []
         self._pending: Word | None = None
         self.finished = False
+
+    @property
+    def lag_s(self) -> float:
+        return max(0, self.fed - self.rounds * BLOCK) / 16_000
+
+    def skip(self, keep_s):
+        """Like Stream.skip: drop all but ``keep_s`` of the pending blocks, commit the speculative
+        word, and report the dropped span as the update's gap."""
+        self.skips.append(keep_s)
+        drop = self.fed // BLOCK - self.rounds - round(keep_s * 16_000) // BLOCK
+        if drop <= 0:
+            return EngineUpdate(source=self.source)
+        start = self.rounds * 0.1
+        self.rounds += drop
+        retract, words = 0, ()
+        if self._pending is not None:
+            p, self._pending = self._pending, None
+            retract, words = 1, (Word(p.text, p.start, p.end, source=self.source),)
+        stats = RoundStats(provider=self.provider, stop_reason="skipped", skipped_s=drop * 0.1)
+        return EngineUpdate(retract, words, stats, source=self.source, gap=(start, self.rounds * 0.1))
 
     def feed(self, samples) -> None:
         self.fed += len(samples)

@@ -247,3 +247,15 @@ def test_a_forced_provider_that_fell_back_is_a_tray_message(qtbot, tmp_path):
     assert ("Provider fell back", "CPU (requested qnn; QNN-HTP: no NPU)") in shown
     assert "on CPU" in app.tray.tray.toolTip()
     quit_and_wait(qtbot, app)
+
+
+def test_overload_shows_skipping_on_the_bar_and_in_the_tray_once(qtbot, tmp_path):
+    app = make_app(qtbot, tmp_path, n_blocks=80)  # 8 s at once: more than two 3 s steps waiting
+    infos = []
+    app.tray.show_info = lambda title, msg: infos.append((title, msg))
+    app.start()
+    qtbot.waitUntil(lambda: app.bar.lag_visible, timeout=10_000)
+    assert app.bar.lag_text.startswith("behind — skipping")
+    assert "behind — skipping" in app.tray.tray.toolTip()
+    assert [t for t, _ in infos] == ["Captions are behind — skipping"]
+    quit_and_wait(qtbot, app)

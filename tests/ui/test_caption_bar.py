@@ -130,14 +130,24 @@ def test_repaints_are_coalesced_and_no_timer_runs_when_idle(qtbot):
     assert not bar._dwell.isActive() and not bar._silence.isActive()
 
 
-def test_lag_indicator_appears_beyond_two_seconds(qtbot):
+def test_lag_badge_follows_the_workers_lag_state(qtbot):
     bar = make_bar(qtbot)
-    bar.set_lag(1.5)
+    bar.set_lag(2.4, "ok")  # a 2 s step keeping up: no badge, whatever the number
+    assert not bar.lag_visible and bar.lag_text == ""
+    bar.set_lag(3.2, "behind")
+    assert bar.lag_visible and bar.lag_text == "behind 3.2 s"
+    bar.set_lag(4.1, "skipping")
+    assert bar.lag_visible and bar.lag_text == "behind — skipping · 4.1 s"
+    bar.set_lag(2.1, "ok")  # caught up: the badge clears
     assert not bar.lag_visible
-    bar.set_lag(3.2)
-    assert bar.lag_visible
-    bar.set_lag(0.4)
-    assert not bar.lag_visible
+
+
+def test_a_gap_shows_a_mark_in_the_captions(qtbot):
+    bar = make_bar(qtbot)
+    bar.apply_update(EngineUpdate(0, ws("before the")))
+    bar.apply_update(EngineUpdate(0, (), gap=(1.0, 4.0)))
+    bar.apply_update(EngineUpdate(0, ws("after")))
+    assert " ".join(bar.visible_lines()) == "before the […] after"
 
 
 def test_both_mode_labels_and_colours_sources(qtbot):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from captioner.core import EngineUpdate, Word
-from captioner.ui.caption_text import CaptionText, wrap_pieces
+from captioner.ui.caption_text import GAP_MARK, CaptionText, wrap_pieces
 
 
 def words(text: str, source="system", speculative=False, t0=0.0) -> tuple[Word, ...]:
@@ -97,3 +97,15 @@ def test_drop_lines_keeps_a_label_that_ends_a_line_with_its_word():
 
 def test_wrap_tokens_empty():
     assert wrap_pieces([], 10, len) == []
+
+
+def test_a_gap_adds_a_mark_that_retractions_never_count():
+    ct = CaptionText(len)
+    ct.apply(EngineUpdate(0, words("one two", speculative=True)))
+    ct.apply(EngineUpdate(2, words("one two"), gap=(2.0, 6.0)))  # the skip: confirmed, then the gap
+    assert texts(ct) == ["one", "two", GAP_MARK]
+    ct.apply(EngineUpdate(0, words("thre", speculative=True, t0=6.0)))
+    ct.apply(EngineUpdate(1, words("three", t0=6.0)))  # retract 1: "thre", not the mark
+    assert texts(ct) == ["one", "two", GAP_MARK, "three"]
+    ct.apply(EngineUpdate(2, words("two three")))  # 2 words back: the mark is not one of them, it stays
+    assert texts(ct).count(GAP_MARK) == 1 and texts(ct)[0] == "one" and len(ct) == 4

@@ -97,6 +97,11 @@ def test_tooltip_shows_state_provider_and_lag():
     tip = tray.tray.toolTip()
     assert "Listening" in tip and "QNN-HTP" in tip and "lag 0.4 s" in tip
     assert tray.actions["status"].text() == tray.status_text()
+    tray.set_status(lag_s=4.2, lag_state="skipping")
+    assert "behind — skipping, lag 4.2 s" in tray.tray.toolTip()
+    assert tray.actions["status"].text() == tray.status_text()
+    tray.set_status(lag_s=2.3, lag_state="ok")  # caught up
+    assert "behind" not in tray.tray.toolTip() and "lag 2.3 s" in tray.tray.toolTip()
 
 
 def test_left_click_toggles_captions(qtbot):

@@ -27,9 +27,12 @@ class Harness:
         self.worker.error.connect(self.errors.append)
         self.worker.status.connect(self.statuses.append)
         self.worker.audio_event.connect(self.events.append)
-        self.worker.lag.connect(self.lags.append)
+        self.worker.lag.connect(self._on_lag)
         self.worker.finished.connect(lambda: self.order.append("finished"))
         self.qtbot = qtbot
+
+    def _on_lag(self, lag: float, state: str) -> None:
+        self.lags.append((lag, state))
 
     def start(self):
         self.thread.start()
@@ -118,11 +121,36 @@ def test_device_errors_are_emitted_typed_and_events_forwarded(qtbot):
     h.stop()
 
 
-def test_lag_is_reported_from_round_stats(qtbot):
-    h = Harness(qtbot, FakeCapture(n_blocks=2, finite=False), {"system": FakeStream(lag_s=3.5)}).start()
-    qtbot.waitUntil(lambda: len(h.lags) >= 2, timeout=5000)
+def test_lag_counts_the_drained_backlog_and_no_skip_below_two_steps(qtbot):
+    stream = FakeStream(step_s=0.5)  # skip beyond 1 s waiting
+    h = Harness(qtbot, FakeCapture(n_blocks=8, finite=False), {"system": stream}).start()
+    qtbot.waitUntil(lambda: len(h.updates) >= 8, timeout=5000)
     h.stop()
-    assert h.lags[0] == 3.5
+    assert not stream.skips  # 0.8 s waited at most: under two steps
+    lag, state = h.lags[-1]
+    assert 0.1 <= lag < 0.8 and state == "ok"  # the last round started with its own block waiting
+    report = h.worker.lag_reports()["system"]
+    assert report.rounds == 8 and 0.8 <= report.max_s < 1.0 and report.skipped_s == 0.0
+
+
+def test_a_backlog_beyond_two_steps_is_skipped(qtbot):
+    stream = FakeStream(step_s=0.5)
+    h = Harness(qtbot, FakeCapture(n_blocks=15, finite=False), {"system": stream}).start()
+    qtbot.waitUntil(lambda: len(h.updates) >= 1, timeout=5000)
+    h.stop()
+    assert stream.skips == [0.5]  # 1.5 s drained at once: keep one step
+    gaps = [u.gap for u in h.updates if u.gap is not None]
+    assert gaps == [(0.0, 1.0)]
+    assert [w.text for w in h.words()] == [f"system{i}" for i in range(10, 15)]
+    assert any(state == "skipping" for _, state in h.lags)
+
+
+def test_a_file_read_at_full_speed_is_never_skipped(qtbot):
+    stream = FakeStream(step_s=0.5)
+    h = Harness(qtbot, FakeCapture(n_blocks=15, finite=True), {"system": stream}, realtime=False).start()
+    qtbot.waitUntil(lambda: "ended" in h.statuses, timeout=5000)
+    h.stop()
+    assert not stream.skips and len(h.words()) == 15
 
 
 def test_stop_while_paused_ends_promptly(qtbot):

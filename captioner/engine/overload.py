@@ -1,0 +1,189 @@
+"""The bounded-lag rule: what a live caller does when the engine falls behind real time.
+
+A live source delivers audio at real-time pace whatever the engine does. When rounds take longer
+than the audio they cover (a slow provider, a busy CPU), the audio waiting for the engine grows
+without bound, and once the capture's ring is full the device's blocks are replaced by silence:
+words are lost and nobody is told. The rule, in one home (:class:`LagGovernor`), used by the app's
+worker, ``captioner listen`` and ``captioner transcribe --realtime``:
+
+* the caller first hands the stream *everything* captured so far (it drains the capture with
+  non-blocking reads), so the stream's ``lag_s`` is the whole backlog, capture ring included;
+* if more than :data:`MAX_LAG_STEPS` steps of audio wait, ``Stream.skip`` drops all but the
+  newest :data:`KEEP_STEPS` step undecoded: the transcript gets a gap marker for the dropped span
+  (``EngineUpdate.gap``) and the open utterance ends as it stands;
+* then the due round runs on what is left.
+
+So a round never starts with more than ``MAX_LAG_STEPS × step`` seconds waiting, and the words
+of a round appear at most ``MAX_LAG_STEPS × step`` plus that round's compute after the oldest
+audio they cover was captured (the lag bound of issue 16). Why these numbers: a machine that keeps
+up starts each round with about one step waiting (plus the last round's compute, under one step),
+so twice the step leaves room for jitter and never skips there; keeping one step means the round
+after a skip is an ordinary one (it needs no more than ``step_s`` to run) and the engine has
+caught up when it ends. Recovery needs nothing: once rounds are faster than real time again the
+backlog never reaches the threshold.
+
+The *lag* reported (the caption bar, the tray, the CLI summaries) is that bound measured: per
+round, the seconds of audio that waited when it started plus its compute, i.e. how late its
+oldest audio's words appear. :class:`LagReport` summarises it over a session (max, p95, seconds
+skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from captioner.core import EngineUpdate
+
+__all__ = [
+    "BEHIND_STEPS",
+    "KEEP_STEPS",
+    "MAX_LAG_STEPS",
+    "SKIPPING_HOLD_STEPS",
+    "LagGovernor",
+    "LagReport",
+    "LagState",
+    "SkippableStream",
+]
+
+logger = logging.getLogger(__name__)
+
+MAX_LAG_STEPS = 2.0  # skip when more than this many steps of audio wait for the engine ...
+KEEP_STEPS = 1.0  # ... keeping the newest this many steps (one ordinary round)
+BEHIND_STEPS = 1.5  # a round that starts with more than this many steps waiting is "behind"
+SKIPPING_HOLD_STEPS = 5.0  # "skipping" stays on until this many steps (wall time) pass without a skip
+
+LagState = Literal["ok", "behind", "skipping"]
+
+
+class SkippableStream(Protocol):
+    """What the rule needs of a stream (``captioner.engine.Stream``)."""
+
+    @property
+    def lag_s(self) -> float: ...
+
+    def step(self) -> EngineUpdate | None: ...
+
+    def skip(self, keep_s: float) -> EngineUpdate: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LagReport:
+    """The lag of a session (seconds; see the module docstring for what lag counts).
+
+    Attributes:
+        rounds: rounds measured.
+        max_s, p95_s, mean_s: over those rounds (0 when none).
+        skipped_s: audio dropped undecoded by the rule.
+        skips: how many times the rule skipped.
+    """
+
+    rounds: int = 0
+    max_s: float = 0.0
+    p95_s: float = 0.0
+    mean_s: float = 0.0
+    skipped_s: float = 0.0
+    skips: int = 0
+
+    def to_json(self) -> dict[str, float | int]:
+        """The ``lag`` object of the CLI's ``--json`` stats."""
+        return {"rounds": self.rounds, "max_s": round(self.max_s, 3), "p95_s": round(self.p95_s, 3),
+                "mean_s": round(self.mean_s, 3), "skipped_s": round(self.skipped_s, 3), "skips": self.skips}
+
+    def summary(self) -> str:
+        """One line for a stderr summary."""
+        return (f"lag max {self.max_s:.2f} s, p95 {self.p95_s:.2f} s over {self.rounds} rounds; "
+                f"skipped {self.skipped_s:.1f} s of audio in {self.skips} skips (behind real time)")
+
+
+def _p95(values: list[float]) -> float:
+    """The 95th percentile (nearest rank) of ``values``; 0 for none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+class LagGovernor:
+    """Applies the bounded-lag rule to one live stream and measures its lag.
+
+    Args:
+        step_s: the stream's step (``StreamConfig.step_s``), seconds.
+        bounded: apply the rule; False only measures (a file read as fast as it can be is never
+            behind real time: its backlog is the rest of the file).
+        clock: monotonic seconds (wall time; injectable for tests).
+
+    Call :meth:`run` after feeding the stream everything captured so far.
+    """
+
+    def __init__(self, step_s: float, *, bounded: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+        if step_s <= 0:
+            raise ValueError(f"step must be positive, got {step_s}")
+        self.step_s = step_s
+        self.bounded = bounded
+        self._clock = clock
+        self._lags: list[float] = []
+        self._skipped_s = 0.0
+        self._skips = 0
+        self._last_skip: float | None = None
+        self.last_lag_s = 0.0  # lag of the latest round (or the backlog that made the latest skip)
+        self._last_wait = 0.0  # audio that waited when the latest round started
+
+    @property
+    def max_wait_s(self) -> float:
+        """Audio waiting beyond this is skipped (``MAX_LAG_STEPS × step_s``)."""
+        return MAX_LAG_STEPS * self.step_s
+
+    def run(self, stream: SkippableStream, stop: Callable[[], bool] = lambda: False) -> list[EngineUpdate]:
+        """Apply the rule to ``stream`` (fed up to now), then run its due rounds.
+
+        Returns:
+            the updates in order: the skip's (with its ``gap``) when the rule skipped, then each
+            round's.
+        """
+        out: list[EngineUpdate] = []
+        waiting = stream.lag_s
+        if self.bounded and waiting > self.max_wait_s:
+            skipped = stream.skip(KEEP_STEPS * self.step_s)
+            if skipped.gap is not None:
+                self._skipped_s += skipped.gap[1] - skipped.gap[0]
+                self._skips += 1
+                self._last_skip = self._clock()
+                self.last_lag_s = waiting
+                logger.debug("%.1f s waiting (more than %.1f s): skipped", waiting, self.max_wait_s)
+            if not skipped.is_empty:
+                out.append(skipped)
+            waiting = stream.lag_s
+        while not stop():
+            t0 = self._clock()
+            update = stream.step()
+            if update is None:
+                break
+            self._last_wait = waiting
+            self.last_lag_s = waiting + (self._clock() - t0)
+            self._lags.append(self.last_lag_s)
+            out.append(update)
+            waiting = stream.lag_s
+        return out
+
+    @property
+    def state(self) -> LagState:
+        """"skipping" until :data:`SKIPPING_HOLD_STEPS` steps (wall time) have passed without a
+        skip (sustained overload skips every few rounds: the state must not flicker); "behind" while the last round
+        started with more than :data:`BEHIND_STEPS` steps waiting (the round before it took longer
+        than the audio it covered); else "ok"."""
+        if self._last_skip is not None and self._clock() - self._last_skip < SKIPPING_HOLD_STEPS * self.step_s:
+            return "skipping"
+        if self._last_wait > BEHIND_STEPS * self.step_s:
+            return "behind"
+        return "ok"
+
+    def report(self) -> LagReport:
+        """The lag so far (max, p95, mean over rounds) and what was skipped."""
+        lags = self._lags
+        return LagReport(len(lags), max(lags, default=0.0), _p95(lags),
+                         sum(lags) / len(lags) if lags else 0.0, self._skipped_s, self._skips)

@@ -1,0 +1,127 @@
+"""LagGovernor: the bounded-lag rule on a scripted stream and clock (the worker test runs it for real)."""
+
+from __future__ import annotations
+
+import pytest
+
+from captioner.core import EngineUpdate, RoundStats
+from captioner.engine.overload import KEEP_STEPS, MAX_LAG_STEPS, SKIPPING_HOLD_STEPS, LagGovernor, LagReport
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ScriptedStream:
+    """``pending`` seconds wait; a round takes all of it and costs ``cost`` seconds on the clock."""
+
+    def __init__(self, clock: Clock, step_s: float, cost: float) -> None:
+        self.clock, self.step_s, self.cost = clock, step_s, cost
+        self.pending = 0.0
+        self.processed = 0.0
+        self.skips: list[float] = []
+
+    @property
+    def lag_s(self) -> float:
+        return self.pending
+
+    def step(self):
+        if self.pending < self.step_s:
+            return None
+        self.clock.now += self.cost
+        self.processed += self.pending
+        self.pending = 0.0
+        return EngineUpdate(stats=RoundStats())
+
+    def skip(self, keep_s):
+        self.skips.append(keep_s)
+        if self.pending <= keep_s:
+            return EngineUpdate()
+        start = self.processed
+        self.processed += self.pending - keep_s
+        self.pending = keep_s
+        return EngineUpdate(stats=RoundStats(stop_reason="skipped"), gap=(start, self.processed))
+
+
+def drive(governor: LagGovernor, stream: ScriptedStream, clock: Clock, seconds: float, block: float = 0.1):
+    """Real-time arrival: whatever arrived since the last turn is fed, then the rule runs."""
+    arrived = stream.processed + stream.pending
+    updates = []
+    end = clock.now + seconds
+    while clock.now < end:
+        clock.now = max(clock.now, arrived + block)  # wait for the next block if none is there
+        stream.pending += clock.now - arrived  # everything captured by now is fed
+        arrived = clock.now
+        updates += governor.run(stream)
+    return updates
+
+
+def test_keeping_up_never_skips_and_reports_step_plus_compute():
+    clock = Clock()
+    stream = ScriptedStream(clock, 2.0, cost=0.5)
+    g = LagGovernor(2.0, clock=clock)
+    updates = drive(g, stream, clock, 60.0)
+    assert not stream.skips and all(u.gap is None for u in updates)
+    report = g.report()
+    assert report.rounds >= 25 and report.skipped_s == 0.0 and report.skips == 0
+    assert 2.5 <= report.max_s <= 2.0 + 0.1 + 0.5 + 1e-9  # a step (and a block) waited, plus the compute
+    assert g.state == "ok"
+
+
+def test_overload_skips_to_one_step_bounds_the_lag_and_recovers():
+    clock = Clock()
+    step = 1.0
+    stream = ScriptedStream(clock, step, cost=3.0)  # every round takes 3 s: far behind real time
+    g = LagGovernor(step, clock=clock)
+    updates = drive(g, stream, clock, 30.0)
+    gaps = [u.gap for u in updates if u.gap is not None]
+    assert gaps and stream.skips and set(stream.skips) == {KEEP_STEPS * step}
+    report = g.report()
+    assert report.skips == len(gaps)
+    assert report.skipped_s == pytest.approx(sum(b - a for a, b in gaps))
+    assert report.max_s <= MAX_LAG_STEPS * step + 3.0 + 1e-9  # two steps waiting + one round's compute
+    assert g.state == "skipping"
+    stream.cost = 0.2  # the load goes away
+    drive(g, stream, clock, SKIPPING_HOLD_STEPS * step + 5.0)
+    assert g.state == "ok" and g.report().skips <= report.skips + 1  # the backlog of the last slow round
+
+
+def test_a_slow_round_after_keeping_up_is_behind_before_it_is_skipping():
+    clock = Clock()
+    stream = ScriptedStream(clock, 2.0, cost=3.5)  # 3.5 s waiting next time: behind, under 4 s
+    g = LagGovernor(2.0, clock=clock)
+    stream.pending = 2.0
+    g.run(stream)
+    stream.pending = 3.5
+    stream.cost = 0.1
+    g.run(stream)
+    assert g.state == "behind" and not stream.skips
+
+
+def test_unbounded_governor_only_measures():
+    clock = Clock()
+    stream = ScriptedStream(clock, 1.0, cost=0.0)
+    stream.pending = 10.0
+    g = LagGovernor(1.0, bounded=False, clock=clock)
+    assert len(g.run(stream)) == 1 and not stream.skips
+    assert g.report().max_s == 10.0
+
+
+def test_report_percentile_and_json():
+    clock = Clock()
+    g = LagGovernor(1.0, clock=clock)
+    stream = ScriptedStream(clock, 1.0, cost=0.0)
+    for lag in [1.0] * 95 + [1.9] * 5:
+        stream.pending = lag
+        g.run(stream)
+    report = g.report()
+    assert report.p95_s == 1.0 and report.max_s == 1.9 and report.rounds == 100
+    assert report.to_json()["p95_s"] == 1.0
+    assert "p95 1.00 s" in report.summary()
+    assert LagReport().to_json()["rounds"] == 0
+    with pytest.raises(ValueError):
+        LagGovernor(0.0)
