@@ -7,7 +7,9 @@ decoder strategies (controlled unrolling vs a graph per token vs AI Hub's fixed 
 tail chunk size K = 3/5/7, and streaming runs over a 5-minute recording at 1 s and 2 s steps. The
 ``accuracy`` section (not run by default; it needs ``--model`` and ``--manifest``) scores the live
 engine against the same pack run offline on real speech (:mod:`captioner.bench.accuracy`). The
-Markdown summary goes to stdout (or ``--report``), progress to stderr.
+Markdown summary goes to stdout (or ``--report``), progress to stderr. The ``soak`` section (not run by
+default; ``--model`` and ``--manifest`` or ``--audio``) runs a long session of real speech through the
+app's worker into a real store and checks that nothing drifts (:mod:`captioner.bench.soak`).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plots", type=Path, metavar="DIR", help="write PNG plots into DIR (needs matplotlib)")
     p.add_argument("--short", action="store_true", help="a quick run: 2 repetitions, 16 s of audio (for CI)")
     p.add_argument("--sections", default="encoder,decoder,chunk_sizes,streaming",
-                   help="comma-separated subset of encoder,decoder,chunk_sizes,streaming,accuracy")
+                   help="comma-separated subset of encoder,decoder,chunk_sizes,streaming,accuracy,soak")
     acc = p.add_argument_group("accuracy section (real speech; needs --model)")
     acc.add_argument("--manifest", type=Path, metavar="JSONL",
                      help="speech items with references (the development corpus' manifest.jsonl format)")
@@ -68,6 +70,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     acc.add_argument("--reference-ct2", type=Path, metavar="DIR",
                      help="CTranslate2 Whisper folder of the same weights: add faster-whisper's scores "
                           "(dev extra)")
+    soak = p.add_argument_group("soak section (a long session through the worker; needs --model)")
+    soak.add_argument("--soak-minutes", type=float, default=120.0, metavar="M",
+                      help="minutes of speech: --manifest's clips joined, or --audio repeated (default: 120)")
+    soak.add_argument("--soak-max-wall-minutes", type=float, metavar="M",
+                      help="end the session after M minutes of wall time (the checks cover the audio fed so far)")
+    soak.add_argument("--soak-raw", type=Path, metavar="JSON",
+                      help="report an earlier run's raw measurements (its raw.json, or partial.json of a run "
+                           "stopped early) instead of running one")
     p.set_defaults(func=_run)
 
 
@@ -78,17 +88,17 @@ def _progress(line: str) -> None:
 
 def _options(args: argparse.Namespace) -> BenchOptions:
     sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
-    unknown = set(sections) - {*BenchOptions().sections, "accuracy"}
+    unknown = set(sections) - {*BenchOptions().sections, "accuracy", "soak"}
     if unknown or not sections:
         raise CaptionerError(f"unknown bench section(s) {', '.join(sorted(unknown)) or '(none)'}; "
-                             "choose from encoder, decoder, chunk_sizes, streaming, accuracy")
-    sections = tuple(s for s in sections if s != "accuracy")
+                             "choose from encoder, decoder, chunk_sizes, streaming, accuracy, soak")
+    sections = tuple(s for s in sections if s not in ("accuracy", "soak"))
     steps = tuple(args.step) if args.step else (1.0, 2.0)
     if any(not 0.5 <= s <= 3.0 for s in steps):
         raise CaptionerError(f"step must be between 0.5 and 3.0 seconds, got {', '.join(map(str, steps))}")
     if args.threads < 0:
         raise CaptionerError("--threads must not be negative")
-    audio = load_audio_file(args.audio) if args.audio else None
+    audio = load_audio_file(args.audio) if args.audio and sections else None
     if audio is not None and len(audio) < 16000 * max(steps):
         raise CaptionerError(f"{args.audio} is shorter than one step")
     if args.short:
@@ -121,6 +131,21 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     options = _options(args)
     accuracy = "accuracy" in {s.strip() for s in args.sections.split(",")}
     acc_items, acc_options = _accuracy_options(args) if accuracy else (None, None)
+    soak = "soak" in {s.strip() for s in args.sections.split(",")}
+    if soak and args.soak_raw is not None:
+        raw = json.loads(args.soak_raw.read_text(encoding="utf-8"))
+        speech = args.soak_raw.parent / "speech.json"
+        if "speech" not in raw and speech.is_file():
+            raw["speech"] = json.loads(speech.read_text(encoding="utf-8"))
+        return _write(args, *_soak_report(args, raw), accuracy=False, sections=False)
+    if soak and not args.model:
+        raise CaptionerError("the soak section needs a real model: pass --model PACK")
+    if soak and not (args.manifest or args.audio):
+        raise CaptionerError("the soak section needs speech: --manifest JSONL (its clips are joined) or --audio FILE")
+    if soak and args.soak_minutes <= 0:
+        raise CaptionerError("--soak-minutes must be positive")
+    if not options.sections and acc_items is None:  # the soak alone: its session opens the pack
+        return _write(args, *_soak(args, paths), accuracy=False, sections=False)
     if args.model:
         root = resolve_pack_path(args.model, paths)
         pack = Pack.load(root, verify=True)
@@ -141,14 +166,65 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         head = (f"## Accuracy on real speech — {label}\n\ncaptioner {acc['captioner']}, commit {acc['commit']}; "
                 f"{acc['provider']}, {acc['threads']} threads; {acc['machine']['cpus']} CPUs.")
         texts.append(accuracy_report.markdown(acc["accuracy"], header=head))
+    if soak:
+        soak_result, soak_texts = _soak(args, paths)
+        result.update(soak_result)
+        texts += soak_texts
+    return _write(args, result, texts, accuracy=accuracy, sections=bool(options.sections))
+
+
+def _soak(args: argparse.Namespace, paths: AppPaths) -> tuple[dict, list[str]]:
+    """Run the soak section: the speech WAV, the session through the worker, the summary and report."""
+    from captioner.bench import soak
+    from captioner.commands._soak import run_soak_session
+
+    work = paths.cache / "bench" / "soak"
+    work.mkdir(parents=True, exist_ok=True)
+    wav = work / "speech.wav"
+    _progress(f"soak: writing {args.soak_minutes:g} min of speech to {wav}")
+    speech = soak.write_speech_wav(wav, args.soak_minutes * 60.0, manifest=None if args.audio else args.manifest,
+                                   audio=args.audio)
+    try:
+        step = args.step[0] if args.step else 2.0
+        (work / "speech.json").write_text(json.dumps(speech), encoding="utf-8")
+        raw = run_soak_session(args.model, wav, work, paths, step_s=step, provider=args.provider,
+                               progress=_progress, checkpoint=work / "partial.json",
+                               max_wall_s=args.soak_max_wall_minutes * 60 if args.soak_max_wall_minutes else None)
+    finally:
+        wav.unlink(missing_ok=True)  # up to 0.5 GB for two hours
+    raw["speech"] = speech
+    atomic_write_text(work / "raw.json", json.dumps(raw))  # kept whatever happens next
+    _progress(f"soak: raw measurements in {work / 'raw.json'}")
+    return _soak_report(args, raw)
+
+
+def _soak_report(args: argparse.Namespace, raw: dict) -> tuple[dict, list[str]]:
+    """The soak's summary, plot and Markdown from its raw measurements."""
+    from captioner.bench import soak
+
+    summary = soak.soak_summary(raw)
+    plot = None
+    if args.plots and matplotlib_available():
+        plot = soak.write_soak_plot(raw, Path(args.plots) / "soak.png")
+        _progress(f"wrote {plot}")
+        if args.report:
+            try:
+                plot = plot.resolve().relative_to(Path(args.report).resolve().parent)
+            except ValueError:
+                plot = plot.resolve()
+    return {"soak": {"summary": summary, "raw": raw}}, [soak.markdown(raw, summary, str(plot) if plot else None)]
+
+
+def _write(args: argparse.Namespace, result: dict, texts: list[str], *, accuracy: bool, sections: bool) -> int:
+    """Write the JSON, the plots and the Markdown report (or print it)."""
     text = "\n\n".join(texts)
     if args.json:
-        atomic_write_text(args.json, json.dumps(result, indent=1))
+        atomic_write_text(args.json, json.dumps(result, indent=1 if sections or accuracy else None))
         _progress(f"wrote {args.json}")
     if args.plots and not matplotlib_available():
         _progress("no plots: matplotlib is not installed (pip install matplotlib; it is a dev dependency)")
     elif args.plots:
-        written = write_plots(result, args.plots) if options.sections else []
+        written = write_plots(result, args.plots) if sections else []
         if accuracy:
             written += accuracy_report.write_plots(result["accuracy"], args.plots)
         for path in written:

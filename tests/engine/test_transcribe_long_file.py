@@ -11,8 +11,8 @@ import pytest
 from wavs import write_wav
 
 from captioner import cli
-from captioner.audio import files as audio_files
 from captioner.audio import WavWriter, load_audio_file, resample
+from captioner.audio import files as audio_files
 from captioner.audio.files import READ_BLOCK_S, AudioFileReader
 from captioner.engine import StreamConfig, Transcriber
 from captioner.storage.paths import AppPaths
