@@ -158,3 +158,48 @@ def test_the_last_provider_failing_is_a_clear_error_after_the_words_so_far(real_
     assert sum(len(u.words) for u in updates) > 0, "words came before the failure"
     assert [(u.retract, _strip(u.words)) for u in updates] == \
         [(u.retract, _strip(u.words)) for u in reference[: len(updates)]]
+
+
+@pytest.mark.qnn
+@pytest.mark.slow
+def test_real_qnn_sessions_failing_mid_stream_are_dropped_and_the_cpu_goes_on(tiny_checkpoint, tmp_path_factory,
+                                                                             monkeypatch) -> None:
+    """The same on real QNN HTP sessions (the HTP emulator on Linux x86-64, with shared EP contexts):
+    their runs start failing half-way, every QNN session is released, and the stream finishes on the
+    CPU. The tiny random model's words are not compared with a CPU-only run: QNN HTP computes in fp16,
+    so the two providers' tokens may differ; what must hold is that no round is lost."""
+    from conftest import _build
+
+    from captioner.engine import providers
+    from captioner.engine.providers import Host
+
+    devices, _version, reason = providers.qnn_devices()
+    if not devices:
+        pytest.skip(reason)
+    if not (Host.current().qnn_emulated or Host.current().snapdragon_windows):
+        pytest.skip("no QNN HTP backend on this platform")
+    pack = _build(tiny_checkpoint, tmp_path_factory, "tiny-fp32-vocab", "--vocab", "fp32")  # all nodes on QNN
+    audio = load_audio_file(SPEECH / "1089-134691-0001.wav")
+    config = StreamConfig(step_s=2.0, language="en")
+    counter = _Dispatches()
+    real_session = Runtime._session
+    monkeypatch.setattr(Runtime, "_session", lambda self, path, so, cand, inits: counter.wrap(
+        real_session(self, path, so, cand, inits), cand, Path(path).name))
+    cache = tmp_path_factory.mktemp("cache")  # the second run loads the contexts the first compiled
+    clean = Transcriber.from_pack(pack, "qnn", cache_dir=cache)
+    _words, clean_info = clean.transcribe(audio, config)
+    clean.close()
+    assert clean_info.provider.chosen == "QNN-HTP" and clean_info.provider.fallbacks == ()
+    rounds = [r for r in clean_info.rounds if r.bucket > 0]
+    counter.runs, counter.label, counter.kind, counter.fail_at = 0, "QNN-HTP", "", counter.runs // 2
+    engine = Transcriber.from_pack(pack, "qnn", cache_dir=cache)
+    words, info = engine.transcribe(audio, config)
+    engine.close()
+    providers_used = [r.provider for r in info.rounds if r.bucket > 0]
+    print("QNN then CPU:", providers_used, len(words), "words")
+    assert len(providers_used) == len(rounds)  # no round lost
+    assert providers_used[0] == "QNN-HTP" and providers_used[-1] == "CPU"
+    assert info.provider.chosen == "CPU"
+    failed = [a for a in info.provider.fallbacks if a.mid_session]
+    assert [a.label for a in failed] == ["QNN-HTP"] and len(counter.failed) == 1
+    assert all("CPUExecutionProvider" in p for p in info.provider.placement.values())  # the QNN sessions are gone
