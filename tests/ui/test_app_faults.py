@@ -167,3 +167,36 @@ def test_a_store_that_cannot_begin_the_session_keeps_it_in_memory_and_exports_it
     assert [t for t, _m in shown] == ["Transcript not being saved", "Transcript saved elsewhere"]
     doc = json.loads(app.recorder.fallback_export.read_text(encoding="utf-8"))
     assert [w["text"] for w in doc["words"]] == [f"system{i}" for i in range(6)]
+
+
+def test_the_last_provider_failing_stops_with_a_clear_message_and_the_words_so_far_saved(qtbot, tmp_path):
+    from captioner.errors import ProviderError
+
+    class DyingStream(FakeStream):
+        """Fails as the engine does when the CPU, the last provider, fails too."""
+
+        def step(self):
+            if self.rounds >= 5 and self.fed >= (self.rounds + 1) * BLOCK:
+                raise ProviderError("CPU failed while running encoder_3s.onnx and no other execution provider "
+                                    "is left: out of memory; restart captioning")
+            return super().step()
+
+        def finish(self):
+            raise ProviderError("CPU failed while running encoder_3s.onnx and no other execution provider "
+                                "is left: out of memory; restart captioning")
+
+    app, capture, shown = _app(qtbot, tmp_path, DyingStream())
+    app.start()
+    sid = app.session_id
+    for i in range(5):  # one block (one round) at a time
+        capture.release(1)
+        qtbot.waitUntil(lambda i=i: f"system{i}" in _words_on_bar(app), timeout=10_000)
+    capture.release(3)
+    qtbot.waitUntil(lambda: not app.running, timeout=10_000)  # the worker stopped
+    assert shown and all(t == "captioner" and "no other execution provider is left" in m for t, m in shown)
+    with SessionStore.open(app.paths.sessions_db) as store:
+        info = store.get_session(sid)
+        assert info.ended_at is not None  # the session was closed properly
+        # every word the bar showed as committed is saved (system4 was still speculative)
+        assert [w.text for w in store.session_words(sid)] == [f"system{i}" for i in range(4)]
+    _quit(qtbot, app)
