@@ -26,8 +26,9 @@ the sessions already open, and a session created after such a change fails with 
 (:meth:`Runtime.session`). The cost is nil on the CPU, which touches every weight anyway: whisper-base,
 33.6 s of speech on the CPU, RSS after the run 452 MB either way (mapped: 133 MB anonymous + 319 MB
 file pages; read: 409 + 42), peak 504 MB either way. The pages are anonymous rather than file-backed,
-so under memory pressure they go to swap instead of being dropped. A provider running compiled EP
-contexts never reads them. Which weights a graph uses comes from
+so under memory pressure they go to swap instead of being dropped, and reading them costs time once,
+as the first sessions are created (base's 290 MB: 0.3-0.9 s on the shared 2-core machine at load 4.6,
+from the page cache). A provider running compiled EP contexts never reads them. Which weights a graph uses comes from
 the manifest (``Pack.graph_weights``), so the app never imports the ``onnx`` package (11 MB of RSS);
 only a graph outside the pack (the bench's) is read with it. MatMul/Gemm weight *prepacking* is
 disabled on the CPU provider (``session.disable_prepacking``), because ORT prepacks a shared
