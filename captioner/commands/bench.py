@@ -134,6 +134,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     soak = "soak" in {s.strip() for s in args.sections.split(",")}
     if soak and args.soak_raw is not None:
         raw = json.loads(args.soak_raw.read_text(encoding="utf-8"))
+        raw = raw["soak"]["raw"] if "soak" in raw else raw  # --json's file holds it too
         speech = args.soak_raw.parent / "speech.json"
         if "speech" not in raw and speech.is_file():
             raw["speech"] = json.loads(speech.read_text(encoding="utf-8"))
