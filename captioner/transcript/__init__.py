@@ -1,6 +1,6 @@
 """transcript layer: the session store, words → cues, exports and live subtitle files."""
 
-from captioner.transcript.cues import Cue, CueOptions, CueSegmenter, build_cues
+from captioner.transcript.cues import Cue, CueOptions, CueSegmenter, Gap, build_cues
 from captioner.transcript.export import (
     EXPORT_FORMATS,
     ExportFormat,
@@ -18,6 +18,7 @@ __all__ = [
     "CueOptions",
     "CueSegmenter",
     "ExportFormat",
+    "Gap",
     "LiveSubtitleWriter",
     "SearchHit",
     "SessionInfo",

@@ -84,8 +84,27 @@ def _migrate_1(conn: sqlite3.Connection) -> None:
         logger.warning("SQLite has no FTS5 (%s); session search will be slower", exc)
 
 
+_GAPS_SCHEMA = """
+CREATE TABLE gaps (
+    id INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    source TEXT NOT NULL,
+    start_ms INTEGER NOT NULL,
+    end_ms INTEGER NOT NULL
+);
+CREATE INDEX gaps_session ON gaps(session_id);
+"""
+
+
+def _migrate_2(conn: sqlite3.Connection) -> None:
+    """Schema 2: ``gaps``, the audio the engine skipped because it fell behind real time (a new
+    table: the words and sessions of a schema-1 store are untouched and read as before)."""
+    for statement in _statements(_GAPS_SCHEMA):
+        conn.execute(statement)
+
+
 # Migration i brings a store from schema i to i + 1 (run inside one transaction each).
-MIGRATIONS = (_migrate_1,)
+MIGRATIONS = (_migrate_1, _migrate_2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -10,6 +10,12 @@ stretched to ``min_duration_ms`` where the next cue leaves room.
 The :class:`CueSegmenter` decides every break when a word arrives, looking at that word only, so
 the cues it has closed never change when more words come: the batch export
 (:func:`build_cues`) and the live subtitle file (``live.py``) produce the same cues.
+
+A :class:`Gap` is audio the engine skipped undecoded because it fell behind real time
+(``EngineUpdate.gap``, ``engine/overload.py``): it closes the open cue and becomes a cue of its
+own whose text is :data:`GAP_TEXT`, so a reader sees that words are missing there rather than a
+silence. It follows the words of its source that start before its end (those were heard before
+the skip) and starts no earlier than they end (:func:`merge_with_gaps`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ from dataclasses import dataclass
 from captioner.core import Source, Word
 from captioner.storage.settings import TranscriptConfig
 
-__all__ = ["Cue", "CueOptions", "CueSegmenter", "build_cues", "merge_sources", "normalize_text"]
+__all__ = ["GAP_TEXT", "Cue", "CueOptions", "CueSegmenter", "Gap", "build_cues", "merge_sources", "merge_with_gaps",
+           "normalize_text"]
+
+GAP_TEXT = "[…]"  # the text of a gap's cue (the caption bar shows the same mark)
 
 SENTENCE_END = (".", "!", "?", "…", "。", "！", "？", "؟", "।")
 CLAUSE_END = (",", ";", ":", "，", "、", "；", "：", "،", "—", "–")
@@ -84,6 +93,7 @@ class Cue:
         source: the source of every word in the cue.
         label: source label to show ("" = none).
         words: the words in the cue, in order (a word longer than a line appears as pieces).
+        gap: the cue marks skipped audio (:class:`Gap`; its text is :data:`GAP_TEXT`).
     """
 
     start_ms: int
@@ -92,11 +102,31 @@ class Cue:
     source: Source
     label: str = ""
     words: tuple[str, ...] = ()
+    gap: bool = False
 
     @property
     def text(self) -> str:
         """The lines joined with newlines (no label)."""
         return "\n".join(self.lines)
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Audio of ``source`` the engine skipped undecoded (it fell behind real time).
+
+    Attributes:
+        start, end: the skipped span on the source's audio clock, seconds.
+        source: whose audio.
+    """
+
+    start: float
+    end: float
+    source: Source = "system"
+
+    @property
+    def seconds(self) -> float:
+        """Length of the skipped span."""
+        return max(0.0, self.end - self.start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +172,31 @@ def merge_sources(words: Iterable[Word]) -> list[Word]:
     return list(heapq.merge(*ordered, key=lambda w: w.start))
 
 
+def merge_with_gaps(words: Iterable[Word], gaps: Iterable[Gap]) -> list[Word | Gap]:
+    """Words and gaps in one time-ordered list (sources interleaved as :func:`merge_sources`).
+
+    Within a source a gap comes after every word that starts before the gap's end (the engine
+    heard those before it skipped) and is moved to start where the last of them ends, so the
+    marked span holds no word.
+
+    Args:
+        words: words of one or more sources; within a source in emission order.
+        gaps: the session's gaps, any order.
+    """
+    by_source: dict[str, list[Word | Gap]] = {}
+    for word in words:
+        by_source.setdefault(word.source, []).append(word)
+    for gap in sorted(gaps, key=lambda g: (g.start, g.end)):
+        items = by_source.setdefault(gap.source, [])
+        at = len(items)
+        while at > 0 and isinstance(items[at - 1], Word) and items[at - 1].start >= gap.end:
+            at -= 1
+        start = max(gap.start, items[at - 1].end) if at else gap.start  # after what was heard
+        items.insert(at, Gap(start, max(gap.end, start), gap.source))
+    ordered = [by_source[s] for s in sorted(by_source)]
+    return list(heapq.merge(*ordered, key=lambda w: w.start))
+
+
 class CueSegmenter:
     """Turns a stream of committed words into cues, one word at a time.
 
@@ -172,6 +227,20 @@ class CueSegmenter:
         cue = self._close(self._open, None)
         self._open = []
         return [cue]
+
+    def push_gap(self, gap: Gap) -> list[Cue]:
+        """Add a gap: closes the open cue (yielding at the gap's start) and returns it with the
+        gap's own cue, which spans the gap (moved after the previous cue when they overlap)."""
+        start = _ms(gap.start, self._last_end)
+        closed: list[Cue] = []
+        if self._open:
+            closed.append(self._close(self._open, start))
+            self._open = []
+        start = max(start, self._prev_end)
+        end = max(_ms(gap.end, start), start + 1)
+        self._prev_end = self._last_end = end
+        label = self._label(gap.source) if self.labelled else ""
+        return [*closed, Cue(start, end, (GAP_TEXT,), gap.source, label, (), gap=True)]
 
     def _pieces(self, word: Word) -> list[_Piece]:
         text = normalize_text(word.text)
@@ -315,7 +384,8 @@ class CueSegmenter:
 
 
 def build_cues(
-    words: Iterable[Word], options: CueOptions | None = None, *, labelled: bool | None = None
+    words: Iterable[Word], options: CueOptions | None = None, *, labelled: bool | None = None,
+    gaps: Iterable[Gap] = (),
 ) -> list[Cue]:
     """Cues for a whole session.
 
@@ -323,17 +393,18 @@ def build_cues(
         words: the session's words, each source in emission order; speculative words are skipped.
         options: limits and labels.
         labelled: show source labels; None = when the words come from more than one source.
+        gaps: audio the engine skipped (each becomes a :data:`GAP_TEXT` cue).
 
     Returns:
         Cues in time order, monotonic and non-overlapping.
     """
     committed = [w for w in words if not w.speculative]
-    merged = merge_sources(committed)
+    merged = merge_with_gaps(committed, gaps)
     if labelled is None:
         labelled = len({w.source for w in merged}) > 1
     segmenter = CueSegmenter(options, labelled=labelled)
     cues: list[Cue] = []
-    for word in merged:
-        cues += segmenter.push(word)
+    for item in merged:
+        cues += segmenter.push_gap(item) if isinstance(item, Gap) else segmenter.push(item)
     cues += segmenter.flush()
     return cues

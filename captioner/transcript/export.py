@@ -11,6 +11,10 @@ and ``<``, ``>``, ``&`` are escaped as entities. SRT has no escapes; readers (th
 ffmpeg) take ``-->`` inside text as text, so it is kept, except in a line that would itself look
 like a timing line (``00:00:01,000 --> ...``), where it becomes ``→``. Right-to-left scripts and
 emoji are written as they are, in UTF-8 without a BOM.
+
+Gaps (audio the engine skipped because it fell behind real time, :class:`~captioner.transcript.cues.Gap`)
+are shown, never hidden: a ``[…]`` cue in SRT/WebVTT, a paragraph ``[… 4.2 s not transcribed]`` in
+plain text, and a ``"gaps"`` list in JSON.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any, Literal
 from captioner.core import Word
 from captioner.errors import StorageError
 from captioner.storage.atomic import replace_atomically
-from captioner.transcript.cues import Cue, CueOptions, build_cues, merge_sources, normalize_text
+from captioner.transcript.cues import Cue, CueOptions, Gap, build_cues, merge_with_gaps, normalize_text
 from captioner.transcript.store import SessionStore
 
 __all__ = [
@@ -35,6 +39,7 @@ __all__ = [
     "export_session",
     "export_words",
     "format_from_path",
+    "gap_to_json",
     "render_json",
     "render_srt",
     "render_txt",
@@ -114,6 +119,7 @@ def render_txt(
     *,
     timestamps: bool = False,
     labels: Mapping[str, str] | None = None,
+    gaps: Iterable[Gap] = (),
 ) -> str:
     """Plain text in paragraphs: a new paragraph after a silence of 2 s or a change of source.
 
@@ -121,8 +127,10 @@ def render_txt(
         words: the session's words (speculative ones are skipped).
         timestamps: start each paragraph with ``[HH:MM:SS]`` (audio clock).
         labels: source -> label; None = label only when there are two sources ("You"/"Others").
+        gaps: skipped audio; each is a paragraph of its own, ``[… 4.2 s not transcribed]``.
     """
-    merged = merge_sources(w for w in words if not w.speculative)
+    items = merge_with_gaps((w for w in words if not w.speculative), gaps)
+    merged = [w for w in items if isinstance(w, Word)]
     if labels is None:
         sources = {w.source for w in merged}
         opts = CueOptions()
@@ -130,7 +138,14 @@ def render_txt(
     paragraphs: list[str] = []
     para: list[str] = []
     prev: Word | None = None
-    for word in merged:
+    for word in items:
+        if isinstance(word, Gap):
+            if para:
+                paragraphs.append(" ".join(para))
+            stamp = f"[{_clock(round(word.start * 1000), ',')[:8]}] " if timestamps else ""
+            paragraphs.append(f"{stamp}[… {word.seconds:.1f} s not transcribed]")
+            para, prev = [], None
+            continue
         text = normalize_text(word.text)
         if not text:
             continue
@@ -158,13 +173,20 @@ def word_to_json(word: Word) -> dict[str, Any]:
     }
 
 
-def render_json(words: Iterable[Word], session: Mapping[str, Any] | None = None) -> str:
-    """``{"version": 1, "session": {...}, "words": [...]}``; committed words only, in time order."""
-    merged = merge_sources(w for w in words if not w.speculative)
+def gap_to_json(gap: Gap) -> dict[str, Any]:
+    """A gap (skipped audio) as in JSON exports and ``captioner transcribe --json``."""
+    return {"start": round(gap.start, 3), "end": round(gap.end, 3), "source": gap.source}
+
+
+def render_json(words: Iterable[Word], session: Mapping[str, Any] | None = None, gaps: Iterable[Gap] = ()) -> str:
+    """``{"version": 1, "session": {...}, "words": [...], "gaps": [...]}``; committed words only, in
+    time order; ``gaps`` the audio skipped because the engine fell behind (placed as in the cues)."""
+    items = merge_with_gaps((w for w in words if not w.speculative), gaps)
     doc: dict[str, Any] = {"version": 1}
     if session is not None:
         doc["session"] = dict(session)
-    doc["words"] = [word_to_json(w) for w in merged]
+    doc["words"] = [word_to_json(w) for w in items if isinstance(w, Word)]
+    doc["gaps"] = [gap_to_json(g) for g in items if isinstance(g, Gap)]
     return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
 
 
@@ -186,6 +208,7 @@ def export_words(
     options: CueOptions | None = None,
     timestamps: bool = False,
     session: Mapping[str, Any] | None = None,
+    gaps: Sequence[Gap] = (),
 ) -> Path:
     """Write ``words`` to ``path`` in ``fmt`` (default: from the suffix), atomically.
 
@@ -196,22 +219,23 @@ def export_words(
         options: cue limits and labels (SRT/VTT; labels for TXT too).
         timestamps: TXT only: a timestamp before each paragraph.
         session: JSON only: metadata to include under ``"session"``.
+        gaps: audio the engine skipped (``SessionStore.session_gaps``), shown in every format.
 
     Raises:
         StorageError: the file cannot be written (the target is left as it was).
     """
     fmt = fmt or format_from_path(path)
     if fmt == "srt":
-        text = render_srt(build_cues(words, options))
+        text = render_srt(build_cues(words, options, gaps=gaps))
     elif fmt == "vtt":
-        text = render_vtt(build_cues(words, options))
+        text = render_vtt(build_cues(words, options, gaps=gaps))
     elif fmt == "txt":
         labels = None
         if options is not None and len({w.source for w in words if not w.speculative}) > 1:
             labels = {"mic": options.label("mic"), "system": options.label("system")}
-        text = render_txt(words, timestamps=timestamps, labels=labels)
+        text = render_txt(words, timestamps=timestamps, labels=labels, gaps=gaps)
     elif fmt == "json":
-        text = render_json(words, session)
+        text = render_json(words, session, gaps)
     else:
         raise StorageError(f"unknown export format {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
     atomic_write_text(Path(path), text)
@@ -228,7 +252,7 @@ def export_session(
     options: CueOptions | None = None,
     timestamps: bool = False,
 ) -> Path:
-    """Write one stored session to ``path``: its committed words, and its details in JSON.
+    """Write one stored session to ``path``: its committed words and gaps, and its details in JSON.
 
     The one export of a recorded session, used by the app's tray, the history window and
     ``captioner sessions export``; arguments as for :func:`export_words`.
@@ -238,7 +262,7 @@ def export_session(
     """
     info = store.get_session(session_id)
     return export_words(store.session_words(session_id), path, fmt, options=options,
-                        timestamps=timestamps, session=info.to_json())
+                        timestamps=timestamps, session=info.to_json(), gaps=store.session_gaps(session_id))
 
 
 def atomic_write_text(path: Path, text: str) -> None:

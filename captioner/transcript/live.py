@@ -11,6 +11,9 @@ exact.
 
 With two sources the live file takes words in the order they became final, so its cue times may
 be nudged forward where the sources overlap; the exported file interleaves them by time.
+
+An update with a ``gap`` (the engine skipped audio it could not keep up with) makes its source's
+words final (the skip ended the utterance) and appends the gap's ``[…]`` cue, as the export does.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Literal
 
 from captioner.core import EngineUpdate, Word, apply_update, final_count
 from captioner.errors import StorageError
-from captioner.transcript.cues import Cue, CueOptions, CueSegmenter
+from captioner.transcript.cues import Cue, CueOptions, CueSegmenter, Gap
 from captioner.transcript.export import VTT_HEADER, srt_cue, vtt_cue
 
 __all__ = ["LiveFormat", "LiveSubtitleWriter"]
@@ -88,7 +91,10 @@ class LiveSubtitleWriter:
             )
             update = EngineUpdate(len(pending), update.words, update.stats, update.source)
         apply_update(pending, update)
-        return self._finalize(pending, final_count(pending))
+        if update.gap is None:
+            return self._finalize(pending, final_count(pending))
+        written = self._finalize(pending, final_count(pending, finished=True))
+        return written + self._write_cues(self._segmenter.push_gap(Gap(*update.gap, update.source)))
 
     def close(self) -> None:
         """Write every committed word still held back, close the last cue and the file."""

@@ -37,7 +37,7 @@ from typing import Any
 
 from captioner.core import EngineUpdate, Source, Word, apply_update
 from captioner.errors import StorageError
-from captioner.transcript.cues import CueOptions
+from captioner.transcript.cues import CueOptions, Gap
 from captioner.transcript.export import export_words
 from captioner.transcript.live import LiveFormat, LiveSubtitleWriter
 from captioner.transcript.store import SessionStore
@@ -58,12 +58,15 @@ class _Backlog:
     def __init__(self) -> None:
         self.retract = 0
         self.words: list[Word] = []
+        self.gaps: list[tuple[float, float]] = []  # skipped spans (EngineUpdate.gap), stored with the words
 
     def add(self, update: EngineUpdate) -> None:
         eaten = min(update.retract, len(self.words))
         del self.words[len(self.words) - eaten:]
         self.retract += update.retract - eaten
         self.words += update.words
+        if update.gap is not None:
+            self.gaps.append(update.gap)
 
     def update(self, source: Source) -> EngineUpdate:
         return EngineUpdate(self.retract, tuple(self.words), source=source)
@@ -190,6 +193,16 @@ class SessionRecorder:
             out += own
         return [w for w in out if include_speculative or not w.speculative]
 
+    def session_gaps(self) -> list[Gap]:
+        """The session's gaps (skipped audio): those stored and those held back."""
+        held = [Gap(a, b, source) for source, backlog in self._backlog.items() for a, b in backlog.gaps]
+        try:
+            stored = self.store.session_gaps(self.session_id)
+        except StorageError:
+            logger.warning("the stored gaps of session %d cannot be read", self.session_id)
+            stored = []
+        return sorted([*stored, *held], key=lambda g: (g.start, g.source))
+
     def _store(self, update: EngineUpdate | None) -> None:
         """Store ``update`` after the held-back ones; hold it back if the store refuses."""
         if update is not None and self._backlog:
@@ -199,7 +212,8 @@ class SessionRecorder:
             return
         try:
             for source in list(self._backlog):
-                self.store.apply(self.session_id, self._backlog[source].update(source))
+                held = self._backlog[source]
+                self.store.apply(self.session_id, held.update(source), gaps=held.gaps)
                 del self._backlog[source]
             if update is not None:
                 self.store.apply(self.session_id, update)
@@ -257,8 +271,9 @@ class SessionRecorder:
         for folder in dict.fromkeys(folders):
             try:
                 folder.mkdir(parents=True, exist_ok=True)
-                path = export_words(words, folder / f"{stem}.json", "json", session=info)
-                export_words(words, folder / f"{stem}.txt", "txt", timestamps=True)
+                gaps = self.session_gaps()
+                path = export_words(words, folder / f"{stem}.json", "json", session=info, gaps=gaps)
+                export_words(words, folder / f"{stem}.txt", "txt", timestamps=True, gaps=gaps)
             except (StorageError, OSError) as exc:
                 problems.append(f"{folder}: {exc}")
                 continue

@@ -9,6 +9,8 @@ Layout (``PRAGMA user_version`` = schema version, upgraded by :data:`_MIGRATIONS
   ``seq`` counts the words of one source in emission order from 0; retraction deletes the highest
   ``seq`` values, so the rows of a source are always ``0..n-1``.
 * ``words_fts``: an FTS5 index over committed words (when SQLite has FTS5; else ``LIKE``).
+* ``gaps`` (schema 2): (session_id, source, start_ms, end_ms), audio the engine skipped undecoded
+  because it fell behind real time (``EngineUpdate.gap``); exports show a gap marker there.
 
 Durability: WAL journal. Each :meth:`SessionStore.apply` is one transaction, so a killed process
 loses nothing that returned from ``apply`` (SQLite has written it to the WAL in the OS's cache).
@@ -44,7 +46,7 @@ from typing import Any, cast
 from captioner.core import SOURCES, EngineUpdate, Source, Word
 from captioner.errors import StorageError
 from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
-from captioner.transcript.cues import merge_sources, normalize_text
+from captioner.transcript.cues import Gap, merge_sources, normalize_text
 
 __all__ = ["SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore"]
 
@@ -285,8 +287,9 @@ class SessionStore:
         logger.info("recording session %d (%s)", session_id, ",".join(sources))
         return session_id
 
-    def apply(self, session_id: int, update: EngineUpdate) -> None:
-        """Apply one engine update to the words of ``update.source``: retract, then append.
+    def apply(self, session_id: int, update: EngineUpdate, *, gaps: Sequence[tuple[float, float]] = ()) -> None:
+        """Apply one engine update to the words of ``update.source``: retract, then append; its
+        ``gap`` (and ``gaps``, more skipped spans of the same source) become gap rows.
 
         One transaction: after this returns, the update is on disk; if the process dies inside
         it, none of it is.
@@ -295,7 +298,8 @@ class SessionStore:
             ValueError: the update retracts more words than the source has.
             StorageError: the database cannot be written (disk full, file gone).
         """
-        if update.is_empty:
+        spans = [*gaps, *([update.gap] if update.gap is not None else [])]
+        if update.is_empty and not spans:
             return
         source = update.source
         with self._transaction(durable=False) as conn:
@@ -324,6 +328,10 @@ class SessionStore:
                     )
                     for i, w in enumerate(update.words)
                 ],
+            )
+            conn.executemany(
+                "INSERT INTO gaps (session_id, source, start_ms, end_ms) VALUES (?, ?, ?, ?)",
+                [(session_id, source, _ms(a), max(_ms(a), _ms(b))) for a, b in spans],
             )
         self._counts[(session_id, source)] = first + len(update.words)
 
@@ -413,6 +421,14 @@ class SessionStore:
             if include_speculative or not spec
         ]
         return merge_sources(words)
+
+    def session_gaps(self, session_id: int) -> list[Gap]:
+        """The audio the engine skipped in the session (it fell behind real time), in time order."""
+        rows = self._query(
+            "SELECT start_ms, end_ms, source FROM gaps WHERE session_id = ? ORDER BY start_ms, source",
+            (session_id,),
+        )
+        return [Gap(start / 1000, end / 1000, source) for start, end, source in rows]
 
     def search(self, text: str, *, limit: int = 100) -> list[SearchHit]:
         """Where the words of ``text`` were said, in that order (case and punctuation ignored).
