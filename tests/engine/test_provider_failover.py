@@ -203,3 +203,31 @@ def test_real_qnn_sessions_failing_mid_stream_are_dropped_and_the_cpu_goes_on(ti
     failed = [a for a in info.provider.fallbacks if a.mid_session]
     assert [a.label for a in failed] == ["QNN-HTP"] and len(counter.failed) == 1
     assert all("CPUExecutionProvider" in p for p in info.provider.placement.values())  # the QNN sessions are gone
+
+
+def test_a_bad_input_is_the_callers_error_not_a_provider_failure(tiny_pack, dispatches) -> None:
+    """ORT's InvalidArgument (a wrong shape) is raised as it is: the same on every provider."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+    rt = Runtime(tiny_pack, "auto")
+    graph = tiny_pack.encoder_file(3)
+    with pytest.raises(InvalidArgument):
+        rt.run(graph, ["cross_k"], {"mel": np.zeros((1, 80, 7), np.float32), "n_frames": np.array([3])})
+    assert rt.provider == "NPU-SIM" and rt.info().fallbacks == ()
+    rt.close()
+
+
+def test_a_second_stream_failing_on_the_provider_already_left_does_not_skip_the_next(tiny_pack, dispatches) -> None:
+    """Two streams share one runtime: the second one's failure on the provider the first one's
+    failure already left is not counted again (the CPU stays)."""
+    rt = Runtime(tiny_pack, "auto")
+    graph = tiny_pack.encoder_file(3)
+    npu = rt._current
+    rt.session(graph)
+    rt.fail_over(npu, graph, EPFail("device lost"))
+    assert rt.provider == "CPU" and rt.loaded() == []
+    rt.fail_over(npu, graph, EPFail("device lost"))  # the other stream's stale failure
+    assert rt.provider == "CPU" and [a.label for a in rt.info().fallbacks] == ["NPU-SIM"]
+    with pytest.raises(ProviderError, match=r"CPU failed while running encoder_3s\.onnx"):
+        rt.fail_over(rt._current, graph, EPFail("device lost"))
+    rt.close()
