@@ -32,7 +32,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_pack(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
-    """``tiny_checkpoint`` built by ``captioner models build`` (fp32, matmul, buckets 3 4 5 6 10 30, K = 5,
+    """``tiny_checkpoint`` built by ``captioner models build`` (fp32, matmul, buckets 3 4 5 6 10 20 30, K = 5,
     the int8-ranked vocabulary projection that ``auto`` gives the MatMul lowering off Windows ARM64)."""
     return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper")
 

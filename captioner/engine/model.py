@@ -123,7 +123,7 @@ class AcousticModel(Protocol):
     Attributes:
         vocab: token texts, special ids and token classes.
         provider: the execution provider that actually runs the graphs ("QNN-HTP", "CPU", ...).
-        buckets: available encoder buckets in seconds, ascending (e.g. (3, 4, 5, 6, 10, 30)).
+        buckets: available encoder buckets in seconds, ascending (e.g. (3, 4, 5, 6, 10, 20, 30)).
     """
 
     vocab: Vocabulary

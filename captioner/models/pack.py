@@ -218,7 +218,7 @@ class Pack:
         special: special token ids.
         multilingual: the model has language and task tokens.
         alignment_heads: (decoder layer, head) pairs averaged into ``attn_align`` (for DTW).
-        buckets: encoder buckets in seconds, ascending, e.g. ``(3, 4, 5, 6, 10, 30)``.
+        buckets: encoder buckets in seconds, ascending, e.g. ``(3, 4, 5, 6, 10, 20, 30)``.
         schedules: chunk sizes per schedule name: ``{"default": (4, 6, 5, 5, 5, 5),
             "prefixed": (5, 5, 5, 5, 5, 5)}`` with K = 5, ``(4, 6, 3, …, 3)`` with K = 3 (the paper's
             prefixed head is (6, 4); see ``BuildOptions``).

@@ -262,7 +262,7 @@ def test_round_stats_are_filled():
     stream, _model, clock = stream_of(script, step_s=2.0)
     _, updates = run_stream(stream, script.audio, clock)
     s = next(u.stats for u in updates if u.words)
-    assert s.bucket in (3, 4, 5, 6, 10, 30) and s.input_s > 0 and s.tokens > 0 and s.chunks > 0
+    assert s.bucket in (3, 4, 5, 6, 10, 20, 30) and s.input_s > 0 and s.tokens > 0 and s.chunks > 0
     assert s.provider == "oracle" and s.mel_ms == 1.0 and s.encoder_ms == 2.0 and s.decoder_ms == s.chunks
     assert s.total_ms >= s.dtw_ms > 0 and s.validation_ms > 0 and s.stop_reason in ("eot", "peak_margin")
     assert [u.stats.round_index for u in updates] == list(range(len(updates)))

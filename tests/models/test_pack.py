@@ -31,9 +31,9 @@ def test_manifest_has_the_contract_keys(tiny_pack, tiny_checkpoint):
     assert set(m["source"]) == {"name", "revision", "sha256"}
     assert m["source"]["name"] == "tiny-whisper"
     assert m["source"]["sha256"] == file_sha256(tiny_checkpoint / "model.safetensors")
-    assert m["encoders"] == {str(b): f"encoder_{b}s.onnx" for b in (3, 4, 5, 6, 10, 30)}
+    assert m["encoders"] == {str(b): f"encoder_{b}s.onnx" for b in (3, 4, 5, 6, 10, 20, 30)}
     assert {"bucket", "start", "size", "known", "file"} == set(m["decoders"][0])
-    assert m["cache_slots"] == {"3": 25, "4": 25, "5": 25, "6": 25, "10": 220, "30": 220}
+    assert m["cache_slots"] == {"3": 25, "4": 25, "5": 25, "6": 25, "10": 220, "20": 220, "30": 220}
     assert m["schedules"] == {"default": [4, 6, 5, 5, 5, 5], "prefixed": [5, 5, 5, 5, 5, 5]}
     assert m["long_chunk"] == 5 and m["max_positions"] == 224
     assert m["precision"] == "fp32" and m["linear"] == "matmul"
@@ -48,7 +48,7 @@ def test_manifest_has_the_contract_keys(tiny_pack, tiny_checkpoint):
 
 def test_pack_api(tiny_pack):
     p = tiny_pack
-    assert p.buckets == (3, 4, 5, 6, 10, 30)
+    assert p.buckets == (3, 4, 5, 6, 10, 20, 30)
     assert p.dims.n_vocab == 51865 and p.dims.head_dim == 16 and p.dims.n_mels == 80
     assert p.special.eot == 50257 and p.special.sot == 50258 and p.special.languages["en"] == 50259
     assert p.special.translate == 50358 and p.special.transcribe == 50359
@@ -71,7 +71,7 @@ def test_pack_api(tiny_pack):
     assert p.decoder_file(3, 4, 6).name == "decoder_s25_k6.onnx"
     assert {p.decoder_file(b, 4, 6) for b in (3, 4, 5, 6)} == {p.decoder_file(3, 4, 6)}  # shared by the short buckets
     assert p.cache_slots[3] == 25 and p.cache_slots[30] == 220
-    assert len(p.graph_files()) == 6 + 4 + 4
+    assert len(p.graph_files()) == 7 + 4 + 4
     assert p.weights_file().name == "weights.bin"
     assert len(p.pack_hash) == 64 and p.pack_hash == file_sha256(p.root / "manifest.json")
     with pytest.raises(ModelError, match="no 7 s encoder"):
@@ -253,7 +253,7 @@ def test_a_chunk_3_pack_decodes_in_chunks_of_three(chunk3_pack):
     assert p.decoder_chunks(30)[-1] == (220, 3)  # the last chunk of 3 that ends by max_positions + 1
     assert p.decoder_file(3, 10, 3).name == "decoder_s28_k3.onnx"
     assert p.decoder_file(3, 5, 5).name == "decoder_s28_k5.onnx"  # the prefixed head's second chunk
-    # 6 encoders; per cache size: k4 (batched prompt), k6, k5 (batched), k5, k3
-    assert len(p.graph_files()) == 6 + 5 + 5
+    # 7 encoders; per cache size: k4 (batched prompt), k6, k5 (batched), k5, k3
+    assert len(p.graph_files()) == 7 + 5 + 5
     assert pack_problems(p.root, checksums=False) == []
     assert BuildOptions().tail_chunk == BuildOptions(linear="conv").tail_chunk == 5  # the paper's
