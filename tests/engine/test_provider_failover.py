@@ -127,6 +127,8 @@ def test_a_provider_failing_mid_clip_loses_no_word(real_tiny_en_pack, clips, bas
     providers = [r.provider for r in info.rounds if r.bucket > 0]
     assert providers[0] == "NPU-SIM" and providers[-1] == "CPU"
     switch = providers.index("CPU")
+    print(f"{kind} failed at dispatch {dispatches.fail_at} of {total_runs}: rounds {switch} on NPU-SIM, "
+          f"{len(providers) - switch} on CPU, {len(words)} words as without the failure")
     assert 0 < switch < len(providers) - 1 and set(providers[switch:]) == {"CPU"}
     assert info.provider.chosen == "CPU"
     (failure,) = info.provider.fallbacks
