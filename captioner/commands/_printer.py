@@ -13,7 +13,9 @@ DIM, RESET, CLEAR_LINE = "\033[2m", "\033[0m", "\r\033[K"
 
 class WordPrinter:
     """Prints words as they become final (:func:`~captioner.core.final_count`). A terminal also sees the pending tail,
-    dimmed, redrawn in place; a retraction of printed words prints a ``(correction)`` line.
+    dimmed, redrawn in place; a retraction of printed words prints a ``(correction)`` line. An
+    update with a ``gap`` (audio skipped because the engine fell behind real time) prints its words
+    and then a ``[…] (skipped N s: behind real time)`` line.
 
     Args:
         out: where words go (stdout).
@@ -29,7 +31,7 @@ class WordPrinter:
 
     def update(self, update: EngineUpdate, final: bool = False) -> None:
         apply_update(self.words, update)
-        stable = self.words[: final_count(self.words, finished=final)]
+        stable = self.words[: final_count(self.words, finished=final or update.gap is not None)]
         same = 0
         while same < min(len(self.printed), len(stable)) and self.printed[same] == stable[same]:
             same += 1
@@ -43,6 +45,9 @@ class WordPrinter:
             new = stable[len(self.printed):]
             self.out.write(f"{self.label}[{_clock(new[0].start)}] {_text(new)}\n")
             self.printed = list(stable)
+        if update.gap is not None:
+            start, end = update.gap
+            self.out.write(f"{self.label}[{_clock(start)}] […] (skipped {end - start:.1f} s: behind real time)\n")
         if self.tty and not final and len(self.words) > len(stable):
             self.out.write(f"{DIM}{_text(self.words[len(stable):])[-70:]}{RESET}")
             self._tail_shown = True

@@ -22,7 +22,7 @@ import itertools
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -34,7 +34,8 @@ from captioner.commands._printer import WordPrinter
 from captioner.core import SAMPLE_RATE, EngineUpdate, Word
 from captioner.errors import AudioFileError
 from captioner.storage.paths import AppPaths
-from captioner.transcript.export import atomic_write_text, export_words, word_to_json
+from captioner.transcript.cues import Gap
+from captioner.transcript.export import atomic_write_text, export_words, gap_to_json, word_to_json
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore
 
@@ -94,16 +95,20 @@ def _print_summary(stats: dict, err: TextIO) -> None:
     )
     if stats["provider_failed"] or stats["provider_requested"] != "auto":
         err.write(f"provider: {stats['provider_detail']}\n")
+    lag = stats.get("lag")
+    if lag is not None:  # --realtime: the bounded-lag rule's record (engine/overload.py)
+        err.write(f"lag max {lag['max_s']:.2f} s, p95 {lag['p95_s']:.2f} s over {lag['rounds']} rounds; "
+                  f"skipped {lag['skipped_s']:.1f} s of audio in {lag['skips']} skips (behind real time)\n")
 
 
-def _save_outputs(args: argparse.Namespace, words: list[Word], stats: dict) -> None:
+def _save_outputs(args: argparse.Namespace, words: list[Word], stats: dict, gaps: Sequence[Gap] = ()) -> None:
     committed = [w for w in words if not w.speculative]
     for fmt in ("srt", "vtt", "txt"):
         target = getattr(args, fmt)
         if target is not None:
-            export_words(committed, target, fmt)
+            export_words(committed, target, fmt, gaps=gaps)
     if args.json is not None:
-        doc = {"words": [word_to_json(w) for w in committed], "stats": stats}
+        doc = {"words": [word_to_json(w) for w in committed], "gaps": [gap_to_json(g) for g in gaps], "stats": stats}
         atomic_write_text(args.json, json.dumps(doc, ensure_ascii=False, indent=1) + "\n")
 
 
@@ -148,7 +153,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         err.write("captioner: no speech was recognised\n")
     stats = result.to_json()
     _print_summary(stats, err)
-    _save_outputs(args, words, stats)
+    _save_outputs(args, words, stats, [Gap(a, b, "system") for a, b in result.gaps])
     if recorder is not None:
         err.write(f"saved as session {recorder.session_id} (captioner sessions show "
                   f"{recorder.session_id}); --no-save skips this\n")

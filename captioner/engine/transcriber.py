@@ -31,6 +31,7 @@ import numpy as np
 
 from captioner.core import SAMPLE_RATE, EngineUpdate, Provider, RoundStats, Source, Word, apply_update
 from captioner.engine.onnx_model import OnnxAcousticModel
+from captioner.engine.overload import LagGovernor, LagReport
 from captioner.engine.runtime import EngineInfo, Runtime
 from captioner.engine.stream import Stream, StreamConfig
 from captioner.models.pack import Pack
@@ -57,6 +58,9 @@ class TranscriptionInfo:
         wall_s: wall-clock seconds of the run (feeding, pacing and every round).
         rounds: the statistics of every round, in order (skipped rounds have ``bucket == 0``).
         realtime: the audio was fed at real-time pace.
+        lag: with ``realtime``, the lag over the run and the audio skipped by the bounded-lag rule
+            (:mod:`~captioner.engine.overload`); None otherwise (a file read at full speed has no lag).
+        gaps: the audio-clock spans (seconds) the rule skipped, in order.
     """
 
     model: str
@@ -66,6 +70,8 @@ class TranscriptionInfo:
     wall_s: float
     rounds: tuple[RoundStats, ...]
     realtime: bool = False
+    lag: LagReport | None = None
+    gaps: tuple[tuple[float, float], ...] = ()
 
     @property
     def compute_s(self) -> float:
@@ -113,6 +119,8 @@ class TranscriptionInfo:
             "first_round_ms": round(ran[0].total_ms, 1) if ran else 0.0,
             "reinferred_rounds": sum(1 for r in ran if r.reinferred),
             "session_ms": {k: round(v, 1) for k, v in info.session_ms.items()},
+            "lag": self.lag.to_json() if self.lag is not None else None,
+            "gaps": [[round(a, 3), round(b, 3)] for a, b in self.gaps],
         }
 
 
@@ -195,6 +203,10 @@ class Transcriber:
                 it goes, :class:`~captioner.audio.files.AudioFileReader`): both are cut into the same
                 steps, so they give the same words.
             realtime: feed at real-time pace (as a live source); else as fast as the machine allows.
+                In real time, whatever has "arrived" by the wall clock is fed before each round and
+                the bounded-lag rule (:class:`~captioner.engine.overload.LagGovernor`) skips what the
+                engine cannot keep up with, as the app does; the lag and the skipped audio are in
+                the returned info.
             on_update: called with every update as it comes, and True for the last one (from
                 ``finish``: every committed word is final then).
 
@@ -216,23 +228,35 @@ class Transcriber:
             if on_update is not None:
                 on_update(update, last)
 
+        governor = LagGovernor(config.step_s, bounded=realtime)
+        gaps: list[tuple[float, float]] = []
         t0 = time.perf_counter()
         pos = 0
-        for block in _steps(audio, step):
+        steps = iter(_steps(audio, step))
+        block = next(steps, None)
+        while block is not None:
             if realtime:
                 wait = t0 + (pos + len(block)) / SAMPLE_RATE - time.perf_counter()
                 if wait > 0:
                     time.sleep(wait)  # pacing a file at real time is the point of realtime
             pos += len(block)
-            sim.audio_s = pos / SAMPLE_RATE
             stream.feed(block)
+            block = next(steps, None)
+            while realtime and block is not None and t0 + (pos + len(block)) / SAMPLE_RATE <= time.perf_counter():
+                pos += len(block)  # arrived while the engine was busy: the backlog, fed before the rule
+                stream.feed(block)
+                block = next(steps, None)
+            sim.audio_s = pos / SAMPLE_RATE
             sim.enter()
-            handle(stream.step())
+            for update in governor.run(stream):
+                if update.gap is not None:
+                    gaps.append(update.gap)
+                handle(update)
         sim.enter()
         handle(stream.finish(), last=True)
         wall = time.perf_counter() - t0
         info = TranscriptionInfo(self.name, config, self.info(), pos / SAMPLE_RATE, wall, tuple(rounds),
-                                 realtime)
+                                 realtime, governor.report() if realtime else None, tuple(gaps))
         return words, info
 
     def close(self) -> None:
