@@ -5,7 +5,11 @@ Captured blocks go through the same engine path as ``transcribe`` and the app (o
 recorded in the store as it happens. Without an installed model (or with ``--levels-only``) it
 shows input levels only. ``--record`` saves the 16 kHz mono audio exactly as the engine receives it.
 
-The capture loop (:func:`capture_loop`) takes one callback per :class:`AudioBlock`.
+The capture loop (:func:`capture_loop`) takes one callback per :class:`AudioBlock`, and one after
+each batch: it drains what the capture already holds before that call, so the engine's bounded-lag
+rule (:mod:`captioner.engine.overload`, as in the app) sees the whole backlog and skips what a slow
+machine cannot keep up with (the transcript marks the gap). The lag (max, p95) and the seconds
+skipped are printed at the end.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from captioner.audio import AudioCapture, CaptureConfig, WavWriter
 from captioner.commands._engine import EngineSetup, add_engine_options, open_engine
 from captioner.commands._printer import WordPrinter
 from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, Source
+from captioner.engine.overload import LagGovernor
 from captioner.errors import ModelError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
@@ -32,6 +37,7 @@ __all__ = ["capture_loop", "record_paths", "register", "run"]
 
 READ_TIMEOUT_S = 0.25
 LEVEL_EVERY_S = 1.0  # seconds of audio between level lines
+MAX_DRAIN_BLOCKS = 1000  # blocks handed on per batch at most
 
 
 class Capture(Protocol):
@@ -55,6 +61,7 @@ def capture_loop(
     on_block: Callable[[AudioBlock], None],
     seconds: float | None = None,
     on_event: Callable[[AudioEvent], None] | None = None,
+    on_batch: Callable[[], None] | None = None,
 ) -> None:
     """Read blocks from a started ``capture`` and hand each to ``on_block`` until done.
 
@@ -65,21 +72,35 @@ def capture_loop(
         seconds: stop once every source's audio clock has reached this many seconds; None: run
             until the capture is finished (stopped and drained) or Ctrl-C.
         on_event: called with every :class:`AudioEvent` (device lost/reopened, overflow).
+        on_batch: called after the blocks of each batch: the first waited for, then every block
+            the capture already held (non-blocking reads), i.e. when the caller has seen all the
+            audio captured so far.
     """
     clocks = {s: 0 for s in capture.sources}
     target = None if seconds is None else round(seconds * SAMPLE_RATE)
+
+    def take(block: AudioBlock) -> None:
+        if target is not None and block.start >= target:
+            return  # beyond the requested length (the other source is catching up)
+        if target is not None and block.end > target:
+            block = AudioBlock(block.source, block.start, block.samples[: target - block.start])
+        on_block(block)
+        clocks[block.source] = block.end
+
     while True:
         block = capture.read(READ_TIMEOUT_S)
         if on_event is not None:
             for ev in capture.events():
                 on_event(ev)
         if block is not None:
-            if target is not None and block.start >= target:
-                continue  # beyond the requested length (the other source is catching up)
-            if target is not None and block.end > target:
-                block = AudioBlock(block.source, block.start, block.samples[: target - block.start])
-            on_block(block)
-            clocks[block.source] = block.end
+            take(block)
+            for _ in range(MAX_DRAIN_BLOCKS):
+                more = capture.read(0.0)
+                if more is None:
+                    break
+                take(more)
+            if on_batch is not None:
+                on_batch()
         elif capture.finished:
             return
         if target is not None and all(c >= target for c in clocks.values()):
@@ -129,6 +150,8 @@ class _Captioner:
                  labels: dict[Source, str]) -> None:
         self.setup = setup
         self.streams = {s: setup.engine.stream(setup.config, source=s) for s in sources}
+        self.governors = {s: LagGovernor(setup.config.step_s) for s in sources}
+        self._fed: set[Source] = set()
         both = len(sources) > 1
         self.printers = {s: WordPrinter(sys.stdout, sys.stdout.isatty() and not both,
                                         f"{labels[s]}: " if both else "") for s in sources}
@@ -148,13 +171,24 @@ class _Captioner:
         self.printers[update.source].update(update, final)
 
     def feed(self, block: AudioBlock) -> None:
-        stream = self.streams[block.source]
-        stream.feed(block.samples)
-        self._handle(stream.step())
+        """Feed one block; the rounds run in :meth:`run_rounds`, once the batch is fed."""
+        self.streams[block.source].feed(block.samples)
+        self._fed.add(block.source)
+
+    def run_rounds(self) -> None:
+        """The bounded-lag rule, then the due rounds, of every source fed since the last call."""
+        for source in sorted(self._fed):
+            for update in self.governors[source].run(self.streams[source]):
+                self._handle(update)
+        self._fed.clear()
 
     def finish(self, duration_s: float) -> None:
+        self.run_rounds()
         for stream in self.streams.values():
             self._handle(stream.finish(), final=True)
+        for source, governor in self.governors.items():
+            label = f"{source}: " if len(self.governors) > 1 else ""
+            print(f"{label}{governor.report().summary()}", file=sys.stderr, flush=True)
         self.setup.engine.close()
         if self.recorder is not None:
             self.recorder.close(duration_ms=round(duration_s * 1000))
@@ -205,6 +239,10 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             print(f"level {block.end / SAMPLE_RATE:7.1f} s {block.source:6s} rms {_db(rms)} dBFS "
                   f"peak {_db(peak)} dBFS |{bar:30s}|", file=level_out, flush=True)
 
+    def on_batch() -> None:
+        if captioner is not None:
+            captioner.run_rounds()
+
     def on_event(ev: AudioEvent) -> None:
         print(f"event {ev.kind} {ev.source}: {ev.message}", flush=True)
 
@@ -215,11 +253,11 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             for src, path in record_paths(args.record, capture.sources).items():
                 writers[src] = WavWriter(path)
         try:
-            capture_loop(capture, on_block, args.seconds, on_event)
+            capture_loop(capture, on_block, args.seconds, on_event, on_batch)
         except KeyboardInterrupt:
             print("stopping", file=sys.stderr, flush=True)
     if args.seconds is None:  # Ctrl-C: keep the tail the stop flushed
-        capture_loop(capture, on_block, None, on_event)
+        capture_loop(capture, on_block, None, on_event, on_batch)
     if captioner is not None:
         captioner.finish(max(clock.values(), default=0) / SAMPLE_RATE)
     for src, w in writers.items():

@@ -1,0 +1,57 @@
+"""``captioner listen``'s engine path on an engine too slow for real time (issue 16, overload).
+
+The listen loop (:func:`~captioner.commands.listen.capture_loop` feeding ``listen``'s captioner) on a
+real-time file capture (:class:`~captioner.audio.files.FileSource`, the capture interface at real
+pace) and the real tiny pack on the CPU provider, with every encoder dispatch sleeping twice its
+audio for the first seconds: the capture's backlog is drained before the bounded-lag rule decides,
+so the engine skips, prints the gap, stores it with the session, and reports the lag and the
+seconds skipped at the end.
+"""
+
+from __future__ import annotations
+
+import time
+
+from wavs import spoken, write_wav
+
+from captioner.audio.files import FileSource
+from captioner.commands._engine import EngineSetup
+from captioner.commands.listen import _Captioner, capture_loop
+from captioner.engine import OnnxAcousticModel, StreamConfig, Transcriber
+from captioner.storage.paths import AppPaths
+from captioner.transcript.store import SessionStore
+
+STEP_S = 1.0
+SLOW_S = 5.0
+
+
+def test_listen_skips_when_overloaded_stores_the_gap_and_reports_the_lag(tiny_pack, tmp_path, monkeypatch, capsys):
+    wav = write_wav(tmp_path / "speech.wav", spoken(10.0))
+    encode = OnnxAcousticModel.encode
+    slow_until: list[float] = []
+
+    def slow_encode(self, audio, *, native_30s=False):
+        if not slow_until:
+            slow_until.append(time.monotonic() + SLOW_S)
+        if time.monotonic() < slow_until[0]:
+            time.sleep(2.0 * audio.size / 16_000)
+        return encode(self, audio, native_30s=native_30s)
+
+    monkeypatch.setattr(OnnxAcousticModel, "encode", slow_encode)
+    setup = EngineSetup(Transcriber.from_pack(tiny_pack, "cpu"), StreamConfig(step_s=STEP_S))
+    captioner = _Captioner(setup, ("system",), AppPaths.default(tmp_path / "home"), save=True,
+                           labels={"system": "Others", "mic": "You"})
+    with FileSource(wav, realtime=True) as capture:
+        capture_loop(capture, captioner.feed, None, None, captioner.run_rounds)
+    captioner.finish(10.0)
+    report = captioner.governors["system"].report()
+    assert report.skips >= 1 and report.skipped_s > 0
+    assert 0 < report.p95_s <= report.max_s
+    assert captioner.recorder is not None
+    out = capsys.readouterr()
+    assert out.out.count("[…] (skipped") == report.skips  # the printer marks each gap
+    assert report.summary() in out.err
+    with SessionStore.open(AppPaths.default(tmp_path / "home").sessions_db) as store:
+        gaps = store.session_gaps(captioner.recorder.session_id)
+    assert len(gaps) == report.skips
+    assert abs(sum(g.seconds for g in gaps) - report.skipped_s) < 0.01
