@@ -118,7 +118,7 @@ def _show(store: SessionStore, session_id: int, *, timestamps: bool) -> int:
     info = store.get_session(session_id)
     print(_describe(info))
     print()
-    text = render_txt(store.session_words(session_id), timestamps=timestamps)
+    text = render_txt(store.session_words(session_id), timestamps=timestamps, gaps=store.session_gaps(session_id))
     print(text.rstrip("\n") or "(no words)")
     return 0
 

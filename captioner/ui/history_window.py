@@ -178,7 +178,7 @@ class HistoryWindow(QWidget):
         labels = None
         if len({w.source for w in words}) > 1:
             labels = {"mic": self._cues.label_mic, "system": self._cues.label_system}
-        self.text.setPlainText(render_txt(words, timestamps=True, labels=labels))
+        self.text.setPlainText(render_txt(words, timestamps=True, labels=labels, gaps=self._store.session_gaps(sid)))
 
     # ------------------------------------------------------------ actions
     def export_current(self, fmt: str) -> Path | None:

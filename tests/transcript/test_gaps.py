@@ -145,3 +145,19 @@ def test_a_gap_held_while_the_store_refuses_writes_is_stored_when_it_recovers(tm
     assert [x.text for x in store.session_words(rec.session_id)] == ["Good", "morning.", "hello", "and", "welcome."]
     rec.close()
     store.close()
+
+
+def test_sessions_show_prints_the_gap(tmp_path, capsys):
+    from captioner import cli
+    from captioner.storage.paths import AppPaths
+
+    paths = AppPaths.default(tmp_path / "home")
+    paths.ensure()
+    store = SessionStore.open(paths.sessions_db)
+    with SessionRecorder.start(store) as rec:
+        for update in overloaded_updates():
+            rec.apply(update)
+    store.close()
+    assert cli.run(["sessions", "show", str(rec.session_id)], paths) == 0
+    out = capsys.readouterr().out
+    assert "[00:00:00] Good morning. hello\n\n[00:00:03] [… 6.0 s not transcribed]\n\n[00:00:09] and welcome." in out
