@@ -400,8 +400,8 @@ def build_cues(
     """
     committed = [w for w in words if not w.speculative]
     merged = merge_with_gaps(committed, gaps)
-    if labelled is None:
-        labelled = len({w.source for w in merged}) > 1
+    if labelled is None:  # two sources said something (a blank word makes no cue)
+        labelled = len({w.source for w in committed if normalize_text(w.text)}) > 1
     segmenter = CueSegmenter(options, labelled=labelled)
     cues: list[Cue] = []
     for item in merged:
