@@ -100,6 +100,8 @@ class RoundStats:
         closes: the round closed an utterance (its speech ended before the input did, or the
             stream finished): decoded to the end without the peak-margin stop, nothing carried.
         skipped_s: audio dropped undecoded by an overload skip (``stop_reason`` ``"skipped"``).
+        drafted: tokens a closing round took from its draft words after the verifier confirmed
+            them (``engine/decoder.py``, draft decoding).
     """
 
     round_index: int = 0
@@ -122,6 +124,7 @@ class RoundStats:
     closes: bool = False
     language: str = ""
     skipped_s: float = 0.0
+    drafted: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,18 @@ run are the saving the design is about.
 The plan is finite (~30 positions, or 224 for the 10 s and 30 s buckets). The last token predicted by the plan
 is never consumed, so it has no attention and cannot be validated: it is dropped, and the round
 ends as if it had reached the token limit there (``stop is None``; the stream calls it "limit").
+
+**Draft decoding** (``draft``: tokens the round is expected to produce, e.g. a closing round's
+draft words, ``stream.py`` deviation 17): past the forced positions, where the pack has a verifier
+for the bucket (:class:`~captioner.engine.model.VerifyingRunner`), the next K − 1 draft tokens are
+proposed and checked in one batched dispatch: every row predicts, the predictions are accepted up
+to the first that differs from the proposal, and the cache positions after it are forgotten. Out
+of step with the draft (after a correction), the decoder runs the plan's sequential chunk and
+looks for its last two tokens in the draft to resume. The tokens are the greedy decode's (the same
+argmax at every position, up to floating-point differences between a batched and a sequential
+step); the cost of K tokens the draft had right is about one step instead of K (a CPU step
+streams all the decoder's weights, whatever the rows). Prompt-lookup decoding, with the earlier
+rounds of the utterance as the lookup text.
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ from typing import Protocol
 
 import numpy as np
 
-from captioner.engine.model import AcousticModel, Encoding
+from captioner.engine.model import AcousticModel, Encoding, VerifyingRunner
 from captioner.engine.validate import Stop, WordGuard
 
 __all__ = ["DecodeResult", "NativeValidator", "TokenValidator", "decode_round", "max_prefix"]
@@ -98,6 +110,7 @@ class DecodeResult:
         decoder_ms: summed ``elapsed_ms`` of the chunks.
         validation_ms: host time spent in the validator.
         last_peak_s: f+ of the last passed backward-shift test (seconds; 0 if none).
+        drafted: tokens accepted from the draft by verifier dispatches.
     """
 
     tokens: tuple[int, ...]
@@ -107,6 +120,7 @@ class DecodeResult:
     decoder_ms: float
     validation_ms: float
     last_peak_s: float = 0.0
+    drafted: int = 0
 
     @property
     def candidates(self) -> tuple[int, ...]:
@@ -134,6 +148,7 @@ def decode_round(
     prefix: Sequence[int],
     validator: TokenValidator,
     max_tokens: int = 224,
+    draft: Sequence[int] = (),
 ) -> DecodeResult:
     """Run the chunk plan over ``encoding`` until ``validator`` stops it or the plan ends.
 
@@ -144,6 +159,8 @@ def decode_round(
         prefix: forced tokens after the prompt (the carried second-to-last word), possibly empty.
         validator: receives every generated token; its ``decoded`` list is the round's tokens.
         max_tokens: generated-token limit of a round (the reference's 224); the plan may end sooner.
+        draft: the tokens the round is expected to decode (after the prefix), checked by the
+            pack's verifier where it has one (module docstring); empty: plain greedy chunks.
 
     Returns:
         The validated tokens, their alignment attention, the stop and the costs.
@@ -156,7 +173,16 @@ def decode_round(
     chunks = 0
     decoder_ms = validation_ms = 0.0
     stop: Stop | None = None
+    verifier = runner if draft and isinstance(runner, VerifyingRunner) and runner.verify_size > 1 else None
+    drafted = 0
     for start, size in plan:
+        if verifier is not None and start >= n_forced and start == len(seq) - 1:
+            limit = plan[-1][0] + plan[-1][1]
+            d = _decode_with_draft(verifier, seq, start, limit, plan[-1][1], list(draft), n_forced, validator,
+                                   max_tokens, align_rows)
+            stop, chunks, decoder_ms, validation_ms, drafted = (d.stop, chunks + d.chunks, decoder_ms + d.decoder_ms,
+                                                                validation_ms + d.validation_ms, d.drafted)
+            break
         if start >= len(seq):  # cannot happen with a consistent plan; never guess a token
             logger.warning("chunk plan skips position %d; ending the round", len(seq))
             break
@@ -195,4 +221,114 @@ def decode_round(
         decoder_ms=decoder_ms,
         validation_ms=validation_ms,
         last_peak_s=float(validator.last_peak_s),
+        drafted=drafted,
     )
+
+
+@dataclass(slots=True)
+class _Drafted:
+    stop: Stop | None = None
+    chunks: int = 0
+    decoder_ms: float = 0.0
+    validation_ms: float = 0.0
+    drafted: int = 0
+
+
+_LOOK = 3  # after a correction, the decoded tokens are looked for this far around in the draft
+_MISSES = 2  # verifier dispatches in a row that confirm no draft token before the draft is left
+
+
+def _decode_with_draft(runner: VerifyingRunner, seq: list[int], pos: int, limit: int, chunk: int,
+                       draft: list[int], n_forced: int, validator: TokenValidator, max_tokens: int,
+                       align_rows: list[np.ndarray]) -> _Drafted:
+    """Draft decoding from position ``pos`` (``seq[pos]``, the last predicted token, not yet
+    consumed) up to position ``limit`` (module docstring). Appends to ``seq`` and ``align_rows``.
+
+    In step with the draft, every dispatch is a verifier: it proposes the next K − 1 draft tokens
+    (fewer at the draft's end: the rest of the batch repeats the last one and its rows are
+    forgotten); row 0's prediction is valid whatever the proposal, so a dispatch never yields less
+    than one greedy token. After a correction, :func:`_resume` finds where the draft goes on. After
+    :data:`_MISSES` verifier dispatches in a row that confirmed nothing, and past the draft's end,
+    the plan's sequential chunks of ``chunk`` steps run until the last two decoded tokens are
+    found again in the rest of the draft.
+    """
+    k = runner.verify_size
+    out_d = _Drafted()
+    at: int | None = _resume(draft, seq, 0, wide=True)  # draft index expected next; None: out of step
+    misses = 0
+    while out_d.stop is None and len(validator.decoded) <= max_tokens:
+        real = draft[at : at + k - 1] if at is not None else []
+        verify = at is not None and at < len(draft) and pos + k <= limit
+        size = k if verify else chunk
+        if pos + size > limit:
+            break
+        if verify:
+            forced = np.asarray(real + [real[-1] if real else seq[pos]] * (k - 1 - len(real)), dtype=np.int64)
+            out = runner.verify(pos, seq[pos], forced)
+        else:
+            out = runner.run(pos, size, seq[pos], np.full(size - 1, -1, dtype=np.int64))
+        out_d.chunks += 1
+        out_d.decoder_ms += out.elapsed_ms
+        t0 = time.perf_counter()
+        rows = size
+        confirmed = 0
+        for s in range(size):
+            align_rows.append(out.attn_align[s])
+            out_d.stop = validator.on_attention(out.attn_last[s])
+            if out_d.stop is not None:
+                break
+            out_d.stop = validator.on_prediction(int(out.tokens[s]), float(out.token_logit[s]), float(out.eot_logit[s]))
+            if out_d.stop is not None:
+                break
+            token = int(out.tokens[s])
+            seq.append(token)
+            if len(validator.decoded) > max_tokens:
+                break
+            if verify and at is not None:
+                hit = at < len(draft) and token == draft[at]
+                confirmed += hit
+                at = at + 1 if hit else _resume(draft, seq, at)
+                # rows after s consumed a proposal that is now wrong, or the padding past the draft
+                if s < size - 1 and (s >= len(real) or token != real[s]):
+                    rows = s + 1
+                    break
+        out_d.validation_ms += (time.perf_counter() - t0) * 1000.0
+        out_d.drafted += confirmed
+        if verify and rows < size and out_d.stop is None:
+            runner.rewind(pos + rows)
+        if verify:
+            misses = 0 if confirmed else misses + 1
+            if misses >= _MISSES:
+                at, misses = None, 0  # out of step: sequential chunks until the draft is found again
+        else:
+            floor = at if at is not None else 0
+            at = _find(draft, seq[-2:], floor) if len(seq) - n_forced >= 2 else None
+        pos += rows
+    return out_d
+
+
+def _resume(draft: list[int], seq: list[int], at: int, wide: bool = False) -> int:
+    """Where the draft goes on after the last decoded token ``seq[-1]``, which was not the expected
+    ``draft[at]``: after the last two decoded tokens found within :data:`_LOOK` tokens around
+    ``at`` (the draft split or merged a word's tokens), else after ``seq[-1]`` found within
+    ``_LOOK`` ahead (the draft missed tokens), else after ``draft[at]`` (a substituted token).
+    ``wide``: also at the draft's start (the first decoded token). Returns ``len(draft)`` at most."""
+    lo = 0 if wide else max(0, at - _LOOK)
+    pair = seq[-2:]
+    for i in range(lo, min(at + _LOOK, len(draft) - 1)):
+        if draft[i : i + 2] == pair:
+            return i + 2
+    for i in range(at, min(at + _LOOK, len(draft))):
+        if draft[i] == seq[-1]:
+            return i + 1
+    return min(at + 1, len(draft))
+
+
+def _find(draft: list[int], tail: list[int], floor: int) -> int | None:
+    """Index in ``draft`` just after the first occurrence of ``tail`` that ends after ``floor``;
+    None if there is none."""
+    n = len(tail)
+    for i in range(max(0, floor - n + 1), len(draft) - n + 1):
+        if draft[i : i + n] == tail:
+            return i + n
+    return None

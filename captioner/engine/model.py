@@ -18,7 +18,7 @@ Conventions (ARCHITECTURE.md §5, NPUSPER.md §3–§5):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -32,6 +32,7 @@ __all__ = [
     "ChunkOutput",
     "ChunkRunner",
     "Encoding",
+    "VerifyingRunner",
 ]
 
 SAMPLES_PER_FRAME = 320  # one encoder frame = 2 mel hops of 160 samples = 20 ms at 16 kHz
@@ -114,6 +115,26 @@ class ChunkRunner(Protocol):
             token: token id at position ``start``.
             forced: int64 [K−1]; id to place at position ``start+s+1``, or −1 for the model's choice.
         """
+        ...
+
+
+@runtime_checkable
+class VerifyingRunner(ChunkRunner, Protocol):
+    """A :class:`ChunkRunner` that can also check proposed tokens in one batched dispatch (a pack's
+    verifier graph) and forget positions: what a closing round's draft decoding needs."""
+
+    @property
+    def verify_size(self) -> int:
+        """K, tokens one :meth:`verify` dispatch checks (0: no verifier for this round's bucket)."""
+        ...
+
+    def verify(self, start: int, token: int, proposal: np.ndarray) -> ChunkOutput:
+        """Consume ``token`` at ``start`` and the K − 1 ``proposal`` tokens after it as one batch; row
+        s predicts position ``start + s + 1``."""
+        ...
+
+    def rewind(self, consumed: int) -> None:
+        """Forget the positions from ``consumed`` on."""
         ...
 
 

@@ -256,11 +256,54 @@ class OnnxChunkRunner:
         known = pack.decoder_known(enc.bucket, start, size)
         if (forced[: known - 1] < 0).any():
             raise ValueError(f"chunk ({start}, {size}) batches its first {known} steps: their tokens must be given")
+        return self._dispatch(pack.decoder_file(enc.bucket, start, size), start, size, token, forced)
+
+    @property
+    def verify_size(self) -> int:
+        """Tokens :meth:`verify` checks per dispatch; 0 when the pack has no verifier for this bucket."""
+        found = self._model.pack.verifier(self._encoding.bucket)
+        return found[1] if found else 0
+
+    def verify(self, start: int, token: int, proposal: np.ndarray) -> ChunkOutput:
+        """Consume ``token`` at ``start`` and the K − 1 ``proposal`` tokens after it as one batch;
+        row s of the output is the model's prediction for position ``start + s + 1`` (every row
+        predicts). A rejected proposal is undone with :meth:`rewind`.
+
+        Raises:
+            ValueError: no verifier, ``start`` is not the number of positions consumed, or the
+                proposal is not K − 1 given tokens.
+        """
+        if self._cache.generation != self._generation:
+            raise RuntimeError("this round's decoder was superseded by a newer one on the same thread")
+        found = self._model.pack.verifier(self._encoding.bucket)
+        if found is None:
+            raise ValueError(f"the pack has no verifier for the {self._encoding.bucket} s bucket")
+        graph, size = found
+        if start != self.consumed:
+            raise ValueError(f"chunk starts at {start} but {self.consumed} positions were consumed")
+        proposal = np.asarray(proposal, dtype=np.int64).reshape(-1)
+        if proposal.shape != (size - 1,) or (proposal < 0).any():
+            raise ValueError(f"a verifier takes {size - 1} given tokens, got {proposal.tolist()}")
+        if start > self._slots:
+            raise ValueError(f"chunk ({start}, {size}) starts beyond the {self._slots} cached positions of this round")
+        return self._dispatch(graph, start, size, token, proposal)
+
+    def rewind(self, consumed: int) -> None:
+        """Forget the positions from ``consumed`` on (their cache slots are masked again), e.g. the
+        rows of a verifier after its first rejected proposal."""
+        if not 0 <= consumed <= self.consumed:
+            raise ValueError(f"cannot rewind to {consumed}: {self.consumed} positions were consumed")
+        self._self_mask[min(consumed, self._slots) : min(self.consumed, self._slots)] = MASKED
+        self.consumed = consumed
+
+    def _dispatch(self, graph: Path, start: int, size: int, token: int, forced: np.ndarray) -> ChunkOutput:
+        """Run one chunk graph at ``start`` over this round's cache and write its new K/V there."""
+        enc = self._encoding
         t0 = time.perf_counter()
         names = self._model.outputs
         # The feeds are host arrays the run does not change, so a dispatch that fails over to the next
         # provider (runtime.run) runs again on the same cache: the round goes on where it was.
-        out = dict(zip(names, self._model.runtime.run(pack.decoder_file(enc.bucket, start, size), names, {
+        out = dict(zip(names, self._model.runtime.run(graph, names, {
             "token": np.array([token], dtype=np.int64), "forced": forced,
             "positions": np.arange(start, start + size, dtype=np.int64),
             "self_mask": self._self_mask, "cross_mask": self._mask,

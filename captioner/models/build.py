@@ -80,6 +80,8 @@ class BuildOptions:
             beating one dispatch per token at T = 20 (22 positions computed: ×0.98).
         tail_positions: positions the shared chunks cover after the heads (20: 30 per round).
         max_positions: the last decoder position the longest bucket's chunks consume (224).
+        verify_chunk: tokens a verifier graph checks per dispatch (the long buckets' caches get
+            one: a closing round proposes its draft words to it, ``engine/decoder.py``).
         vocab: the decoder's vocabulary projection: ``"int8"`` (an int8 copy of the table ranks
             the vocabulary, the best 32 text tokens and the special tokens are scored exactly in
             fp32: ~3.5× faster decoder steps on the CPU, same greedy tokens; see
@@ -96,6 +98,7 @@ class BuildOptions:
     tail_positions: int = 20
     max_positions: int = 224
     vocab: str = "auto"
+    verify_chunk: int = 5
 
     @property
     def vocab_projection(self) -> str:
@@ -120,6 +123,8 @@ class BuildOptions:
             raise PackBuildError(f"vocab must be auto, fp32 or int8, not {self.vocab!r}")
         if not self.buckets or any(b <= 0 or 50 * b > n_audio_ctx for b in self.buckets):
             raise PackBuildError(f"buckets must be between 1 and {n_audio_ctx // 50} seconds, not {self.buckets}")
+        if self.verify_chunk < 2:
+            raise PackBuildError("a verifier checks at least 2 tokens")
         if self.tail_chunk < 2 or any(k < 2 for h in self.heads.values() for k in h):
             raise PackBuildError("every decoder chunk must run at least 2 steps")
         starts = {sum(h) for h in self.heads.values()}
@@ -250,11 +255,14 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
     slots = {str(b): cache_slots(plan[b]) for b in plan}
     # one chunk graph per (cache slots, size, known steps), shared by the buckets with that cache
     graphs = sorted({(slots[str(b)], size, known.get((start, size), 1)) for b in plan for start, size in plan[b]})
-    total = len(plan) + len(graphs)
+    # a verifier per cache of the long buckets: closing rounds check their draft words with it
+    verify_slots = sorted({slots[str(b)] for b in plan if b > SHORT_MAX_S})
+    total = len(plan) + len(graphs) + len(verify_slots)
     done = 0
     store = WeightStore(root / WEIGHTS_FILE, options.precision)
     encoders: dict[str, str] = {}
     decoders: list[dict] = []
+    verifiers: dict[str, dict] = {}
     graph_weights: dict[str, list[str]] = {}
 
     def step(file: str) -> None:
@@ -279,6 +287,13 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
             graph_weights[file] = _save(build_decoder_chunk(ckpt, store, size, n_slots, options.linear, k,
                                                                  options.vocab_projection), root / file)
             step(file)
+        for n_slots in verify_slots:
+            size = options.verify_chunk
+            file = f"{graph_name(n_slots, size, size, verify=True)}.onnx"
+            graph_weights[file] = _save(build_decoder_chunk(ckpt, store, size, n_slots, options.linear, size,
+                                                                 options.vocab_projection, verify=True), root / file)
+            verifiers[str(n_slots)] = {"file": file, "size": size}
+            step(file)
     finally:
         store.close()
     (root / VOCAB_FILE).write_text(json.dumps([t.hex() for t in ckpt.token_bytes]), encoding="utf-8")
@@ -301,6 +316,7 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
         "precision": options.precision,
         "linear": options.linear,
         "vocab": options.vocab_projection,
+        "verifiers": verifiers,
         "weights": WEIGHTS_FILE,
         "weights_index": store.index,
         "graph_weights": graph_weights,

@@ -30,6 +30,10 @@ Out (row s belongs to step s, which consumes the token at p+s and predicts posit
     ``new_k``, ``new_v`` float32 [L, 1, H, K, hd]: self-attention K/V of the K consumed tokens; the
         host writes them into slots p…p+K−1 of its cache.
 
+A **verifier** (``verify=True``, known = K: ``decoder_s220_k5_j5_v``) batches all K given tokens
+and every row predicts (all outputs are per row, none zeroed): the engine checks K proposed tokens
+(a closing round's draft words) for about the cost of one sequential step.
+
 One graph per (S, K, known) serves every start position p and every bucket with S cache slots. The
 cache has a fixed size and a mask instead of one static length per start position, and the number
 of encoder frames T is the symbolic dimension ``frames``: the short buckets (S = 25) share 4 decoder
@@ -77,9 +81,10 @@ from captioner.models.pack import FRAMES_DIM, LAYER_INPUTS, decoder_outputs, lay
 __all__ = ["build_decoder_chunk", "graph_name"]
 
 
-def graph_name(slots: int, size: int, known: int = 1) -> str:
-    """File stem of a chunk graph: ``decoder_s25_k5``, ``decoder_s25_k4_j4`` (known steps batched)."""
-    return f"decoder_s{slots}_k{size}" + (f"_j{known}" if known > 1 else "")
+def graph_name(slots: int, size: int, known: int = 1, verify: bool = False) -> str:
+    """File stem of a chunk graph: ``decoder_s25_k5``, ``decoder_s25_k4_j4`` (known steps batched),
+    ``decoder_s220_k5_j5_v`` (a verifier: every batched row predicts)."""
+    return f"decoder_s{slots}_k{size}" + (f"_j{known}" if known > 1 else "") + ("_v" if verify else "")
 
 
 def _to_heads(g: GraphBuilder, t: str, rows: int, heads: int, hd: int) -> str:
@@ -201,24 +206,26 @@ class _Logits:
         return self.g.op("Gemm", [self.x, rows], transB=1)
 
     def best_text(self, row: str | None, eot: int) -> tuple[str, str]:
-        """(argmax token [1] int64, its logit [1]) over ids < ``eot`` of row ``row`` ([1] index; None: the only row)."""
+        """(argmax token [n] int64, its logit [n]) over ids < ``eot``: of row ``row`` ([1] index,
+        n = 1), or of every row (None, n = r)."""
         g = self.g
-        logits = self.full if row is None else g.op("Gather", [self.full, row], axis=0)  # [1, V]
+        logits = self.full if row is None else g.op("Gather", [self.full, row], axis=0)  # [n, V]
         text = g.op("Slice", [logits, g.const([0]), g.const([eot]), g.const([1])])
         if not self.int8:
             return (g.op("ArgMax", [text], axis=1, keepdims=0),  # the first maximum
                     g.op("ReduceMax", [text, g.const([1])], keepdims=0))
-        _, idx = g.op("TopK", [text, g.const([SHORTLIST])], outputs=2, axis=1)  # [1, k]
-        x = self.x if row is None else g.op("Gather", [self.x, row], axis=0)  # [1, d]
-        cand = g.op("Gather", [self.proj, g.op("Reshape", [idx, g.const([SHORTLIST])])], axis=0)  # [k, d]
-        scores = g.op("Gemm", [x, cand], transB=1)  # [1, k]
-        pick = g.op("ArgMax", [scores], axis=1, keepdims=1)  # [1, 1]
-        return (g.op("Reshape", [g.op("GatherElements", [idx, pick], axis=1), g.const([1])]),
+        _, idx = g.op("TopK", [text, g.const([SHORTLIST])], outputs=2, axis=1)  # [n, k]
+        x = self.x if row is None else g.op("Gather", [self.x, row], axis=0)  # [n, d]
+        cand = g.op("Gather", [self.proj, idx], axis=0)  # [n, k, d]
+        scores = g.op("Squeeze", [g.op("MatMul", [cand, g.op("Unsqueeze", [x, g.const([2])])]),
+                                  g.const([2])])  # [n, k]
+        pick = g.op("ArgMax", [scores], axis=1, keepdims=1)  # [n, 1]
+        return (g.op("Squeeze", [g.op("GatherElements", [idx, pick], axis=1), g.const([1])]),
                 g.op("ReduceMax", [scores, g.const([1])], keepdims=0))
 
 
 def _predict(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, rows: int, table_name: str,
-             vocab: str = "fp32") -> dict[str, str]:
+             vocab: str = "fp32", every_row: bool = False) -> dict[str, str]:
     """Final layer norm, logits and what the steps of one pass ``x`` [rows, d] report.
 
     The greedy pick (``tokens`` [1] int64, ``token_logit`` [1], ``eot_logit`` [1]) is made after the
@@ -229,19 +236,23 @@ def _predict(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, rows: int, ta
     rows instead of one costs about the same (the step streams the [V, d] table either way).
     Measured on whisper-base (ORT 1.32 CPU, one thread): the statistics take ~0.04 ms per row, the
     head's second projected row ~0.3 ms, against ~7.5 ms for a step's vocabulary projection alone
-    (``vocab="int8"``: see :class:`_Logits`).
+    (``vocab="int8"``: see :class:`_Logits`). With ``every_row`` (a verifier) every row predicts
+    and reports: all outputs are [rows].
     """
     special = ckpt.special
     eot = special.eot
-    picked = x if rows == 1 else g.op("Gather", [x, g.const([0, rows - 1])], axis=0)  # [r, d], r = 1 or 2
-    r = 1 if rows == 1 else 2
+    if every_row:
+        picked, r = x, rows
+    else:
+        picked = x if rows == 1 else g.op("Gather", [x, g.const([0, rows - 1])], axis=0)  # [r, d], r = 1 or 2
+        r = 1 if rows == 1 else 2
     picked = g.layer_norm(picked, "decoder.layer_norm", ckpt.weights)
     logits = _Logits(g, ckpt, picked, proj, table_name, vocab)
-    tokens, token_logit = logits.best_text(None if r == 1 else g.const([1]), eot)
+    tokens, token_logit = logits.best_text(None if r == 1 or every_row else g.const([1]), eot)
     eot_all = logits.exact(g.const([eot]))  # [r, 1]
-    last_eot = eot_all if r == 1 else g.op("Slice", [eot_all, g.const([1]), g.const([2]), g.const([0])])
+    last_eot = eot_all if r == 1 or every_row else g.op("Slice", [eot_all, g.const([1]), g.const([2]), g.const([0])])
     out = {"tokens": tokens, "token_logit": token_logit,
-           "eot_logit": g.op("Reshape", [last_eot, g.const([1])])}
+           "eot_logit": g.op("Reshape", [last_eot, g.const([r if every_row else 1])])}
     # log-sum-exp as ReduceMax + Exp + ReduceSum + Log (QNN's HTP has no ReduceLogSumExp)
     full = logits.full
     peak = g.op("ReduceMax", [full, g.const([1])], keepdims=1)  # [r, 1]
@@ -252,7 +263,7 @@ def _predict(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, rows: int, ta
     if special.languages:
         stats["lang_logits"] = logits.exact(g.const(list(special.languages.values())))
     for name, value in stats.items():
-        if rows > 2:  # first row, zeros for the rows between, last row
+        if rows > 2 and not every_row:  # first row, zeros for the rows between, last row
             shape = (rows - 2, len(special.languages)) if name == "lang_logits" else (rows - 2,)
             value = g.op("Concat", [g.op("Slice", [value, g.const([0]), g.const([1])]),
                                     g.const(np.zeros(shape), np.float32),
@@ -262,12 +273,14 @@ def _predict(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, rows: int, ta
 
 
 def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: int, linear: str,
-                        known: int = 1, vocab: str = "fp32"):
+                        known: int = 1, vocab: str = "fp32", verify: bool = False):
     """The ModelProto of a chunk graph: ``size`` = K steps over a cache of ``slots`` = S positions,
     the first ``known`` steps batched, for any number of encoder frames (see the module docstring).
 
     K = 1 with S = 200 is Qualcomm AI Hub's fixed-cache single-step decoder, which ``captioner
-    bench`` compares against.
+    bench`` compares against. ``verify`` (with ``known = size``) makes a verifier: the K given
+    tokens go through as one batch and every row predicts, so the host checks K proposed tokens
+    for about the cost of one step (the step streams the weights once for all rows).
     """
     dims, w = ckpt.dims, ckpt.weights
     d, heads, hd, n_layers = dims.d_model, dims.decoder_heads, dims.head_dim, dims.decoder_layers
@@ -276,10 +289,12 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
         raise ValueError("a decoder chunk runs at least 1 step")
     if not 1 <= known <= size:
         raise ValueError(f"known steps must be between 1 and the chunk size {size}, not {known}")
+    if verify and known != size:
+        raise ValueError("a verifier batches all its steps (known = size)")
     if slots < 1 or slots + size > dims.n_text_ctx:
         raise ValueError(f"a cache of {slots} slots and {size} steps exceeds the model's {dims.n_text_ctx} positions")
     scale = float(hd) ** -0.5
-    g = GraphBuilder(graph_name(slots, size, known), store, linear)
+    g = GraphBuilder(graph_name(slots, size, known, verify), store, linear)
 
     embed = g.weight("decoder.embed_tokens.weight", lambda: w["decoder.embed_tokens.weight"])
     table_name = "decoder.embed_tokens.weight" if ckpt.tied_output else "proj_out.weight"
@@ -302,10 +317,11 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
     if known > 1:
         given = g.op("Slice", ["forced", g.const([0]), g.const([known - 1])])
         token = g.op("Concat", ["token", given], axis=0)
-        zeros = g.const(np.zeros(known - 1), np.float32)
-        outs["tokens"].append(given)  # these rows predict nothing: their next token is given
-        outs["token_logit"].append(zeros)
-        outs["eot_logit"].append(zeros)
+        if not verify:
+            zeros = g.const(np.zeros(known - 1), np.float32)
+            outs["tokens"].append(given)  # these rows predict nothing: their next token is given
+            outs["token_logit"].append(zeros)
+            outs["eot_logit"].append(zeros)
 
     new_k: list[list[str]] = [[] for _ in range(n_layers)]
     new_v: list[list[str]] = [[] for _ in range(n_layers)]
@@ -341,7 +357,7 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
         assert align_sum is not None  # the checkpoint loader guarantees alignment heads
         outs["attn_align"].append(g.op("Mul", [align_sum, g.const([1.0 / len(ckpt.alignment_heads)], np.float32)]))
 
-        for name, value in _predict(g, ckpt, x, proj, rows, table_name, vocab).items():
+        for name, value in _predict(g, ckpt, x, proj, rows, table_name, vocab, verify).items():
             outs[name].append(value)
         choice = outs["tokens"][-1]
         done += rows

@@ -251,6 +251,7 @@ class Pack:
     vocab: str
     _encoders: Mapping[int, str] = field(repr=False)
     _decoders: Mapping[tuple[int, int, int], tuple[str, int]] = field(repr=False)
+    _verifiers: Mapping[int, tuple[str, int]] = field(repr=False)
     _graph_weights: Mapping[str, tuple[WeightRef, ...]] = field(repr=False)
 
     def encoder_file(self, bucket: int) -> Path:
@@ -272,9 +273,21 @@ class Pack:
         try:
             return self._decoders[(int(bucket), int(start), int(size))]
         except KeyError:
+            # a chunk graph serves any start (positions are an input): off the plan, e.g. a draft
+            # decode's sequential chunk after a verifier, any sequential graph of that size will do
+            for (b, _, k), entry in self._decoders.items():
+                if b == int(bucket) and k == int(size) and entry[1] == 1 and int(start) > 0:
+                    return entry
             raise ModelError(
                 f"pack {self.root} has no decoder chunk for bucket {bucket} s, start {start}, size {size}"
             ) from None
+
+    def verifier(self, bucket: int) -> tuple[Path, int] | None:
+        """The verifier graph of ``bucket``'s cache and the tokens it checks per dispatch (every
+        batched row predicts: ``decoder_graph.build_decoder_chunk(verify=True)``); None when the
+        pack has none for it (the short buckets, and packs built before verifiers)."""
+        entry = self._verifiers.get(self.cache_slots[int(bucket)])
+        return (self.root / entry[0], entry[1]) if entry else None
 
     def decoder_chunks(self, bucket: int) -> list[tuple[int, int]]:
         """(start, size) of every chunk graph available for ``bucket``, sorted."""
@@ -318,7 +331,8 @@ class Pack:
         """Every ONNX graph of the pack, once (encoders first, then decoders in (bucket, start) order)."""
         enc = [self.root / self._encoders[b] for b in sorted(self._encoders)]
         dec = dict.fromkeys(self.root / self._decoders[key][0] for key in sorted(self._decoders))
-        return enc + list(dec)
+        ver = [self.root / self._verifiers[s][0] for s in sorted(self._verifiers)]
+        return enc + list(dec) + ver
 
     @classmethod
     def load(cls, root: Path | str, *, verify: bool = False) -> Pack:
@@ -368,8 +382,9 @@ class Pack:
         encoders = {int(b): str(f) for b, f in manifest["encoders"].items()}
         decoders = {(int(d["bucket"]), int(d["start"]), int(d["size"])): (str(d["file"]), int(d["known"]))
                     for d in manifest["decoders"]}
-        for name in [*encoders.values(), *(f for f, _ in decoders.values()), manifest["weights"],
-                     manifest["vocabulary"]]:
+        verifiers = {int(s): (str(v["file"]), int(v["size"])) for s, v in manifest.get("verifiers", {}).items()}
+        for name in [*encoders.values(), *(f for f, _ in decoders.values()), *(f for f, _ in verifiers.values()),
+                     manifest["weights"], manifest["vocabulary"]]:
             if name not in files:
                 raise ModelError(f"{mpath} does not list {name} in 'files'")
         buckets = tuple(sorted(int(b) for b in manifest["buckets"]))
@@ -378,7 +393,8 @@ class Pack:
         slots = {int(b): int(s) for b, s in manifest["cache_slots"].items()}
         if set(slots) != set(buckets):
             raise ModelError(f"{mpath}: cache_slots {sorted(slots)} do not match the buckets {buckets}")
-        graph_weights = _graph_weights(manifest, mpath, [*encoders.values(), *(f for f, _ in decoders.values())])
+        graph_weights = _graph_weights(manifest, mpath, [*encoders.values(), *(f for f, _ in decoders.values()),
+                                                         *(f for f, _ in verifiers.values())])
         if verify:
             for name, digest in files.items():
                 if file_sha256(root / name) != digest:
@@ -403,6 +419,7 @@ class Pack:
             vocab=str(manifest.get("vocab", "fp32")),
             _encoders=MappingProxyType(encoders),
             _decoders=MappingProxyType(decoders),
+            _verifiers=MappingProxyType(verifiers),
             _graph_weights=MappingProxyType(graph_weights),
         )
 

@@ -70,7 +70,8 @@ def test_bucket_choice(model) -> None:
     assert model.bucket_for(48000) == 3
     assert model.bucket_for(48320) == 4
     assert model.bucket_for(6 * 16000 + 320) == 10
-    assert model.bucket_for(10 * 16000 + 320) == 30
+    assert model.bucket_for(10 * 16000 + 320) == 20
+    assert model.bucket_for(20 * 16000 + 320) == 30
     with pytest.raises(ValueError, match="exceed"):
         model.bucket_for(30 * 16000 + 320)
     with pytest.raises(ValueError, match="20 ms"):
@@ -193,6 +194,8 @@ def test_the_heap_is_trimmed_before_the_longest_bucket_only(model, monkeypatch) 
     assert calls == []
     model.encode(_audio(8.0, 5))  # a speculative round in the 10 s bucket: small buffers
     assert calls == []
-    model.encode(_audio(12.0, 5))  # a speculative round longer than 10 s
+    model.encode(_audio(12.0, 5))  # a speculative round longer than 10 s: the 20 s bucket
+    assert calls == []
+    model.encode(_audio(22.0, 5))  # longer than 20 s
     model.encode(_audio(2.0, 5), native_30s=True)  # a re-inference
     assert len(calls) == 2

@@ -201,17 +201,17 @@ def test_a_loaded_pack_holds_one_copy_of_the_weights(wide_pack) -> None:
 
 
 @pytest.mark.qnn
-def test_qnn_emulator_runs_the_pack_and_caches_contexts(tiny_pack, tmp_path) -> None:
+def test_qnn_emulator_runs_the_pack_and_caches_contexts(tiny_fp32_pack, tmp_path) -> None:
     """Forced QNN on the HTP emulator: every node on QNN, EP contexts cached, same tokens as CPU."""
     pytest.importorskip("onnxruntime_qnn")
     if not Host.current().qnn_emulated and not Host.current().snapdragon_windows:
         pytest.skip("no QNN HTP backend on this platform")
-    rt = Runtime(tiny_pack, "qnn", cache_dir=tmp_path)
+    rt = Runtime(tiny_fp32_pack, "qnn", cache_dir=tmp_path)
     assert rt.provider == "QNN-HTP"
-    qnn = OnnxAcousticModel(tiny_pack, rt)
-    cpu = OnnxAcousticModel(tiny_pack, Runtime(tiny_pack, "cpu"))
+    qnn = OnnxAcousticModel(tiny_fp32_pack, rt)
+    cpu = OnnxAcousticModel(tiny_fp32_pack, Runtime(tiny_fp32_pack, "cpu"))
     audio = (0.1 * np.random.default_rng(0).standard_normal(48000)).astype(np.float32)
-    sp = tiny_pack.special
+    sp = tiny_fp32_pack.special
     prompt = [sp.sot, sp.languages["en"], sp.transcribe, sp.notimestamps]
     results = []
     for model in (qnn, cpu):
@@ -232,16 +232,16 @@ def test_qnn_emulator_runs_the_pack_and_caches_contexts(tiny_pack, tmp_path) -> 
                                           "decoder_s25_k6_f150_ctx.onnx"}  # frames fixed per bucket
     compiled_ms = info.session_ms["encoder_3s.onnx"]
     qnn.close()
-    again = Runtime(tiny_pack, "qnn", cache_dir=tmp_path)
-    again.session(tiny_pack.encoder_file(3))
+    again = Runtime(tiny_fp32_pack, "qnn", cache_dir=tmp_path)
+    again.session(tiny_fp32_pack.encoder_file(3))
     print("QNN encoder session: compiled {:.0f} ms, from cache {:.0f} ms".format(compiled_ms, again.info().session_ms["encoder_3s.onnx"]))
     assert again.info().placement["encoder_3s.onnx"] == {"QNNExecutionProvider": 1}  # one EPContext node
     again.close()
     # a damaged cache entry (context binary gone) is recompiled, not a fallback to CPU
     for binary in tmp_path.glob("ep-context/*/encoder_3s_ctx*.bin"):
         binary.unlink()
-    healed = Runtime(tiny_pack, "qnn", cache_dir=tmp_path)
-    healed.session(tiny_pack.encoder_file(3))
+    healed = Runtime(tiny_fp32_pack, "qnn", cache_dir=tmp_path)
+    healed.session(tiny_fp32_pack.encoder_file(3))
     assert healed.info().chosen == "QNN-HTP" and healed.info().fallbacks == ()
     assert list(tmp_path.glob("ep-context/*/encoder_3s_ctx*.bin"))
     healed.close()

@@ -1,0 +1,134 @@
+"""Draft decoding (``engine/decoder.py``): a closing round proposes its draft words to the pack's
+verifier graph. On the real tiny.en and real speech: the verifier's rows are the sequential chunks'
+predictions, and decoding with any draft (right, wrong, shifted, truncated, garbage) gives exactly
+the greedy decode's tokens, with fewer step-equivalents of decoder work when the draft is good.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from captioner.audio import load_audio_file
+from captioner.engine import OnnxAcousticModel, Runtime
+from captioner.engine.decoder import NativeValidator, decode_round
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "speech"
+CLIPS = [json.loads(line) for line in (DATA / "manifest.jsonl").read_text(encoding="utf-8").splitlines() if line]
+SR = 16000
+
+
+class Counting:
+    """The real model with a count of its decoder dispatches (verifier vs sequential chunks)."""
+
+    def __init__(self, model: OnnxAcousticModel) -> None:
+        self.model = model
+        self.calls: list[tuple[str, int]] = []
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def decoder(self, encoding):
+        runner = self.model.decoder(encoding)
+        calls = self.calls
+        run, verify = runner.run, runner.verify
+
+        def counted_run(start, size, token, forced):
+            calls.append(("run", size))
+            return run(start, size, token, forced)
+
+        def counted_verify(start, token, proposal):
+            calls.append(("verify", len(proposal) + 1))
+            return verify(start, token, proposal)
+
+        runner.run, runner.verify = counted_run, counted_verify
+        return runner
+
+
+@pytest.fixture(scope="module")
+def model(real_tiny_en_pack) -> OnnxAcousticModel:
+    return OnnxAcousticModel(real_tiny_en_pack, Runtime(real_tiny_en_pack, "cpu"))
+
+
+@pytest.fixture(scope="module")
+def closing(model):
+    """Each clip as a closing round sees it: padded with silence to 10 s (or 20 s), encoded."""
+    out = []
+    for clip in CLIPS:
+        audio = load_audio_file(DATA / clip["audio"])
+        n = audio.size - audio.size % 320
+        window = 10 * SR if n <= 10 * SR else 20 * SR
+        padded = np.zeros(window, np.float32)
+        padded[:n] = audio[:n]
+        out.append((model.encode(padded), n / SR))
+    return out
+
+
+def decode(model, encoding, input_s, draft=()):
+    prompt = model.vocab.prompt("en", "transcribe")
+    return decode_round(model, encoding, prompt, (), NativeValidator(input_s, model.vocab), 224, draft)
+
+
+def test_the_long_buckets_have_a_verifier_and_the_short_ones_none(real_tiny_en_pack) -> None:
+    assert real_tiny_en_pack.verifier(10) is not None and real_tiny_en_pack.verifier(30) is not None
+    assert real_tiny_en_pack.verifier(3) is None
+    path, size = real_tiny_en_pack.verifier(20)
+    assert path.name == "decoder_s220_k5_j5_v.onnx" and size == 5
+
+
+def test_verifier_rows_are_the_sequential_predictions(model, closing) -> None:
+    encoding, input_s = closing[1]
+    greedy = decode(model, encoding, input_s)
+    tokens = list(greedy.tokens)
+    assert len(tokens) > 8
+    prompt = list(model.vocab.prompt("en", "transcribe"))
+    seq = prompt + tokens
+    runner = model.decoder(encoding)
+    plan = model.chunk_plan(encoding.bucket, prefixed=False)
+    size = plan[0][1]
+    forced = [seq[q] if q < len(prompt) else -1 for q in range(1, size)]
+    head = runner.run(0, size, seq[0], np.array(forced, np.int64))
+    assert [int(t) for t in head.tokens[len(prompt) - 1 :]] == seq[len(prompt) : size + 1]
+    pos = size
+    out = runner.verify(pos, seq[pos], np.array(seq[pos + 1 : pos + 5], np.int64))
+    assert [int(t) for t in out.tokens] == seq[pos + 1 : pos + 6]
+    # the same positions by the sequential chunk, after forgetting them
+    runner.rewind(pos)
+    seq_out = runner.run(pos, 6, seq[pos], np.full(5, -1, np.int64))
+    assert [int(t) for t in seq_out.tokens[:5]] == seq[pos + 1 : pos + 6]
+    assert np.abs(out.token_logit - seq_out.token_logit[:5]).max() < 1e-3
+    assert np.abs(out.attn_align - seq_out.attn_align[:5]).max() < 1e-4
+
+
+@pytest.mark.parametrize("index", range(len(CLIPS)))
+def test_any_draft_gives_the_greedy_tokens(model, closing, index) -> None:
+    encoding, input_s = closing[index]
+    greedy = decode(model, encoding, input_s)
+    tokens = list(greedy.tokens)
+    rng = np.random.default_rng(index)
+    mid = len(tokens) // 2
+    drafts = {
+        "right": tokens,
+        "truncated": tokens[: mid],
+        "substituted": tokens[:mid] + [tokens[mid] + 1] + tokens[mid + 1 :],
+        "inserted": tokens[:mid] + [13] + tokens[mid:],
+        "deleted": tokens[:mid] + tokens[mid + 1 :],
+        "garbage": [int(t) for t in rng.integers(300, 40000, size=len(tokens))],
+    }
+    for name, draft in drafts.items():
+        counting = Counting(model)
+        result = decode(counting, encoding, input_s, draft)
+        assert list(result.tokens) == tokens, name
+        assert result.stop_reason == greedy.stop_reason, name
+        assert result.attn_align.shape == greedy.attn_align.shape
+        assert np.abs(result.attn_align - greedy.attn_align).max() < 1e-4, name
+        if name == "right":
+            # the draft confirmed whole: after the head (which predicts the first tokens of an English-only
+            # prompt itself), a verifier dispatch per 5 tokens and no sequential chunk
+            head = model.chunk_plan(encoding.bucket, prefixed=False)[0][1] - len(model.vocab.prompt("en", "transcribe")) + 1
+            assert result.drafted >= len(tokens) - head - 1
+            assert sum(kind == "verify" for kind, _ in counting.calls) <= len(tokens) // 5 + 2
+            assert sum(kind == "run" for kind, _ in counting.calls) == 1  # the prompt's batched head
