@@ -466,6 +466,9 @@ class CaptionerApp(QObject):
     def _on_worker_status(self, state: str) -> None:
         logger.info("captioning state: %s", state)
         self.tray.set_status(state=state)
+        if state in ("paused", "ended", "stopped"):  # nothing waits for the engine: not behind
+            self.bar.set_lag(0.0, "ok")
+            self.tray.set_status(lag_s=0.0, lag_state="ok")
         self.state_changed.emit(state)
 
     def _on_worker_lag(self, lag_s: float, state: str) -> None:

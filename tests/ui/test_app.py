@@ -260,4 +260,7 @@ def test_overload_shows_skipping_on_the_bar_and_in_the_tray_once(qtbot, tmp_path
     assert [t for t, _ in infos] == ["Captions are behind — skipping"]
     gaps = app.store.session_gaps(app.session_id)  # the skipped span is in the transcript
     assert len(gaps) == 1 and gaps[0].start == 0.0 and gaps[0].end >= 2.0
+    app.set_paused(True)  # paused: nothing waits for the engine, the badge clears
+    qtbot.waitUntil(lambda: not app.bar.lag_visible, timeout=5000)
+    assert "behind" not in app.tray.tray.toolTip()
     quit_and_wait(qtbot, app)
