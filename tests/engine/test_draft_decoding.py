@@ -113,8 +113,8 @@ def test_any_draft_gives_the_greedy_tokens(model, closing, index) -> None:
     drafts = {
         "right": tokens,
         "truncated": tokens[: mid],
-        "substituted": tokens[:mid] + [tokens[mid] + 1] + tokens[mid + 1 :],
-        "inserted": tokens[:mid] + [13] + tokens[mid:],
+        "substituted": [*tokens[:mid], tokens[mid] + 1, *tokens[mid + 1:]],
+        "inserted": [*tokens[:mid], 13, *tokens[mid:]],
         "deleted": tokens[:mid] + tokens[mid + 1 :],
         "garbage": [int(t) for t in rng.integers(300, 40000, size=len(tokens))],
     }

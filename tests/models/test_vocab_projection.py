@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from models.ct2_reference import clip_features, pack_greedy, prompt_of
-from models.helpers import PackRunner
 
 from captioner import cli
 from captioner.models.build import BuildOptions
 from captioner.models.decoder_graph import _int8_table
 from captioner.models.pack import Pack
 from captioner.storage.paths import AppPaths
+from models.ct2_reference import clip_features, pack_greedy, prompt_of
+from models.helpers import PackRunner
 
 SPEECH = Path(__file__).resolve().parents[1] / "data" / "speech"
 ITEMS = [json.loads(line) for line in (SPEECH / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
