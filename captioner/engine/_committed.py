@@ -19,11 +19,11 @@ from captioner.engine.align import WordSpan, split_words
 from captioner.engine.model import SAMPLES_PER_FRAME
 from captioner.engine.tokens import Vocabulary, normalize_word
 
-__all__ = ["CommittedLog", "Token", "keep_first_shown", "token_spans"]
+__all__ = ["CommittedLog", "CommittedToken", "keep_first_shown", "token_spans"]
 
 
 @dataclass(slots=True)
-class Token:
+class CommittedToken:
     """A committed token: its id, its DTW word's audio span (absolute samples), when it was shown."""
 
     id: int
@@ -39,7 +39,7 @@ class CommittedLog:
     def __init__(self, vocab: Vocabulary, source: Source):
         self.vocab = vocab
         self.source: Source = source
-        self.tokens: list[Token] = []
+        self.tokens: list[CommittedToken] = []
         self.words: list[Word] = []
         self._firsts: list[int] = []  # token index of each published word's first token
         self._mark = 0  # first token index that may differ from what was published
@@ -48,7 +48,7 @@ class CommittedLog:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def truncate(self, n: int) -> list[Token]:
+    def truncate(self, n: int) -> list[CommittedToken]:
         """Drop the tokens from index ``n`` on; returns them."""
         removed = self.tokens[n:]
         del self.tokens[n:]
@@ -72,7 +72,7 @@ class CommittedLog:
             tok.speculative = False
         self._mark = min(self._mark, start)
 
-    def extend(self, tokens: Sequence[Token]) -> None:
+    def extend(self, tokens: Sequence[CommittedToken]) -> None:
         """Append committed tokens."""
         self.tokens.extend(tokens)
 
@@ -194,7 +194,7 @@ def token_spans(words: Sequence[WordSpan], n_tokens: int, start: int, end: int |
     return spans
 
 
-def retracted_words(tokens: Sequence[Token], vocab: Vocabulary) -> list[tuple[bytes, float]]:
+def retracted_words(tokens: Sequence[CommittedToken], vocab: Vocabulary) -> list[tuple[bytes, float]]:
     """(normalised text, first emission time) of each word of retracted ``tokens``."""
     return [
         (normalize_word(vocab.text_bytes(t.id for t in tokens[f : f + k])), tokens[f].emitted_at)
@@ -202,7 +202,7 @@ def retracted_words(tokens: Sequence[Token], vocab: Vocabulary) -> list[tuple[by
     ]
 
 
-def keep_first_shown(new_tokens: list[Token], retracted: list[tuple[bytes, float]], vocab: Vocabulary) -> None:
+def keep_first_shown(new_tokens: list[CommittedToken], retracted: list[tuple[bytes, float]], vocab: Vocabulary) -> None:
     """Words that re-emit retracted words with equal normalised text keep the earlier
     ``emitted_at`` (``stream.py`` deviations 10 and 17): the two word lists are aligned in order
     (``difflib``), so a word changed by a closing round's correction does not cost the words after

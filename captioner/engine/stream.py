@@ -111,7 +111,13 @@ from typing import Any
 import numpy as np
 
 from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
-from captioner.engine._committed import CommittedLog, Token, keep_first_shown, retracted_words, token_spans
+from captioner.engine._committed import (
+    CommittedLog,
+    CommittedToken,
+    keep_first_shown,
+    retracted_words,
+    token_spans,
+)
 from captioner.engine.align import Alignment, align_words, split_words
 from captioner.engine.decoder import DecodeResult, NativeValidator, decode_round, max_prefix
 from captioner.engine.language import detect_language
@@ -582,7 +588,7 @@ class Stream:
             i = k + dropped
             emitted_at = preserved if (preserved is not None and k < count) else now
             s, e = spans[i] if spans else (start, start + audio.size)
-            new_tokens.append(Token(int(token), s, e, emitted_at, speculative))
+            new_tokens.append(CommittedToken(int(token), s, e, emitted_at, speculative))
         keep_first_shown(new_tokens, retracted, self.vocab)  # deviation 10
         if speculative and new_tokens:
             self._spec_from = len(self._log)
@@ -662,7 +668,7 @@ class Stream:
             self._end_utterance()
         return self._update(stats, t_round)
 
-    def _commit(self, tokens, spans, start: int, n_audio: int, retracted) -> list[Token]:
+    def _commit(self, tokens, spans, start: int, n_audio: int, retracted) -> list[CommittedToken]:
         """Append ``tokens`` (non-speculative, timed by ``spans`` or, without an alignment, by the whole
         input) to the log; words that re-emit ``retracted`` ones keep their first-shown time."""
         now = self._clock() - self._t0
@@ -670,7 +676,7 @@ class Stream:
         new_tokens = []
         for i, t in enumerate(tokens):
             a, b = spans[i] if spans else whole
-            new_tokens.append(Token(int(t), a, b, now, False))
+            new_tokens.append(CommittedToken(int(t), a, b, now, False))
         keep_first_shown(new_tokens, retracted, self.vocab)
         self._log.extend(new_tokens)
         return new_tokens
