@@ -190,3 +190,31 @@ def test_switching_language_between_utterances(base) -> None:
             languages.append(update.stats.language)
     languages.append(stream.finish().stats.language)
     assert languages[0] == "de" and languages[-1] == "en"
+
+
+@pytest.mark.parametrize("language", ["de", "sv"])
+def test_translate_gives_english(base, language: str) -> None:
+    """``task="translate"`` with the language detected: the words are English, not the spoken
+    language (observed on base: de "the rear of this portal lying around was used as a light hall.",
+    sv "test 1, 2, 3, 4, 5, 6, 7, 8" where the transcription is "… en, två, tre, fyra …")."""
+    from captioner.engine import Stream, StreamConfig
+
+    clip = dict((lang, path) for path, lang in _clips())[language]
+    audio = load_audio_file(clip)
+    texts = {}
+    for task in ("transcribe", "translate"):
+        stream = Stream(base, StreamConfig(step_s=2.0, language="auto", task=task))
+        for i in range(0, audio.size, 32000):
+            stream.feed(audio[i : i + 32000])
+            stream.step()
+        stream.finish()
+        assert stream.language == language
+        texts[task] = " ".join(w.text for w in stream.words).lower()
+    english = {"the", "a", "this", "was", "is", "one", "two", "three", "four", "five", "six", "seven", "eight", "test",
+               "used", "room", "of", "as", "and", "behind"}
+    foreign = {"der", "die", "das", "diesem", "wurde", "als", "und", "en", "två", "tre", "fyra", "fem", "sju", "åtta"}
+    words = set(texts["translate"].replace(",", " ").replace(".", " ").split())
+    print(texts)
+    assert texts["translate"] != texts["transcribe"]
+    assert len(words & english) + sum(w.isdigit() for w in words) >= 3, texts
+    assert not words & foreign, texts
