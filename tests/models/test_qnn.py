@@ -81,8 +81,10 @@ def test_every_graph_runs_on_htp_without_cpu_fallback(small_pack):
     # and 4 for the larger cache of the 10, 20 and 30 s buckets, with its verifier
     assert len(graphs) == 16
     for bucket in small_pack.buckets:  # each chunk graph as the runtime compiles it: frames fixed per bucket
+        verifier = small_pack.verifier(bucket)
         for path in [small_pack.encoder_file(bucket),
-                     *dict.fromkeys(small_pack.decoder_file(bucket, *c) for c in small_pack.decoder_chunks(bucket))]:
+                     *dict.fromkeys(small_pack.decoder_file(bucket, *c) for c in small_pack.decoder_chunks(bucket)),
+                     *([verifier[0]] if verifier else [])]:
             so = qnn_session_options()
             if path.name.startswith("decoder_"):
                 so.add_free_dimension_override_by_name("frames", 50 * bucket)
