@@ -1,0 +1,1 @@
+"""``captioner bench``: encoder/decoder costs, streaming, accuracy on real speech and the soak (BENCHMARK.md)."""

@@ -191,6 +191,7 @@ class OnnxAcousticModel:
             mel: float32 [1, n_mels, 100·bucket], real frames first, then the host's padding
                 (:func:`~captioner.engine.features.pad_to_frames`).
             n_frames: real encoder frames (20 ms each); the rest are masked.
+            bucket: the encoder bucket in seconds.
 
         Returns:
             cross_k, cross_v: float32 [layers, 1, heads, head_dim, 50·bucket] each.

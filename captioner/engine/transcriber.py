@@ -202,6 +202,7 @@ class Transcriber:
             audio: the whole signal (n,), or its consecutive blocks of any sizes (a long file read as
                 it goes, :class:`~captioner.audio.files.AudioFileReader`): both are cut into the same
                 steps, so they give the same words.
+            config: the engine's parameters (step, language, task, ...).
             realtime: feed at real-time pace (as a live source); else as fast as the machine allows.
                 In real time, whatever has "arrived" by the wall clock is fed before each round and
                 the bounded-lag rule (:class:`~captioner.engine.overload.LagGovernor`) skips what the

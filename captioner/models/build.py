@@ -217,7 +217,8 @@ def build_pack(
         checkpoint: a Hugging Face or CTranslate2 checkpoint folder (or an already parsed :class:`Checkpoint`).
         out: the pack directory to create.
         options: what to build (defaults: fp32, matmul, all buckets, the paper's schedules).
-        name, revision: source name/revision recorded in the manifest.
+        name: source name recorded in the manifest (default: the checkpoint's).
+        revision: source revision recorded in the manifest.
         progress: called as ``progress(done, total, file_name)`` after each graph.
 
     Returns:

@@ -183,6 +183,7 @@ def _vocabulary(root: Path, n_vocab: int) -> tuple[dict[str, int], Path]:
 
 
 def token_bytes_table(vocab: dict[str, int], n_vocab: int) -> tuple[bytes, ...]:
+    """Each id's raw bytes (byte-level BPE text decoded; specials and plain added tokens as UTF-8)."""
     decoder = {c: b for b, c in bytes_to_unicode().items()}
     table = [b""] * n_vocab
     for text, idx in vocab.items():
@@ -194,6 +195,8 @@ def token_bytes_table(vocab: dict[str, int], n_vocab: int) -> tuple[bytes, ...]:
 
 
 def special_tokens(vocab: dict[str, int], gen: dict, multilingual: bool, path: Path) -> SpecialTokens:
+    """The special token ids from the vocabulary (and ``generation_config``'s language table);
+    PackBuildError naming ``path`` when one the engine needs is missing."""
     def tok(*names: str) -> int | None:
         for name in names:
             if name in vocab:
@@ -229,6 +232,8 @@ def special_tokens(vocab: dict[str, int], gen: dict, multilingual: bool, path: P
 
 
 def alignment_heads(gen: dict, dims: Dims, path: Path) -> tuple[tuple[tuple[int, int], ...], str]:
+    """(layer, head) pairs for DTW and where they came from: ``generation_config``'s, else the
+    last half of the decoder layers, all heads (openai/whisper's fallback)."""
     heads = gen.get("alignment_heads")
     if heads:
         try:

@@ -169,7 +169,9 @@ class GraphBuilder:
             name: weight name prefix (the checkpoint's, e.g. ``decoder.layers.0.fc1``).
             w: makes the weight in PyTorch layout [n_out, n_in].
             b: makes the bias [n_out], or None.
-            rows, n_in, n_out: shapes (static).
+            rows: rows of ``x`` (static).
+            n_in: input width.
+            n_out: output width.
             batch: ``x`` carries a leading batch axis of 1.
 
         Returns:

@@ -36,6 +36,9 @@ def hf_download(repo_id: str, dest: Path, revision: str | None = None, *, progre
     """Download the files a pack build needs from the Hugging Face Hub into ``dest``.
 
     Args:
+        repo_id: ``owner/name`` on the Hub.
+        dest: the folder to download into.
+        revision: branch, tag or commit (default: the main branch).
         progress: called with (bytes in ``dest``, bytes to download, what) while downloading,
             when the Hub tells the sizes; nothing is called when it does not.
 

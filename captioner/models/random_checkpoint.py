@@ -203,7 +203,10 @@ def write_random_checkpoint(path: Path | str, *, dims: str | None = "base", d_mo
         path: output directory.
         dims: ``"tiny"``, ``"base"`` or ``"small"`` (:data:`REAL_DIMS`); the explicit sizes below
             override its entries (``dims=None`` needs all four).
-        d_model, layers, heads, ffn: model size (encoder and decoder alike).
+        d_model: model width (encoder and decoder alike).
+        layers: layers of the encoder and of the decoder.
+        heads: attention heads.
+        ffn: MLP width.
         n_mels: 80 (or 128 as large-v3).
         multilingual: 51865 tokens (99 languages) or the English-only 51864.
         seed: numpy seed. Weights ~ N(0, 0.02²), biases 0, layer norms weight 1 / bias 0 (the

@@ -125,6 +125,14 @@ class SessionRecorder:
         """Begin a session in ``store`` and open the live file when ``live_path`` is given.
 
         Args:
+            store: the session store to record into.
+            sources: the engine streams recorded ("system", "mic").
+            model: the pack's name (for the history window).
+            provider: the execution provider running it.
+            language: the transcription language ("auto" when detected).
+            settings: the settings the session ran with (stored as JSON).
+            title: the session's title (default: its start time).
+            live_path: the live subtitle file to write while recording, or None.
             live_format: "srt"/"vtt"; default from the suffix of ``live_path`` (else "srt").
             options: cue limits and labels for the live file.
             fallback_dirs: see the class.

@@ -259,7 +259,9 @@ class SessionStore:
 
         Args:
             sources: the sources that will be captured ("system", "mic" or both).
-            model, provider, language: what transcribes it (for the history window).
+            model: the pack that transcribes it (for the history window).
+            provider: the execution provider running it.
+            language: the transcription language.
             settings: JSON-serialisable snapshot (``storage.settings.to_dict(settings)``).
             title: optional title.
             started_at: UTC ISO 8601 time; default now.
