@@ -208,10 +208,13 @@ class AudioEvent:
         kind: ``"device_lost"``, ``"device_reopened"``, ``"device_error"``, ``"overflow"``.
         source: the capture it concerns.
         message: one sentence for the tray or the log.
-        at: audio-clock sample index when it happened.
+        at: audio-clock sample index when it happened (an overflow: where its silence starts).
+        seconds: an overflow's length: audio replaced by silence from ``at`` (the worker marks it as
+            a gap in the transcript); 0 for other kinds.
     """
 
     kind: str
     source: Source
     message: str
     at: int = 0
+    seconds: float = 0.0

@@ -29,7 +29,7 @@ from typing import Protocol
 import numpy as np
 from PySide6.QtCore import QObject, Signal, Slot
 
-from captioner.core import AudioBlock, AudioEvent, EngineUpdate, Source
+from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, Source
 from captioner.engine.overload import LagGovernor, LagReport, LagState
 from captioner.engine.stream import StreamConfig
 from captioner.errors import AudioDeviceError, CaptionerError
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 READ_TIMEOUT_S = 0.25  # longest wait for audio before checking the stop/pause flags
 LEVEL_INTERVAL_S = 0.1  # level signals at most 10 per second per source
 REOPEN_WAIT_S = 2.0  # pause before reopening a capture whose device failed
-MAX_DRAIN_BLOCKS = 1000  # blocks read per turn at most (a turn still checks the stop flag)
+MAX_DRAIN_BLOCKS = 10_000  # blocks read per turn at most: more than a full capture ring (a turn still checks the stop flag)
 _LAG_ORDER: dict[LagState, int] = {"ok": 0, "behind": 1, "skipping": 2}
 
 
@@ -284,8 +284,14 @@ class CaptionWorker(QObject):
             self.lag.emit(max(g.last_lag_s for g in self._governors.values()), worst.state)
 
     def _drain_events(self, capture: CaptureLike) -> None:
+        """Forward the capture's events; an overflow (audio the ring dropped and replaced by
+        silence) also becomes a gap in the transcript, so no audio is lost without a mark."""
         for ev in capture.events():
             self.audio_event.emit(ev)
+            if ev.kind == "overflow" and ev.seconds > 0 and ev.source in self._streams:
+                start = ev.at / SAMPLE_RATE
+                self._governors[ev.source].note_dropped(ev.seconds)
+                self._emit(EngineUpdate(source=ev.source, gap=(start, start + ev.seconds)))
 
     def _emit_level(self, block: AudioBlock) -> None:
         now = time.monotonic()

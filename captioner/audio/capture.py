@@ -52,7 +52,10 @@ class CaptureConfig:
         source: ``"system"`` (loopback / monitor), ``"mic"`` or ``"both"``.
         device: microphone name (substring) or PortAudio index; None for the default input.
         mix_both: in "both" mode, sum the sources into one ``"system"`` stream.
-        ring_s: seconds of audio each source's ring holds before blocks are dropped.
+        ring_s: seconds of audio each source's ring holds before blocks are dropped (replaced by
+            silence, reported as an ``overflow`` event that the worker turns into a gap). Longer
+            than one slow engine round, so that the worker's lag rule, which sees the ring's backlog
+            between rounds, decides what is skipped rather than the ring.
         stall_s: seconds without audio after which a stream is checked and declared lost.
         retry_s: seconds between attempts to reopen a lost device.
     """
@@ -60,7 +63,7 @@ class CaptureConfig:
     source: CaptureSource = "system"
     device: str | int | None = None
     mix_both: bool = False
-    ring_s: float = 4.0
+    ring_s: float = 20.0  # a closing round over 20 s of speech took 15 s on a third of a core
     stall_s: float = 1.0
     retry_s: float = 0.5
 

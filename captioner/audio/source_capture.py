@@ -195,17 +195,20 @@ class SourceCapture:
 
     def _drain(self, gen: _Generation) -> None:
         ring = gen.ring
-        chunks = []
+        chunks: list[np.ndarray] = []
+        at = self.clock  # where the next chunk starts on the audio clock
         while (item := ring.take()) is not None:
-            chunks.append(self._process(gen, item))
+            chunks.append(self._process(gen, item, at))
+            at += len(chunks[-1])
         if gen.flags_seen != ring.status_flags:
             self._c["device_overflows"] += ring.status_flags - gen.flags_seen
             gen.flags_seen = ring.status_flags
         if chunks:
             self._push(np.concatenate(chunks))
 
-    def _process(self, gen: _Generation, item: RingItem) -> np.ndarray:
-        """Resample one block; silence for what came before it (clock origin, outage, overflow)."""
+    def _process(self, gen: _Generation, item: RingItem, at: int) -> np.ndarray:
+        """Resample one block (starting at ``at`` on the audio clock); silence for what came before it
+        (clock origin, outage, overflow)."""
         assert self._resampler is not None
         rate = gen.opened.samplerate
         frames = len(item.data)
@@ -235,7 +238,8 @@ class SourceCapture:
                     self.source,
                     f"dropped {item.gap_frames / rate:.2f} s of {LABELS[self.source]}: "
                     "processing fell behind (replaced by silence)",
-                    self.clock,
+                    at + len(lead),
+                    item.gap_frames / rate,
                 )
             )
         parts.append(self._resampler.process(downmix(item.data)))

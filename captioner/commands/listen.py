@@ -37,7 +37,7 @@ __all__ = ["capture_loop", "record_paths", "register", "run"]
 
 READ_TIMEOUT_S = 0.25
 LEVEL_EVERY_S = 1.0  # seconds of audio between level lines
-MAX_DRAIN_BLOCKS = 1000  # blocks handed on per batch at most
+MAX_DRAIN_BLOCKS = 10_000  # blocks handed on per batch at most (more than a full capture ring)
 
 
 class Capture(Protocol):
@@ -175,6 +175,13 @@ class _Captioner:
         self.streams[block.source].feed(block.samples)
         self._fed.add(block.source)
 
+    def overflow(self, event: AudioEvent) -> None:
+        """Audio the capture's ring dropped (replaced by silence) becomes a gap, as in the app."""
+        if event.source in self.streams and event.seconds > 0:
+            self.governors[event.source].note_dropped(event.seconds)
+            start = event.at / SAMPLE_RATE
+            self._handle(EngineUpdate(source=event.source, gap=(start, start + event.seconds)))
+
     def run_rounds(self) -> None:
         """The bounded-lag rule, then the due rounds, of every source fed since the last call."""
         for source in sorted(self._fed):
@@ -244,6 +251,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             captioner.run_rounds()
 
     def on_event(ev: AudioEvent) -> None:
+        if captioner is not None and ev.kind == "overflow":
+            captioner.overflow(ev)
         print(f"event {ev.kind} {ev.source}: {ev.message}", flush=True)
 
     with capture:

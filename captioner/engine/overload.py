@@ -170,6 +170,13 @@ class LagGovernor:
             waiting = stream.lag_s
         return out
 
+    def note_dropped(self, seconds: float) -> None:
+        """Audio lost before it reached the stream (the capture's ring overflowed during a round
+        longer than the ring): counted as skipped, and the state says "skipping"."""
+        self._skipped_s += seconds
+        self._skips += 1
+        self._last_skip = self._clock()
+
     @property
     def state(self) -> LagState:
         """"skipping" until :data:`SKIPPING_HOLD_STEPS` steps (wall time) have passed without a

@@ -54,6 +54,8 @@ def test_overflow_when_consumer_stalls_keeps_clock_true() -> None:
     assert counters.dropped_blocks == 30 - 6 and counters.dropped_samples == 24 * 320
     overflow = [e for e in events if e.kind == "overflow"]
     assert len(overflow) == 1 and overflow[0].source == "mic" and "0.48 s" in overflow[0].message
+    assert abs(overflow[0].at - 6 * 320) <= 64  # where the silence is (within the resampler's delay)
+    assert overflow[0].seconds == pytest.approx(0.48)
     # what was kept is exactly the resampled device audio; what was dropped is silence
     expected = resample(downmix(np.concatenate(stream.delivered[:6])), 48_000)
     np.testing.assert_allclose(audio[:1800], expected[:1800], atol=1e-5)

@@ -17,6 +17,7 @@ from wavs import spoken, write_wav
 from captioner.audio.files import FileSource
 from captioner.commands._engine import EngineSetup
 from captioner.commands.listen import _Captioner, capture_loop
+from captioner.core import AudioEvent
 from captioner.engine import OnnxAcousticModel, StreamConfig, Transcriber
 from captioner.storage.paths import AppPaths
 from captioner.transcript.store import SessionStore
@@ -55,3 +56,16 @@ def test_listen_skips_when_overloaded_stores_the_gap_and_reports_the_lag(tiny_pa
         gaps = store.session_gaps(captioner.recorder.session_id)
     assert len(gaps) == report.skips
     assert abs(sum(g.seconds for g in gaps) - report.skipped_s) < 0.01
+
+
+def test_listen_marks_audio_the_capture_ring_dropped_as_a_gap(tiny_pack, tmp_path, capsys):
+    setup = EngineSetup(Transcriber.from_pack(tiny_pack, "cpu"), StreamConfig(step_s=STEP_S))
+    home = AppPaths.default(tmp_path / "home")
+    captioner = _Captioner(setup, ("system",), home, save=True, labels={"system": "Others", "mic": "You"})
+    captioner.overflow(AudioEvent("overflow", "system", "dropped 2.00 s", at=32_000, seconds=2.0))
+    captioner.finish(5.0)
+    assert captioner.recorder is not None
+    with SessionStore.open(home.sessions_db) as store:
+        assert [(g.start, g.end) for g in store.session_gaps(captioner.recorder.session_id)] == [(2.0, 4.0)]
+    out = capsys.readouterr()
+    assert "[…] (skipped 2.0 s" in out.out and "skipped 2.0 s of audio in 1 skips" in out.err

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QThread
 
-from captioner.core import apply_update
+from captioner.core import AudioEvent, apply_update
 from captioner.errors import AudioDeviceError
 from captioner.worker import CaptionWorker
 from tests.ui.fakes import FakeCapture, FakeStream, device_lost_event
@@ -143,6 +143,17 @@ def test_a_backlog_beyond_two_steps_is_skipped(qtbot):
     assert gaps == [(0.0, 1.0)]
     assert [w.text for w in h.words()] == [f"system{i}" for i in range(10, 15)]
     assert any(state == "skipping" for _, state in h.lags)
+
+
+def test_a_ring_overflow_becomes_a_gap(qtbot):
+    overflow = AudioEvent("overflow", "system", "dropped 1.50 s of system audio", at=16_000, seconds=1.5)
+    h = Harness(qtbot, FakeCapture(n_blocks=3, finite=False, events=[overflow]), {"system": FakeStream()}).start()
+    qtbot.waitUntil(lambda: any(u.gap for u in h.updates), timeout=5000)
+    h.stop()
+    assert [u.gap for u in h.updates if u.gap] == [(1.0, 2.5)]
+    assert h.events == [overflow]  # still forwarded as an event
+    report = h.worker.lag_reports()["system"]
+    assert report.skips == 1 and report.skipped_s == 1.5
 
 
 def test_a_file_read_at_full_speed_is_never_skipped(qtbot):
