@@ -147,9 +147,10 @@ def test_first_round_tokens_equal_transformers_greedy(tiny_pack, tiny_checkpoint
 
 
 @pytest.mark.qnn
-def test_qnn_first_round_tokens_equal_cpu(tiny_pack, tmp_path) -> None:
+def test_qnn_first_round_tokens_equal_cpu(tiny_fp32_pack, tmp_path) -> None:
     """The stream on --provider qnn (the HTP emulator on Linux x86-64) decodes the first round to the
-    same tokens as on the CPU provider."""
+    same tokens as on the CPU provider (the fp32 projection: the NPU's packs; an int8 one has no QNN
+    MatMulInteger and would fall back to the CPU)."""
     pytest.importorskip("onnxruntime_qnn")
     from captioner.engine.providers import Host
 
@@ -158,7 +159,7 @@ def test_qnn_first_round_tokens_equal_cpu(tiny_pack, tmp_path) -> None:
     audio = spoken(2.0)
     firsts = []
     for provider in ("qnn", "cpu"):
-        model = _Recorder(OnnxAcousticModel(tiny_pack, Runtime(tiny_pack, provider, cache_dir=tmp_path)))
+        model = _Recorder(OnnxAcousticModel(tiny_fp32_pack, Runtime(tiny_fp32_pack, provider, cache_dir=tmp_path)))
         try:
             _, info = Transcriber(model, model.runtime, "tiny").transcribe(  # type: ignore[arg-type]
                 audio, StreamConfig(step_s=2.0))
