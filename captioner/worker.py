@@ -276,10 +276,11 @@ class CaptionWorker(QObject):
 
     def _run_rounds(self, source: Source) -> None:
         """The lag rule, then the due rounds of ``source``'s stream; emits updates and the lag."""
-        updates = self._governors[source].run(self._streams[source], self._stop.is_set)
-        for upd in updates:
+        ran = False
+        for upd in self._governors[source].run(self._streams[source], self._stop.is_set):
             self._emit(upd)
-        if updates:
+            ran = True
+        if ran:
             worst = max(self._governors.values(), key=lambda g: (_LAG_ORDER[g.state], g.last_lag_s))
             self.lag.emit(max(g.last_lag_s for g in self._governors.values()), worst.state)
 

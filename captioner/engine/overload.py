@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -138,14 +138,14 @@ class LagGovernor:
         """Audio waiting beyond this is skipped (``MAX_LAG_STEPS × step_s``)."""
         return MAX_LAG_STEPS * self.step_s
 
-    def run(self, stream: SkippableStream, stop: Callable[[], bool] = lambda: False) -> list[EngineUpdate]:
+    def run(self, stream: SkippableStream, stop: Callable[[], bool] = lambda: False) -> Iterator[EngineUpdate]:
         """Apply the rule to ``stream`` (fed up to now), then run its due rounds.
 
-        Returns:
-            the updates in order: the skip's (with its ``gap``) when the rule skipped, then each
-            round's.
+        Yields:
+            the updates in order, each as soon as it exists: the skip's (with its ``gap``) when the
+            rule skipped, then each round's. A generator, so a round that raises (the last provider
+            failing, a changed pack) loses none of the updates of the rounds before it.
         """
-        out: list[EngineUpdate] = []
         waiting = stream.lag_s
         if self.bounded and waiting > self.max_wait_s:
             skipped = stream.skip(KEEP_STEPS * self.step_s)
@@ -156,7 +156,7 @@ class LagGovernor:
                 self.last_lag_s = waiting
                 logger.debug("%.1f s waiting (more than %.1f s): skipped", waiting, self.max_wait_s)
             if not skipped.is_empty:
-                out.append(skipped)
+                yield skipped
             waiting = stream.lag_s
         while not stop():
             t0 = self._clock()
@@ -166,9 +166,8 @@ class LagGovernor:
             self._last_wait = waiting
             self.last_lag_s = waiting + (self._clock() - t0)
             self._lags.append(self.last_lag_s)
-            out.append(update)
             waiting = stream.lag_s
-        return out
+            yield update
 
     def note_dropped(self, seconds: float) -> None:
         """Audio lost before it reached the stream (the capture's ring overflowed during a round

@@ -95,10 +95,10 @@ def test_a_slow_round_after_keeping_up_is_behind_before_it_is_skipping():
     stream = ScriptedStream(clock, 2.0, cost=3.5)  # 3.5 s waiting next time: behind, under 4 s
     g = LagGovernor(2.0, clock=clock)
     stream.pending = 2.0
-    g.run(stream)
+    list(g.run(stream))
     stream.pending = 3.5
     stream.cost = 0.1
-    g.run(stream)
+    list(g.run(stream))
     assert g.state == "behind" and not stream.skips
 
 
@@ -107,7 +107,7 @@ def test_unbounded_governor_only_measures():
     stream = ScriptedStream(clock, 1.0, cost=0.0)
     stream.pending = 10.0
     g = LagGovernor(1.0, bounded=False, clock=clock)
-    assert len(g.run(stream)) == 1 and not stream.skips
+    assert len(list(g.run(stream))) == 1 and not stream.skips
     assert g.report().max_s == 10.0
 
 
@@ -117,7 +117,7 @@ def test_report_percentile_and_json():
     stream = ScriptedStream(clock, 1.0, cost=0.0)
     for lag in [1.0] * 95 + [1.9] * 5:
         stream.pending = lag
-        g.run(stream)
+        list(g.run(stream))
     report = g.report()
     assert report.p95_s == 1.0 and report.max_s == 1.9 and report.rounds == 100
     assert report.to_json()["p95_s"] == 1.0
@@ -125,3 +125,32 @@ def test_report_percentile_and_json():
     assert LagReport().to_json()["rounds"] == 0
     with pytest.raises(ValueError):
         LagGovernor(0.0)
+
+
+def test_a_round_that_raises_loses_none_of_the_updates_before_it() -> None:
+    """run() yields each update as it exists, so the caller has the skip's and the earlier rounds'
+    updates even when a later round raises (the last provider failing, a pack changed on disk)."""
+
+    class Failing(ScriptedStream):
+        def __init__(self, clock: Clock) -> None:
+            super().__init__(clock, step_s=1.0, cost=0.1)
+            self.rounds = 0
+
+        def step(self):
+            if self.pending < self.step_s:
+                return None
+            self.rounds += 1
+            if self.rounds == 3:
+                raise RuntimeError("the provider died")
+            self.processed += self.step_s  # a step's audio arrives while the round runs
+            return EngineUpdate(stats=RoundStats(round_index=self.rounds))
+
+    clock = Clock()
+    stream = Failing(clock)
+    stream.pending = 4.0  # more than MAX_LAG_STEPS steps: a skip first, then the rounds
+    got = []
+    with pytest.raises(RuntimeError, match="died"):
+        for update in LagGovernor(1.0, clock=clock).run(stream):
+            got.append(update)
+    assert got[0].gap is not None
+    assert [u.stats.round_index for u in got[1:]] == [1, 2]
