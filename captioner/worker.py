@@ -69,9 +69,11 @@ class CaptureLike(Protocol):
 class StreamLike(Protocol):
     """The engine's streaming session for one source (``captioner.engine`` ``Stream``).
 
-    ``config.step_s`` and ``lag_s`` (fed but not yet processed, seconds) and ``skip`` serve the
-    bounded-lag rule (:mod:`captioner.engine.overload`).
+    ``config.step_s`` and ``lag_s`` (fed but not yet processed, seconds), ``hurry`` and ``skip``
+    serve the bounded-lag rule (:mod:`captioner.engine.overload`).
     """
+
+    hurry: bool
 
     @property
     def config(self) -> StreamConfig: ...

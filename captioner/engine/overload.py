@@ -11,7 +11,9 @@ worker, ``captioner listen`` and ``captioner transcribe --realtime``:
 * if more than :data:`MAX_LAG_STEPS` steps of audio wait, ``Stream.skip`` drops all but the
   newest :data:`KEEP_STEPS` step undecoded: the transcript gets a gap marker for the dropped span
   (``EngineUpdate.gap``) and the open utterance ends as it stands;
-* then the due round runs on what is left.
+* then the due round runs on what is left; with more than :data:`BEHIND_STEPS` steps waiting it
+  runs in a hurry (``Stream.hurry``): a closing round decodes only its own input instead of
+  re-decoding the whole utterance, the one round whose cost can exceed the bound by itself.
 
 So a round never starts with more than ``MAX_LAG_STEPS × step`` seconds waiting, and the words
 of a round appear at most ``MAX_LAG_STEPS × step`` plus that round's compute after the oldest
@@ -62,6 +64,8 @@ LagState = Literal["ok", "behind", "skipping"]
 
 class SkippableStream(Protocol):
     """What the rule needs of a stream (``captioner.engine.Stream``)."""
+
+    hurry: bool  # set before each round: more than BEHIND_STEPS steps wait (cheap closing rounds)
 
     @property
     def lag_s(self) -> float: ...
@@ -160,6 +164,7 @@ class LagGovernor:
             waiting = stream.lag_s
         while not stop():
             t0 = self._clock()
+            stream.hurry = self.bounded and waiting > BEHIND_STEPS * self.step_s
             update = stream.step()
             if update is None:
                 break

@@ -74,7 +74,10 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     for the printer and the live subtitle file); a closing decode that finds no words at all keeps
     the drafts instead of wiping them. The closing decode proposes the draft's tokens to the pack's
     verifier (draft decoding, :mod:`~captioner.engine.decoder`): the same tokens as the greedy
-    decode, five confirmed per dispatch where the draft was right.
+    decode, five confirmed per dispatch where the draft was right. A caller that is behind real
+    time sets ``Stream.hurry``: the closing round then decodes only its own input, like any round,
+    and the drafts stand (a look-back re-decodes up to 30 s: on a third of a core that took 6–15 s,
+    more than the lag bound of :mod:`~captioner.engine.overload` allows).
 
 18. **Closing inputs are heard with silence**: a closing input is padded with digital silence that
     the encoder sees (not masked) to the smallest bucket of at least 10 s that holds it (10, 20 or
@@ -283,6 +286,9 @@ class Stream:
         self._utterance_start: int | None = None  # where the open utterance's input begins (onset − pad)
         self._onset = 0  # where its speech begins (the speech detector's onset): no word starts before
         self._log = CommittedLog(self.vocab, source)  # committed tokens -> published words
+        # set by a live caller that is behind real time (engine/overload.py): closing rounds then
+        # decode only what is not decoded yet, without the look-back re-decode (deviation 17)
+        self.hurry = False
 
     # ----------------------------------------------------------------------------- public
     @property
@@ -449,7 +455,7 @@ class Stream:
                 keep = min(audio.size, -(-(span.end + self._pad_n - start) // SAMPLES_PER_FRAME) * SAMPLES_PER_FRAME)
                 audio = audio[:keep]
         extended = False
-        if closes and self._context_n and self._log.tokens:  # deviation 17
+        if closes and self._context_n and self._log.tokens and not self.hurry:  # deviation 17
             utterance = start if self._utterance_start is None else self._utterance_start
             begin = max(self._history_start, utterance, start + audio.size - self._context_n)
             if begin > utterance:  # inside the utterance: begin where a committed word begins

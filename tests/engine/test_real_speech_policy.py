@@ -110,3 +110,30 @@ def test_an_utterance_ending_on_a_round_boundary_is_closed_by_the_next_silent_ro
     stream.finish()
     assert closed, "the utterance was never closed before finish()"
     assert NORMALISE(" ".join(w.text for w in stream.words)) == NORMALISE(clip["text"])
+
+
+def test_a_stream_in_a_hurry_closes_without_the_look_back(model) -> None:
+    """``Stream.hurry`` (set by the bounded-lag rule when the engine is behind): closing rounds decode
+    only their own input, not the whole utterance again, so they cost no more than a round; the
+    words still come out (the drafts stand)."""
+    clip = max(CLIPS, key=lambda c: load_audio_file(DATA / c["audio"]).size)
+    audio = load_audio_file(DATA / clip["audio"])
+
+    def closing_inputs(hurry: bool) -> tuple[list[float], str]:
+        stream = Stream(model, StreamConfig(step_s=1.0))
+        stream.hurry = hurry
+        closing = []
+        for i in range(0, audio.size, SR):
+            stream.feed(audio[i : i + SR])
+            update = stream.step()
+            if update is not None and update.stats is not None and update.stats.closes:
+                closing.append(update.stats.input_s)
+        final = stream.finish()
+        closing.append(final.stats.input_s)
+        return closing, " ".join(w.text for w in stream.words)
+
+    relaxed, _ = closing_inputs(False)
+    hurried, text = closing_inputs(True)
+    assert max(hurried) < max(relaxed)  # the look-back reaches the utterance's start
+    assert max(hurried) <= 3 * 1.0 + 0.5  # a round's input: the carry (≤ 2 steps) and one step
+    assert jiwer.wer(NORMALISE(clip["text"]), NORMALISE(text)) <= 0.3

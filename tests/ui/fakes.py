@@ -73,6 +73,7 @@ class FakeStream:
         self.fed = 0
         self.rounds = 0
         self.skips: list[float] = []
+        self.hurry = False
         self._pending: Word | None = None
         self.finished = False
 
