@@ -67,6 +67,25 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "audio": [{"silence": 2.5}, {"clip": "1089-134691-0000"}],
         "kind": "stream", "step_s": 2.0, "config": {}, "greedy_last": True,
     },
+    "speculative": {
+        "about": "A real 2 s clip at a 1 s step: the first round's alignment is unreliable, its words "
+                 "are shown speculatively and the next round retracts and confirms them.",
+        "audio": [{"clip": "1089-134691-0000"}],
+        "kind": "stream", "step_s": 1.0, "config": {},
+    },
+    "live_backward_shift": {
+        "about": "A real clip at a 0.7 s step: a live round's attention jumps back (backward-shift stop, "
+                 "§7); the flagged token and what follows are dropped and decoded again from the carry.",
+        "audio": [{"clip": "1089-134691-0001"}],
+        "kind": "stream", "step_s": 0.7, "config": {},
+    },
+    "restart_false_positive": {
+        "about": "Two real clips of one speaker back to back, 3 s step: the second ends with the first's "
+                 "five words ('he could wait no longer'), and the closing round's sentence-restart "
+                 "guard stops there: the stream's last five words are lost (a known policy bug).",
+        "audio": [{"clip": "1089-134691-0000"}, {"clip": "1089-134691-0001"}],
+        "kind": "stream", "step_s": 3.0, "config": {},
+    },
     "loops": {
         "about": "Single rounds on short masked inputs (3 s bucket) where greedy tiny.en loops until "
                  "the plan runs out; each decoded with no guard, then with RoundValidator(closing=True).",
