@@ -31,7 +31,13 @@ speech:
   twice is left to the reference's id rule (three copies stop the round and are all dropped). Greedy Whisper also
   restarts its whole sentence after the last word; the round's first five words said again stop it
   at once, before the plan runs out (real speech repeats 3–4-word phrases, "it was here that", but
-  five-word restarts of a round's opening were not seen in the corpus).
+  five-word restarts of a round's opening were not seen in the corpus). A closing round, which
+  re-decodes a whole utterance, may meet a real one ("He could wait no longer. … but he could wait
+  no longer."). A restart is Whisper's only when it hears the same audio again: the words of a
+  real repeat attend to later audio (the median of their tokens' cross-attention peaks at least
+  :data:`_RESTART_LATER_S` after the first time's) that is still speech (before the input's last
+  :data:`_RESTART_END_S`); a restart invented after the last word attends back to the first time's
+  audio or to the silence after the speech.
 * **sound annotations**: a word that opens with "(", "[", "♪" or "*" is a caption of a sound
   ("(water flowing)", "[BLANK_AUDIO]"), never speech; the round stops before it (``"nonspeech"``).
 """
@@ -67,6 +73,8 @@ STOP_REASONS = ("backward_shift", "peak_margin", "repetition", "eot", "nonspeech
 _REPEAT = 3  # identical consecutive ids that stop a round
 _MAX_BLOCK = 24  # longest repeated word block the repetition guard looks for
 _RESTART = 5  # the round's first words said again: greedy Whisper restarting its sentence
+_RESTART_LATER_S = 1.0  # ... unless they attend this much later than the first time (a real repeat)
+_RESTART_END_S = 0.3  # ... and not to the input's end (the silence after the speech)
 _ANNOTATION_OPENERS = (b"(", b"[", "\u266a".encode(), "\u266b".encode(), b"*")
 
 
@@ -177,8 +185,11 @@ class Stop:
 class WordGuard:
     """The repetition and annotation guards over one round's decoded tokens (module docstring)."""
 
-    def __init__(self, vocab: Vocabulary, context: tuple[bytes, ...] = ()):
+    def __init__(self, vocab: Vocabulary, context: tuple[bytes, ...] = (), peaks: list[int] | None = None,
+                 input_s: float = 0.0):
         self.vocab = vocab
+        self._peaks = peaks if peaks is not None else []  # decoded index -> attention peak frame
+        self._input_s = input_s
         self._words = [w for w in context if w]  # normalised completed words, context first
         self._context = len(self._words)
         self._firsts: list[int] = []  # decoded index of the first token of each completed word
@@ -203,12 +214,23 @@ class WordGuard:
                     at = len(self._words) - n - self._context
                     return Stop("repetition", self._firsts[at] if at >= 0 else 0)
                 own = self._words[self._context :]
-                if len(own) >= 2 * _RESTART and own[-_RESTART:] == own[:_RESTART]:
+                if (len(own) >= 2 * _RESTART and own[-_RESTART:] == own[:_RESTART]
+                        and not self._heard_again(len(own), len(decoded))):
                     return Stop("repetition", self._firsts[len(own) - _RESTART])
         if starts:
             self._open = len(decoded)
         return None
 
+
+    def _heard_again(self, n_own: int, n_decoded: int) -> bool:
+        """The round's first :data:`_RESTART` words, said again as its last ones, attend to later
+        speech than the first time (a real repeat, module docstring)."""
+        first = self._peaks[self._firsts[0] : self._firsts[_RESTART]]  # own words' tokens (the context has none)
+        again = self._peaks[self._firsts[n_own - _RESTART] : n_decoded]
+        if not first or not again:
+            return False
+        later = float(np.median(again)) * FRAME_S
+        return later >= float(np.median(first)) * FRAME_S + _RESTART_LATER_S and later <= self._input_s - _RESTART_END_S
 
     def _single_token_double(self, decoded: list[int]) -> bool:
         """The last two completed words are the same single token (left to the id rule)."""
@@ -258,7 +280,8 @@ class RoundValidator:
         self.stop: Stop | None = None
         self._prev_attn: np.ndarray | None = None
         self._first_delta = True
-        self._words = WordGuard(vocab, context)
+        self.peaks: list[int] = []  # per checked token: the frame its attention peaks at
+        self._words = WordGuard(vocab, context, self.peaks, self.input_s)
         self.closing = closing
 
     def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:
@@ -287,6 +310,7 @@ class RoundValidator:
         i = self.checked
         self.checked += 1
         token = self.decoded[i]
+        self.peaks.append(int(np.argmax(attn_last)))
         if i >= _REPEAT - 1 and len(set(self.decoded[i - _REPEAT + 1 : i + 1])) == 1:
             self.stop = Stop("repetition", i - (_REPEAT - 1))
             return self.stop

@@ -81,8 +81,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "restart_false_positive": {
         "about": "Two real clips of one speaker back to back, 3 s step: the second ends with the first's "
-                 "five words ('he could wait no longer'), and the closing round's sentence-restart "
-                 "guard stops there: the stream's last five words are lost (a known policy bug).",
+                 "five words ('he could wait no longer'); the closing round's sentence-restart "
+                 "guard stopped there and lost them until it let a restart stand that attends to "
+                 "later speech (validate.py).",
         "audio": [{"clip": "1089-134691-0000"}, {"clip": "1089-134691-0001"}],
         "kind": "stream", "step_s": 3.0, "config": {},
     },

@@ -203,3 +203,26 @@ def test_word_guard_stops_multi_token_repeats_and_sound_captions() -> None:
             break
         decoded.append(tok)
     assert stop is not None and (stop.reason, stop.index) == ("repetition", 2)
+
+
+@pytest.mark.parametrize(("again", "stops"), [
+    ([250, 270, 290, 310, 330], False),  # said again later in the speech: a real repeat, kept
+    ([20, 40, 60, 80, 100], True),  # attending back to the first time: Whisper restarting its sentence
+    ([390, 392, 394, 396, 398], True),  # attending to the input's end, the silence after the speech
+])
+def test_a_sentence_restart_stops_unless_it_attends_to_later_speech(again, stops) -> None:
+    """The round's first five words said again as its last: a stop at the restart, unless their
+    attention peaks (median) lie ≥ 1 s after the first time's and before the input's last 0.3 s."""
+    n = 400  # 8 s of input
+    v = RoundValidator(V.vocab, input_s=n * 0.02, closing=True)
+    words = list(V.word[:5]) + list(V.word[5:8]) + list(V.word[:5]) + [V.word[9]]
+    centers = [20, 40, 60, 80, 100, 140, 180, 220, *again, 360]
+    stop = None
+    for tok, c in zip(words, centers, strict=True):
+        stop = v.on_prediction(tok, 1.0, 0.0) or v.on_attention(box(c, n=n))
+        if stop:
+            break
+    if stops:
+        assert stop is not None and (stop.reason, stop.index) == ("repetition", 8)
+    else:
+        assert stop is None and v.decoded == words
