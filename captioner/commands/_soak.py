@@ -11,7 +11,6 @@ exported to SRT (timed, parsed back). The measuring and reporting half is :mod:`
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
 import logging
@@ -188,10 +187,10 @@ def run_soak_session(pack: str, wav: Path, work_dir: Path, paths: AppPaths, *, s
     audio_s = file_s = FileSource(wav).duration_s
     t0 = time.perf_counter()
     stream = RecordingStream(engine.stream(config, source="system"), t0)
-    # the file is read as fast as the engine takes it: a worker with a bounded-lag rule must not
-    # treat the rest of the file as a backlog to skip
-    unpaced: dict[str, Any] = {"realtime": False} if "realtime" in inspect.signature(CaptionWorker).parameters else {}
-    worker = CaptionWorker(lambda: FileSource(wav, realtime=False, source="system"), {"system": stream}, **unpaced)
+    # the file is read as fast as the engine takes it (realtime=False): the rest of the file is not
+    # a backlog for the bounded-lag rule to skip
+    worker = CaptionWorker(lambda: FileSource(wav, realtime=False, source="system"), {"system": stream},
+                           realtime=False)
     sink = _Sink(recorder, worker)
     thread = QThread()
     worker.moveToThread(thread)
