@@ -72,7 +72,9 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     are added (found by aligning the texts with ``difflib``, else by DTW time). Until its closing
     round, an utterance's words are published as drafts (``Word.speculative``: dimmed, not final
     for the printer and the live subtitle file); a closing decode that finds no words at all keeps
-    the drafts instead of wiping them. The closing decode proposes the draft's tokens to the pack's
+    the drafts instead of wiping them, and one that a word guard stops (a loop, a sound caption) or
+    the plan's end cuts short decodes the rest of the utterance again by itself, from its last kept
+    word, instead of dropping it. The closing decode proposes the draft's tokens to the pack's
     verifier (draft decoding, :mod:`~captioner.engine.decoder`): the same tokens as the greedy
     decode, five confirmed per dispatch where the draft was right. A caller that is behind real
     time sets ``Stream.hurry``: the closing round then decodes only its own input, like any round,
@@ -666,10 +668,12 @@ class Stream:
         )
         self._prefix, self._memory, self._spec_from = (), None, None
         self._repeat, self._repeat_count = None, 0
-        if result.stop_reason == "limit" and new_tokens:  # the plan ran out: decode the rest again
-            cut = _frames(max(0, new_tokens[-1].start - start + self._offset_n))
-            if 0 < cut < audio.size:
-                self._set_carry(start + cut, audio[cut:])
+        cut = _frames(max(0, new_tokens[-1].start - start + self._offset_n)) if new_tokens else 0
+        if result.stop_reason in _DECODE_REST and 0 < cut < audio.size:
+            # the plan ran out, or a guard stopped a loop before the utterance's end: what follows
+            # the last kept word is decoded again, by itself (the look-back starts there now)
+            self._set_carry(start + cut, audio[cut:])
+            self._utterance_start = start + cut
         elif not last:
             self._end_utterance()
         return self._update(stats, t_round)
@@ -774,6 +778,7 @@ class Stream:
         return EngineUpdate(retract, words, round_stats, self.source)
 
 
+_DECODE_REST = ("limit", "repetition", "nonspeech")  # closing stops after which the rest is decoded again
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _CLOSING_MIN_N = 10 * SAMPLE_RATE  # deviation 18: closing inputs are padded with silence to 10 s
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time

@@ -7,7 +7,8 @@ For every generated token, in the reference's order:
    is garbage (special, or no ASCII alphanumeric byte), in which case the round stops with reason
    ``"eot"`` and every token decoded so far is kept;
 2. when its cross-attention arrives (:meth:`RoundValidator.on_attention`, from the decoder pass that
-   *consumes* it, §5): the repetition guard (3 identical ids → stop, all three dropped), then for
+   *consumes* it, §5): the repetition guard (3 identical ids → stop, all three dropped; ours: a
+   block of 2–4 tokens three times in a row → stop, the first copy kept), then for
    content tokens the backward cross-attention shift test (§7: ``f+ < f−`` → stop, the token and
    everything after it dropped) and the peak-margin stop (§8: ``f+ > input − 0.6 s`` → stop, the
    token kept).
@@ -71,6 +72,7 @@ logger = logging.getLogger(__name__)
 
 STOP_REASONS = ("backward_shift", "peak_margin", "repetition", "eot", "nonspeech")
 _REPEAT = 3  # identical consecutive ids that stop a round
+_BLOCK = 4  # ... and blocks of 2 to this many tokens said three times in a row ("-Chi-Chi-Chi")
 _MAX_BLOCK = 24  # longest repeated word block the repetition guard looks for
 _RESTART = 5  # the round's first words said again: greedy Whisper restarting its sentence
 _RESTART_LATER_S = 1.0  # ... unless they attend this much later than the first time (a real repeat)
@@ -238,6 +240,17 @@ class WordGuard:
         return b - a == 1 and len(decoded) == b + 1 and decoded[a] == decoded[b]
 
 
+def _token_loop(tokens: list[int]) -> int:
+    """Length p (2 … :data:`_BLOCK`) of a block of tokens that ends ``tokens`` three times in a row,
+    else 0. Greedy Whisper can loop on syllables inside one word ("Chói-Chi-Chi-Chi-…" to the token
+    limit), where no word repeats and no id repeats back to back; speech says a syllable block three
+    times over almost never (a word said thrice is three words, which the word guards see)."""
+    for p in range(2, _BLOCK + 1):
+        if len(tokens) >= 3 * p and tokens[-p:] == tokens[-2 * p : -p] == tokens[-3 * p : -2 * p]:
+            return p
+    return 0
+
+
 class RoundValidator:
     """The stop conditions of one round, fed token by token (see the module docstring).
 
@@ -313,6 +326,10 @@ class RoundValidator:
         self.peaks.append(int(np.argmax(attn_last)))
         if i >= _REPEAT - 1 and len(set(self.decoded[i - _REPEAT + 1 : i + 1])) == 1:
             self.stop = Stop("repetition", i - (_REPEAT - 1))
+            return self.stop
+        block = _token_loop(self.decoded[: i + 1])
+        if block:  # a loop inside one word, which the word guards cannot see: the first copy stays
+            self.stop = Stop("repetition", i + 1 - 2 * block)
             return self.stop
         if self.closing or not self.vocab.is_content(token):
             return None

@@ -226,3 +226,19 @@ def test_a_sentence_restart_stops_unless_it_attends_to_later_speech(again, stops
         assert stop is not None and (stop.reason, stop.index) == ("repetition", 8)
     else:
         assert stop is None and v.decoded == words
+
+
+def test_a_syllable_loop_inside_one_word_stops_keeping_its_first_copy() -> None:
+    """Real tiny.en on LibriSpeech 1998-15444-0000 looped "Chói-Chi-Chi-Chi-…" to the token limit:
+    no word repeats (it is one word) and no id repeats back to back. A block of 2–4 tokens three
+    times in a row stops the round; the first copy stays."""
+    from captioner.engine.validate import _token_loop
+
+    assert _token_loop([5, 6, 7, 6, 7, 6, 7]) == 2
+    assert _token_loop([1, 2, 3, 1, 2, 3, 1, 2, 3]) == 3
+    assert _token_loop([6, 7, 6, 7]) == 0 and _token_loop([1, 2, 3, 4]) == 0
+    hyphen, chi = V.subword[0], V.subword[1]
+    v = validator(closing=True)
+    tokens = [A, hyphen, chi, hyphen, chi, hyphen, chi, hyphen]
+    stop = feed(v, tokens, [10 + 5 * k for k in range(len(tokens))])
+    assert stop is not None and stop.reason == "repetition" and stop.index == 3  # A, -, Chi kept
