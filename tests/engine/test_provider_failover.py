@@ -164,14 +164,12 @@ def test_the_last_provider_failing_is_a_clear_error_after_the_words_so_far(real_
 
 @pytest.mark.qnn
 @pytest.mark.slow
-def test_real_qnn_sessions_failing_mid_stream_are_dropped_and_the_cpu_goes_on(tiny_checkpoint, tmp_path_factory,
+def test_real_qnn_sessions_failing_mid_stream_are_dropped_and_the_cpu_goes_on(tiny_fp32_pack, tmp_path_factory,
                                                                              monkeypatch) -> None:
     """The same on real QNN HTP sessions (the HTP emulator on Linux x86-64, with shared EP contexts):
     their runs start failing half-way, every QNN session is released, and the stream finishes on the
     CPU. The tiny random model's words are not compared with a CPU-only run: QNN HTP computes in fp16,
     so the two providers' tokens may differ; what must hold is that no round is lost."""
-    from conftest import _build
-
     from captioner.engine import providers
     from captioner.engine.providers import Host
 
@@ -180,7 +178,7 @@ def test_real_qnn_sessions_failing_mid_stream_are_dropped_and_the_cpu_goes_on(ti
         pytest.skip(reason)
     if not (Host.current().qnn_emulated or Host.current().snapdragon_windows):
         pytest.skip("no QNN HTP backend on this platform")
-    pack = _build(tiny_checkpoint, tmp_path_factory, "tiny-fp32-vocab", "--vocab", "fp32")  # all nodes on QNN
+    pack = tiny_fp32_pack  # the fp32 projection: every node on QNN
     audio = load_audio_file(SPEECH / "1089-134691-0001.wav")
     config = StreamConfig(step_s=2.0, language="en")
     counter = _Dispatches()
