@@ -72,9 +72,10 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     are added (found by aligning the texts with ``difflib``, else by DTW time). Until its closing
     round, an utterance's words are published as drafts (``Word.speculative``: dimmed, not final
     for the printer and the live subtitle file); a closing decode that finds no words at all keeps
-    the drafts instead of wiping them, and one that a word guard stops (a loop, a sound caption) or
-    the plan's end cuts short decodes the rest of the utterance again by itself, from its last kept
-    word, instead of dropping it. The closing decode proposes the draft's tokens to the pack's
+    the drafts instead of wiping them, and one that the plan's end cuts short, or that a word guard
+    stops (a loop, a sound caption) a second or more before the input's end, decodes the rest of
+    the utterance again by itself, from its last kept word, instead of dropping it (a guard stop
+    at the end is a loop after the last word: a tail that short decoded alone was invented on). The closing decode proposes the draft's tokens to the pack's
     verifier (draft decoding, :mod:`~captioner.engine.decoder`): the same tokens as the greedy
     decode, five confirmed per dispatch where the draft was right. A caller that is behind real
     time sets ``Stream.hurry``: the closing round then decodes only its own input, like any round,
@@ -669,7 +670,9 @@ class Stream:
         self._prefix, self._memory, self._spec_from = (), None, None
         self._repeat, self._repeat_count = None, 0
         cut = _frames(max(0, new_tokens[-1].start - start + self._offset_n)) if new_tokens else 0
-        if result.stop_reason in _DECODE_REST and 0 < cut < audio.size:
+        unheard = start + audio.size - (new_tokens[-1].end if new_tokens else start)
+        if (0 < cut < audio.size and (result.stop_reason == "limit"
+                                      or (result.stop_reason in _DECODE_REST and unheard >= _REST_MIN_N))):
             # the plan ran out, or a guard stopped a loop before the utterance's end: what follows
             # the last kept word is decoded again, by itself (the look-back starts there now)
             self._set_carry(start + cut, audio[cut:])
@@ -779,6 +782,7 @@ class Stream:
 
 
 _DECODE_REST = ("limit", "repetition", "nonspeech")  # closing stops after which the rest is decoded again
+_REST_MIN_N = SAMPLE_RATE  # ... when a guard stopped it at least this long before the input's end
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _CLOSING_MIN_N = 10 * SAMPLE_RATE  # deviation 18: closing inputs are padded with silence to 10 s
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
