@@ -10,15 +10,13 @@ seconds skipped at the end.
 
 from __future__ import annotations
 
-import time
-
-from wavs import spoken, write_wav
+from wavs import slow_down_encoder, spoken, write_wav
 
 from captioner.audio.files import FileSource
 from captioner.commands._engine import EngineSetup
 from captioner.commands.listen import _Captioner, capture_loop
 from captioner.core import AudioEvent
-from captioner.engine import OnnxAcousticModel, StreamConfig, Transcriber
+from captioner.engine import StreamConfig, Transcriber
 from captioner.storage.paths import AppPaths
 from captioner.transcript.store import SessionStore
 
@@ -28,17 +26,7 @@ SLOW_S = 5.0
 
 def test_listen_skips_when_overloaded_stores_the_gap_and_reports_the_lag(tiny_pack, tmp_path, monkeypatch, capsys):
     wav = write_wav(tmp_path / "speech.wav", spoken(10.0))
-    encode = OnnxAcousticModel.encode
-    slow_until: list[float] = []
-
-    def slow_encode(self, audio, *, native_30s=False):
-        if not slow_until:
-            slow_until.append(time.monotonic() + SLOW_S)
-        if time.monotonic() < slow_until[0]:
-            time.sleep(2.0 * audio.size / 16_000)
-        return encode(self, audio, native_30s=native_30s)
-
-    monkeypatch.setattr(OnnxAcousticModel, "encode", slow_encode)
+    slow_down_encoder(monkeypatch, SLOW_S, 2.0)
     setup = EngineSetup(Transcriber.from_pack(tiny_pack, "cpu"), StreamConfig(step_s=STEP_S))
     captioner = _Captioner(setup, ("system",), AppPaths.default(tmp_path / "home"), save=True,
                            labels={"system": "Others", "mic": "You"})

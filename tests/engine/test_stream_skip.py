@@ -22,20 +22,25 @@ def _script(seed: int = 3):
     return random_script(V, random.Random(seed), n_words=40, rate=1.0, pauses=0.1)
 
 
-def test_skip_drops_pending_audio_with_one_gap_and_keeps_words_on_the_audio_clock():
-    script = _script()
-    stream, _model, clock = stream_of(script, step_s=1.0)
-    audio = script.audio
-    words: list = []
+def _feed(stream, clock, audio, pos: int, end: int, words: list) -> int:
+    """Feed ``audio[pos:end]`` in 0.1 s blocks at real pace, stepping after each; returns ``end``."""
     block = SR // 10
-    pos = 0
-    while pos < 8 * SR:  # 8 s at real pace
+    while pos < end:
         stream.feed(audio[pos : pos + block])
         pos += block
         clock.now += 0.1
         upd = stream.step()
         if upd is not None:
             apply_update(words, upd)
+    return pos
+
+
+def test_skip_drops_pending_audio_with_one_gap_and_keeps_words_on_the_audio_clock():
+    script = _script()
+    stream, _model, clock = stream_of(script, step_s=1.0)
+    audio = script.audio
+    words: list = []
+    pos = _feed(stream, clock, audio, 0, 8 * SR, words)  # 8 s at real pace
     before = [w.text for w in words]
     stream.feed(audio[pos : pos + 6 * SR])  # 6 s arrive while the engine was busy
     pos += 6 * SR
@@ -50,13 +55,7 @@ def test_skip_drops_pending_audio_with_one_gap_and_keeps_words_on_the_audio_cloc
     assert not any(w.speculative for w in words)  # the open utterance ended as it stood
     kept = [w.text for w in words]
     assert kept[: len(before) - 1] == before[: len(before) - 1]
-    while pos < audio.size:
-        stream.feed(audio[pos : pos + block])
-        pos += block
-        clock.now += 0.1
-        upd = stream.step()
-        if upd is not None:
-            apply_update(words, upd)
+    _feed(stream, clock, audio, pos, audio.size, words)
     apply_update(words, stream.finish())
     after = [w for w in words[len(kept) :]]
     heard = [V.vocab.decode(w.tokens).strip() for w in script.words if w.start / SR >= gap_end + 0.3]

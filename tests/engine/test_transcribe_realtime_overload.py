@@ -14,10 +14,9 @@ import time
 
 import pytest
 import srt
-from wavs import spoken, write_wav
+from wavs import slow_down_encoder, spoken, write_wav
 
 from captioner import cli
-from captioner.engine import OnnxAcousticModel
 from captioner.engine.overload import MAX_LAG_STEPS
 from captioner.storage.paths import AppPaths
 from captioner.transcript.store import SessionStore
@@ -30,17 +29,7 @@ SLOW_RTF = 2.0
 
 def test_realtime_transcribe_skips_when_overloaded_and_reports_the_lag(tiny_pack, tmp_path, monkeypatch, capsys):
     wav = write_wav(tmp_path / "speech.wav", spoken(AUDIO_S))
-    encode = OnnxAcousticModel.encode
-    slow_until: list[float] = []
-
-    def slow_encode(self, audio, *, native_30s=False):
-        if not slow_until:
-            slow_until.append(time.monotonic() + SLOW_S)
-        if time.monotonic() < slow_until[0]:
-            time.sleep(SLOW_RTF * audio.size / 16_000)
-        return encode(self, audio, native_30s=native_30s)
-
-    monkeypatch.setattr(OnnxAcousticModel, "encode", slow_encode)
+    slow_until = slow_down_encoder(monkeypatch, SLOW_S, SLOW_RTF)
     home = tmp_path / "home"
     out, subs = home / "out.json", tmp_path / "out.srt"
     t0 = time.monotonic()

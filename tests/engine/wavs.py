@@ -67,3 +67,25 @@ def spoken(seconds: float, rate: int = 16000, pause_s: float = 0.8) -> np.ndarra
             n += block.size
     audio = np.concatenate(pieces)[:target].astype(np.float32)
     return audio if rate == 16000 else resample(audio, 16000, rate).astype(np.float32)
+
+
+def slow_down_encoder(monkeypatch, for_s: float, rtf: float) -> list[float]:
+    """Make ``OnnxAcousticModel.encode`` sleep ``rtf`` × the audio it encodes, for the first ``for_s``
+    wall seconds after its first call: an engine slower than real time, then a recovery. Returns a
+    list that holds, once the encoder ran, the monotonic time the slowness ends."""
+    import time
+
+    from captioner.engine import OnnxAcousticModel
+
+    encode = OnnxAcousticModel.encode
+    slow_until: list[float] = []
+
+    def slow_encode(self, audio, *, native_30s=False):
+        if not slow_until:
+            slow_until.append(time.monotonic() + for_s)
+        if time.monotonic() < slow_until[0]:
+            time.sleep(rtf * audio.size / 16_000)
+        return encode(self, audio, native_30s=native_30s)
+
+    monkeypatch.setattr(OnnxAcousticModel, "encode", slow_encode)
+    return slow_until
