@@ -75,7 +75,7 @@ from onnx import TensorProto
 
 from captioner.models.checkpoint import Checkpoint
 from captioner.models.encoder_graph import MASK_BIAS, qkv_weights
-from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
+from captioner.models.graph_ops import GraphBuilder, WeightStore, int8_columns, value_info
 from captioner.models.pack import FRAMES_DIM, LAYER_INPUTS, decoder_outputs, layer_input
 
 __all__ = ["build_decoder_chunk", "graph_name"]
@@ -155,15 +155,6 @@ def _head_sum(g: GraphBuilder, total: str | None, probs: str, heads: list[int]) 
 SHORTLIST = 32  # int8 vocabulary projection: candidates re-scored exactly in fp32
 
 
-def _int8_table(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The [V, d] projection table as int8 [d, V] (transposed for MatMulInteger) and its per-token
-    scales [V] (symmetric, max |w| → 127)."""
-    w = np.asarray(table, np.float32)
-    scale = np.maximum(np.abs(w).max(axis=1), np.float32(1e-12)) / np.float32(127.0)
-    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
-    return np.ascontiguousarray(q.T), scale.astype(np.float32)
-
-
 class _Logits:
     """The vocabulary projection of the picked rows ``x`` [r, d] (after the final layer norm).
 
@@ -189,14 +180,14 @@ class _Logits:
 
         def table(i: int) -> np.ndarray:
             if not made:
-                made.append(_int8_table(ckpt.weights[table_name]))
+                made.append(int8_columns(ckpt.weights[table_name]))
             return made[0][i]
 
         q = g.weight(f"{table_name}.int8_t", lambda: table(0))
         scale = g.weight(f"{table_name}.int8_scale", lambda: table(1))
         xq, xs, xz = g.op("DynamicQuantizeLinear", [x], outputs=3)
         acc = g.op("Cast", [g.op("MatMulInteger", [xq, q, xz])], to=TensorProto.FLOAT)
-        self.full = g.op("Mul", [g.op("Mul", [acc, xs]), scale])  # [r, V], int8 estimate
+        self.full = g.op("Mul", [acc, g.op("Mul", [xs, scale])])  # [r, V], int8 estimate
 
     def exact(self, ids: str) -> str:
         """Exact fp32 logits [r, n] of the token ids ``ids`` [n]."""
@@ -273,14 +264,15 @@ def _predict(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, rows: int, ta
 
 
 def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: int, linear: str,
-                        known: int = 1, vocab: str = "fp32", verify: bool = False):
+                        known: int = 1, vocab: str = "fp32", verify: bool = False, int8: bool = False):
     """The ModelProto of a chunk graph: ``size`` = K steps over a cache of ``slots`` = S positions,
     the first ``known`` steps batched, for any number of encoder frames (see the module docstring).
 
     K = 1 with S = 200 is Qualcomm AI Hub's fixed-cache single-step decoder, which ``captioner
     bench`` compares against. ``verify`` (with ``known = size``) makes a verifier: the K given
     tokens go through as one batch and every row predicts, so the host checks K proposed tokens
-    for about the cost of one step (the step streams the weights once for all rows).
+    for about the cost of one step (the step streams the weights once for all rows). ``int8``:
+    the layers' linear weights in int8 (``GraphBuilder.linear``).
     """
     dims, w = ckpt.dims, ckpt.weights
     d, heads, hd, n_layers = dims.d_model, dims.decoder_heads, dims.head_dim, dims.decoder_layers
@@ -294,7 +286,7 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
     if slots < 1 or slots + size > dims.n_text_ctx:
         raise ValueError(f"a cache of {slots} slots and {size} steps exceeds the model's {dims.n_text_ctx} positions")
     scale = float(hd) ** -0.5
-    g = GraphBuilder(graph_name(slots, size, known, verify), store, linear)
+    g = GraphBuilder(graph_name(slots, size, known, verify), store, linear, int8)
 
     embed = g.weight("decoder.embed_tokens.weight", lambda: w["decoder.embed_tokens.weight"])
     table_name = "decoder.embed_tokens.weight" if ckpt.tied_output else "proj_out.weight"

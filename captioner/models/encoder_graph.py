@@ -73,15 +73,16 @@ def _blocks(frames: int, block: int) -> list[int]:
     return [min(block, frames - start) for start in range(0, frames, block)]
 
 
-def build_encoder(ckpt: Checkpoint, store: WeightStore, bucket: int, linear: str):
-    """The encoder ModelProto for ``bucket`` seconds (see module docstring for the I/O contract)."""
+def build_encoder(ckpt: Checkpoint, store: WeightStore, bucket: int, linear: str, int8: bool = False):
+    """The encoder ModelProto for ``bucket`` seconds (see module docstring for the I/O contract);
+    ``int8``: the layers' linear weights in int8 (``GraphBuilder.linear``)."""
     dims, w = ckpt.dims, ckpt.weights
     d, heads, hd = dims.d_model, dims.encoder_heads, dims.head_dim
     n_mel_frames, frames = 100 * bucket, 50 * bucket
     if frames > dims.n_audio_ctx:
         raise ValueError(f"bucket {bucket} s exceeds the model's {dims.n_audio_ctx // 50} s window")
     scale = float(hd) ** -0.5
-    g = GraphBuilder(f"encoder_{bucket}s", store, linear)
+    g = GraphBuilder(f"encoder_{bucket}s", store, linear, int8)
 
     def wt(name: str):
         return lambda: w[name]

@@ -229,6 +229,8 @@ class Pack:
         linear: ``"matmul"`` or ``"conv"`` (lowering of the linear layers).
         vocab: the decoder's vocabulary projection, ``"fp32"`` or ``"int8"`` (ranked in int8, the
             best candidates scored in fp32; ``BuildOptions.vocab``); packs without the field: fp32.
+        layers: the linear layers' weights, ``"fp32"`` or ``"int8"`` (``BuildOptions.layers``);
+            packs without the field: fp32.
         token_bytes: id -> raw bytes of that single token (specials as their ``<|...|>`` text).
         pack_hash: hex sha256 of ``manifest.json`` (key of EP-context caches).
     """
@@ -249,6 +251,7 @@ class Pack:
     token_bytes: tuple[bytes, ...]
     pack_hash: str
     vocab: str
+    layers: str
     _encoders: Mapping[int, str] = field(repr=False)
     _decoders: Mapping[tuple[int, int, int], tuple[str, int]] = field(repr=False)
     _verifiers: Mapping[int, tuple[str, int]] = field(repr=False)
@@ -417,6 +420,7 @@ class Pack:
             token_bytes=token_bytes,
             pack_hash=pack_hash,
             vocab=str(manifest.get("vocab", "fp32")),
+            layers=str(manifest.get("layers", "fp32")),
             _encoders=MappingProxyType(encoders),
             _decoders=MappingProxyType(decoders),
             _verifiers=MappingProxyType(verifiers),

@@ -21,6 +21,14 @@ CLIPS = [json.loads(line) for line in (DATA / "manifest.jsonl").read_text(encodi
 SR = 16000
 
 
+def _attention_tolerance(model: OnnxAcousticModel) -> float:
+    """How far a verifier row's alignment attention may be from the sequential step's (probabilities
+    over frames). fp32 layers: float rounding only. int8 layers: a row batched with others differs
+    from the same row alone by float rounding, which can move one activation across an 8-bit step
+    (seen: 0.003); the DTW over these rows cannot move a word for that, and the tokens stay equal."""
+    return 1e-4 if model.pack.layers == "fp32" else 1e-2
+
+
 class Counting:
     """The real model with a count of its decoder dispatches (verifier vs sequential chunks)."""
 
@@ -100,7 +108,7 @@ def test_verifier_rows_are_the_sequential_predictions(model, closing) -> None:
     seq_out = runner.run(pos, 6, seq[pos], np.full(5, -1, np.int64))
     assert [int(t) for t in seq_out.tokens[:5]] == seq[pos + 1 : pos + 6]
     assert np.abs(out.token_logit - seq_out.token_logit[:5]).max() < 1e-3
-    assert np.abs(out.attn_align - seq_out.attn_align[:5]).max() < 1e-4
+    assert np.abs(out.attn_align - seq_out.attn_align[:5]).max() < _attention_tolerance(model)
 
 
 @pytest.mark.parametrize("index", range(len(CLIPS)))
@@ -124,7 +132,7 @@ def test_any_draft_gives_the_greedy_tokens(model, closing, index) -> None:
         assert list(result.tokens) == tokens, name
         assert result.stop_reason == greedy.stop_reason, name
         assert result.attn_align.shape == greedy.attn_align.shape
-        assert np.abs(result.attn_align - greedy.attn_align).max() < 1e-4, name
+        assert np.abs(result.attn_align - greedy.attn_align).max() < _attention_tolerance(model), name
         if name == "right":
             # the draft confirmed whole: after the head (which predicts the first tokens of an English-only
             # prompt itself), a verifier dispatch per 5 tokens and no sequential chunk

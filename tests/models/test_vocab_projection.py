@@ -16,7 +16,7 @@ import pytest
 
 from captioner import cli
 from captioner.models.build import BuildOptions
-from captioner.models.decoder_graph import _int8_table
+from captioner.models.graph_ops import int8_columns
 from captioner.models.pack import Pack
 from captioner.storage.paths import AppPaths
 from models.ct2_reference import clip_features, pack_greedy, prompt_of
@@ -44,7 +44,7 @@ def test_auto_is_int8_for_matmul_and_fp32_for_conv() -> None:
 def test_int8_table_round_trips_within_half_a_step() -> None:
     table = np.random.default_rng(0).standard_normal((300, 64)).astype(np.float32)
     table[7] = 0.0  # an all-zero row keeps a usable scale
-    q, scale = _int8_table(table)
+    q, scale = int8_columns(table)
     assert q.dtype == np.int8 and q.shape == (64, 300) and scale.shape == (300,)
     back = q.T.astype(np.float32) * scale[:, None]
     assert np.all(np.abs(back - table) <= scale[:, None] / 2 + 1e-7)
