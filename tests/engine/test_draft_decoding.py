@@ -56,9 +56,11 @@ class Counting:
         return runner
 
 
-@pytest.fixture(scope="module")
-def model(real_tiny_en_pack) -> OnnxAcousticModel:
-    return OnnxAcousticModel(real_tiny_en_pack, Runtime(real_tiny_en_pack, "cpu"))
+@pytest.fixture(scope="module", params=["fp32", "int8"])
+def model(request, real_tiny_en_pack, real_tiny_en_int8_pack) -> OnnxAcousticModel:
+    """tiny.en with its default fp32 layers, and with int8 layers (whisper-base's default)."""
+    pack = real_tiny_en_pack if request.param == "fp32" else real_tiny_en_int8_pack
+    return OnnxAcousticModel(pack, Runtime(pack, "cpu"))
 
 
 @pytest.fixture(scope="module")

@@ -172,19 +172,29 @@ def tiny_runner(real_tiny_en_pack) -> PackRunner:
 
 
 @pytest.fixture(scope="module")
+def int8_runner(real_tiny_en_int8_pack) -> PackRunner:
+    """The pack with int8 layers (whisper-base's default)."""
+    return PackRunner(real_tiny_en_int8_pack, _two_threads)
+
+
+@pytest.fixture(scope="module")
 def ct2_model(real_tiny_en_dir):
     import ctranslate2
 
     return ctranslate2.models.Whisper(str(real_tiny_en_dir), device="cpu", compute_type="float32", intra_threads=2)
 
 
+@pytest.mark.parametrize("layers", ["int8", "fp32"])
 @pytest.mark.parametrize("clip", CLIPS, ids=lambda p: p.stem)
-def test_greedy_tokens_equal_ctranslate2s(clip, ct2_model, tiny_runner) -> None:
-    pack = tiny_runner.pack
+def test_greedy_tokens_equal_ctranslate2s(clip, layers, ct2_model, tiny_runner, int8_runner) -> None:
+    """CTranslate2's float32 greedy decode; int8 layers give the same tokens on these clips too."""
+    runner = int8_runner if layers == "int8" else tiny_runner
+    assert runner.pack.layers == layers
+    pack = runner.pack
     feats = clip_features(clip)
     prompt = prompt_of(pack)
     ref = ct2_greedy(ct2_model, feats, prompt, pack.special.eot, pack.dims.n_vocab)
-    ours = pack_greedy(tiny_runner, feats, prompt)
+    ours = pack_greedy(runner, feats, prompt)
     assert len(ref) >= 4 and ours == ref
 
 
@@ -243,14 +253,17 @@ def test_the_safetensors_checkpoint_builds_the_same_pack(hf_tiny_en_pack, real_t
 
 
 def test_transformers_agrees_with_the_ct2_pack(hf_tiny_en, tiny_runner) -> None:
-    """transformers' own Whisper on the converted checkpoint: the same encoder K/V and greedy tokens."""
+    """transformers' own Whisper on the converted checkpoint: the same encoder K/V and greedy tokens
+    as the pack (fp32 layers: compared at float tolerance)."""
+    fp32_runner = tiny_runner
+    assert fp32_runner.pack.layers == "fp32"
     ref = Reference(hf_tiny_en)
     feats = clip_features(CLIPS[1])
     enc_out = ref.encode(feats)
     ref_k, ref_v = ref.cross_kv(enc_out)
-    ours = tiny_runner.encode(feats, 1500, 30)
+    ours = fp32_runner.encode(feats, 1500, 30)
     scale = np.abs(ref_k).max()
     assert np.abs(ours.cross_k - ref_k).max() <= 1e-4 * scale and np.abs(ours.cross_v - ref_v).max() <= 1e-4 * scale
-    prompt = prompt_of(tiny_runner.pack)
-    tokens = pack_greedy(tiny_runner, feats, prompt)
+    prompt = prompt_of(fp32_runner.pack)
+    tokens = pack_greedy(fp32_runner, feats, prompt)
     assert ref.greedy(enc_out, prompt, len(prompt) + len(tokens) - 1)[len(prompt):] == tokens

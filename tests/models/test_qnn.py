@@ -62,7 +62,7 @@ def small_pack(tmp_path_factory):
     root = tmp_path_factory.mktemp("qnn")
     ckpt = make_checkpoint(root / "ckpt", d_model=32, layers=1, heads=2, ffn=64, seed=3,
                            alignment_heads=[(0, 1)])
-    return build_pack(ckpt, root / "pack", BuildOptions(vocab="fp32"))  # the NPU's packs: fp32 projection
+    return build_pack(ckpt, root / "pack", BuildOptions(vocab="fp32", layers="fp32"))  # the NPU's packs: fp32
 
 
 @pytest.fixture(scope="module")

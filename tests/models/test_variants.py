@@ -15,7 +15,8 @@ from models.helpers import PackRunner, Reference, random_mel
 
 
 def build(checkpoint, out, *extra: str) -> Pack:
-    code = cli.run(["models", "build", "--checkpoint", str(checkpoint), "--out", str(out), *extra],
+    """The variant built by the CLI with fp32 layers: compared with transformers at float tolerance."""
+    code = cli.run(["models", "build", "--checkpoint", str(checkpoint), "--out", str(out), "--layers", "fp32", *extra],
                    AppPaths.default(out.parent / "home"))
     assert code == 0
     return Pack.load(out, verify=True)
