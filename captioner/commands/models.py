@@ -124,7 +124,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _build(args: argparse.Namespace, paths: AppPaths) -> int:
     pack = build_pack(args.checkpoint, args.out, _options(args), name=args.name, progress=_Progress())
     print(f"built {pack.root} ({len(pack.graph_files())} graphs, buckets {' '.join(map(str, pack.buckets))} s, "
-          f"{pack.precision}, {pack.linear})")
+          f"{pack.precision} weights file, {pack.linear}, {pack.layers} layers, "
+          f"{'int8-ranked' if pack.vocab == 'int8' else 'fp32'} vocabulary)")
     return 0
 
 
