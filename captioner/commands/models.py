@@ -33,7 +33,8 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
                              "(~3.5x faster CPU decoding, same tokens), fp32, or auto: int8 unless --linear conv")
     parser.add_argument("--layers", choices=("auto", "fp32", "int8"), default="auto",
                         help="weights of the encoder's and decoder's linear layers: int8 (each input row "
-                             "quantised on the fly; ~35%% less CPU time), fp32, or auto: int8 unless --linear conv")
+                             "quantised on the fly; ~35%% less CPU time), fp32, or auto: int8 for whisper-base and "
+                             "larger unless --linear conv or on Windows ARM64, fp32 otherwise")
     parser.add_argument("--chunk", type=int, default=5, metavar="K",
                         help="size of the shared decoder chunks after the first 10 positions (default 5)")
 

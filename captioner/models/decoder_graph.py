@@ -75,7 +75,7 @@ from onnx import TensorProto
 
 from captioner.models.checkpoint import Checkpoint
 from captioner.models.encoder_graph import MASK_BIAS, qkv_weights
-from captioner.models.graph_ops import GraphBuilder, WeightStore, int8_columns, value_info
+from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
 from captioner.models.pack import FRAMES_DIM, LAYER_INPUTS, decoder_outputs, layer_input
 
 __all__ = ["build_decoder_chunk", "graph_name"]
@@ -176,15 +176,7 @@ class _Logits:
         if not self.int8:
             self.full = g.op("Gemm", [x, proj], transB=1)  # [r, V]
             return
-        made: list[tuple[np.ndarray, np.ndarray]] = []
-
-        def table(i: int) -> np.ndarray:
-            if not made:
-                made.append(int8_columns(ckpt.weights[table_name]))
-            return made[0][i]
-
-        q = g.weight(f"{table_name}.int8_t", lambda: table(0))
-        scale = g.weight(f"{table_name}.int8_scale", lambda: table(1))
+        q, scale = g.int8_weight(f"{table_name}.int8_t", f"{table_name}.int8_scale", lambda: ckpt.weights[table_name])
         xq, xs, xz = g.op("DynamicQuantizeLinear", [x], outputs=3)
         acc = g.op("Cast", [g.op("MatMulInteger", [xq, q, xz])], to=TensorProto.FLOAT)
         self.full = g.op("Mul", [acc, g.op("Mul", [xs, scale])])  # [r, V], int8 estimate

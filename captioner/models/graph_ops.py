@@ -212,18 +212,22 @@ class GraphBuilder:
             return self.op("Transpose", [y3], perm=[0, 2, 1])
         return self.op("Transpose", [self.op("Reshape", [y3, self.const([n_out, rows])])], perm=[1, 0])
 
-    def _int8_linear(self, x: str, name: str, w: Callable[[], np.ndarray], b: Callable[[], np.ndarray] | None,
-                     rows: int, n_out: int) -> str:
-        """:meth:`linear` with int8 weights and ``x`` quantised on the fly (``int8`` of the builder)."""
+    def int8_weight(self, q_name: str, scale_name: str, make: Callable[[], np.ndarray]) -> tuple[str, str]:
+        """A [n_out, n_in] weight as :func:`int8_columns` stores it: the int8 [n_in, n_out] value and
+        its scales [n_out]; ``make`` (the float weight) runs at most once, and only if the pack lacks them."""
         made: list[tuple[np.ndarray, np.ndarray]] = []
 
         def part(i: int) -> np.ndarray:
             if not made:
-                made.append(int8_columns(w()))
+                made.append(int8_columns(make()))
             return made[0][i]
 
-        wq = self.weight(f"{name}.weight_int8_t", lambda: part(0))
-        ws = self.weight(f"{name}.weight_int8_scale", lambda: part(1))
+        return self.weight(q_name, lambda: part(0)), self.weight(scale_name, lambda: part(1))
+
+    def _int8_linear(self, x: str, name: str, w: Callable[[], np.ndarray], b: Callable[[], np.ndarray] | None,
+                     rows: int, n_out: int) -> str:
+        """:meth:`linear` with int8 weights and ``x`` quantised on the fly (``int8`` of the builder)."""
+        wq, ws = self.int8_weight(f"{name}.weight_int8_t", f"{name}.weight_int8_scale", w)
         # one scale per row, symmetric, stored as uint8 around 128: ORT's fast integer kernel is
         # u8×s8 (s8×s8 ran 13× slower here), and its MatMulInteger takes one zero point per tensor
         peak = self.op("ReduceMax", [self.op("Abs", [x]), self.const([-1])], keepdims=1)  # [..., rows, 1]
