@@ -102,6 +102,8 @@ class RoundStats:
         skipped_s: audio dropped undecoded by an overload skip (``stop_reason`` ``"skipped"``).
         drafted: tokens a closing round took from its draft words after the verifier confirmed
             them (``engine/decoder.py``, draft decoding).
+        revised_s: seconds of an open utterance's drafted audio that a live round decoded again,
+            its words replacing the drafts (``engine/stream.py`` deviation 20); 0 for other rounds.
     """
 
     round_index: int = 0
@@ -125,6 +127,7 @@ class RoundStats:
     language: str = ""
     skipped_s: float = 0.0
     drafted: int = 0
+    revised_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

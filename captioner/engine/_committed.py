@@ -13,13 +13,14 @@ import bisect
 import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from captioner.core import SAMPLE_RATE, Source, Word
 from captioner.engine.align import WordSpan, split_words
 from captioner.engine.model import SAMPLES_PER_FRAME
 from captioner.engine.tokens import Vocabulary, normalize_word
 
-__all__ = ["CommittedLog", "CommittedToken", "keep_first_shown", "token_spans"]
+__all__ = ["CommittedLog", "CommittedToken", "Shown", "keep_first_shown", "retracted_words", "token_spans"]
 
 
 @dataclass(slots=True)
@@ -85,10 +86,13 @@ class CommittedLog:
         return list(self._last_words(len(self.tokens), n))
 
     def words_before(self, sample: int, n: int) -> tuple[bytes, ...]:
-        """Normalised texts of the last ``n`` committed, non-speculative words that end by audio
-        position ``sample`` (the context of a round whose input starts there)."""
+        """Normalised texts of the last ``n`` committed, non-speculative words that start before and
+        end by audio position ``sample`` (the context of a round whose input starts there; a word
+        that DTW collapsed onto the input's first sample is part of that input, which a closing
+        round re-decodes: taken for context, it made the repetition guard stop that decode at once)."""
         upto = len(self.tokens)
-        while upto and (self.tokens[upto - 1].end > sample or self.tokens[upto - 1].speculative):
+        while upto and (self.tokens[upto - 1].end > sample or self.tokens[upto - 1].start >= sample
+                        or self.tokens[upto - 1].speculative):
             upto -= 1
         return self._last_words(upto, n)
 
@@ -194,27 +198,45 @@ def token_spans(words: Sequence[WordSpan], n_tokens: int, start: int, end: int |
     return spans
 
 
-def retracted_words(tokens: Sequence[CommittedToken], vocab: Vocabulary) -> list[tuple[bytes, float]]:
-    """(normalised text, first emission time) of each word of retracted ``tokens``."""
-    return [
-        (normalize_word(vocab.text_bytes(t.id for t in tokens[f : f + k])), tokens[f].emitted_at)
-        for f, k in split_words([t.id for t in tokens], vocab)
-    ]
+class Shown(NamedTuple):
+    """A retracted word: normalised text, first emission time, and its audio span (absolute samples)
+    where it was timed reliably (``None`` for a speculative word: its DTW was unreliable)."""
+
+    text: bytes
+    emitted_at: float
+    span: tuple[int, int] | None
 
 
-def keep_first_shown(new_tokens: list[CommittedToken], retracted: list[tuple[bytes, float]], vocab: Vocabulary) -> None:
-    """Words that re-emit retracted words with equal normalised text keep the earlier
-    ``emitted_at`` (``stream.py`` deviations 10 and 17): the two word lists are aligned in order
-    (``difflib``), so a word changed by a closing round's correction does not cost the words after
-    it the time they were first shown."""
+_SAME_PLACE_N = round(0.3 * SAMPLE_RATE)  # a re-emitted word is the shown one: start and end within 0.3 s
+
+
+def retracted_words(tokens: Sequence[CommittedToken], vocab: Vocabulary) -> list[Shown]:
+    """Each word of retracted ``tokens``, as :class:`Shown`."""
+    words = []
+    for f, k in split_words([t.id for t in tokens], vocab):
+        toks = tokens[f : f + k]
+        span = None if any(t.speculative for t in toks) else (toks[0].start, max(t.end for t in toks))
+        words.append(Shown(normalize_word(vocab.text_bytes(t.id for t in toks)), toks[0].emitted_at, span))
+    return words
+
+
+def keep_first_shown(new_tokens: list[CommittedToken], retracted: list[Shown], vocab: Vocabulary) -> None:
+    """Words that re-emit retracted words with equal normalised text, at the same place (start within
+    0.3 s, end at most 0.3 s later; a speculative word's time was unreliable: anywhere), keep the earlier ``emitted_at`` (``stream.py`` deviations 10,
+    17 and 20): the two word lists are aligned in order (``difflib``), so a word changed by a
+    correction does not cost the words after it the time they were first shown, and an equal word
+    elsewhere in the audio (a repeated "the") does not take a time from before it was spoken."""
     if not retracted or not new_tokens:
         return
     groups = split_words([t.id for t in new_tokens], vocab)
     texts = [normalize_word(vocab.text_bytes(t.id for t in new_tokens[f : f + k])) for f, k in groups]
-    old = [text for text, _ in retracted]
+    old = [shown.text for shown in retracted]
     for block in difflib.SequenceMatcher(None, old, texts, autojunk=False).get_matching_blocks():
         for n in range(block.size):
             f, k = groups[block.b + n]
-            shown = retracted[block.a + n][1]
-            for t in new_tokens[f : f + k]:
-                t.emitted_at = min(t.emitted_at, shown)
+            shown, word = retracted[block.a + n], new_tokens[f : f + k]
+            if shown.span is not None and (abs(word[0].start - shown.span[0]) > _SAME_PLACE_N
+                                           or max(t.end for t in word) > shown.span[1] + _SAME_PLACE_N):
+                continue  # another place, or the word now reaches further into audio shown later
+            for t in word:
+                t.emitted_at = min(t.emitted_at, shown.emitted_at)

@@ -98,6 +98,22 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     input reaches back up to 9.6 s: the closing decode, which replaces the utterance's draft
     words, is in the language heard on the most audio, and the next utterance may switch.
 
+20. **Live rounds revise an open utterance's drafts**: a draft word that the closing round corrects
+    is shown in its final form only when the utterance closes, seconds later: the latency tail of
+    issue 17 (whisper-base, 1 s step: 9 % of the words, a median 5 s late; 40 % of them among an
+    utterance's first 2 s, which its first rounds hear as 1–2 s of masked speech and mishear). So:
+    **opening rounds**: while the open utterance is at most ``opening_s`` long, a live round
+    decodes all of it from its start without a prefix, heard with silence to ``opening_window_s``
+    (as deviation 18 does for closing inputs), and its words replace the utterance's drafts;
+    **minimum context**: later, a live round whose input is shorter than ``min_context_s`` reaches
+    back to the drafted word that starts that long before its end, forces it as the prefix (as the
+    carry forces the second-to-last word) and replaces the drafts after it, so its words are heard
+    with seconds of left context instead of the carry's one word. Only where the paper's carry cap
+    (2 × step) is shorter than ``min_context_s``: at a 2 s step the input already holds 3–4 s, and
+    reaching back there only moved corrections a step later (measured). Replaced drafts that come
+    out the same keep the time they were first shown (deviation 10); the overlap dedup does not
+    apply (every word after the prefix is decoded again).
+
 Two word guards of :mod:`~captioner.engine.validate` (phrase repetition with the committed words as
 context, sound annotations) run in every round, closing or not.
 
@@ -120,6 +136,7 @@ from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
 from captioner.engine._committed import (
     CommittedLog,
     CommittedToken,
+    Shown,
     keep_first_shown,
     retracted_words,
     token_spans,
@@ -176,6 +193,13 @@ class StreamConfig:
             follows the committed words (deviation 17); 0 = the carry only.
         closing_replaces: the closing round's words replace the committed words of its input
             (the live words were a draft; deviation 17); False = only what follows them is added.
+        opening_s: while an open utterance is at most this long (its start to the input's end), a
+            live round decodes all of it from its start, heard with silence to ``opening_window_s``,
+            and its words replace the utterance's drafts (deviation 20); 0 = off.
+        opening_window_s: the window an opening round's input is padded to with silence, seconds.
+        min_context_s: a live round whose input is shorter reaches back into the open utterance's
+            drafted audio to a drafted word starting at least this long before its end, forced as
+            the prefix; the drafts after it are decoded again and replaced (deviation 20); 0 = off.
     """
 
     step_s: float = 2.0
@@ -199,6 +223,9 @@ class StreamConfig:
     speech_pad_s: float = 0.2
     closing_context_s: float = 29.6
     closing_replaces: bool = True
+    opening_s: float = 4.0
+    opening_window_s: float = 6.0
+    min_context_s: float = 4.0
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.step_s <= 3.0:
@@ -213,6 +240,9 @@ class StreamConfig:
             raise CaptionerError("filter widths and the re-inference count must be at least 1")
         if not 0.0 <= self.closing_context_s <= 30.0:
             raise CaptionerError(f"closing context must be in [0, 30] seconds, got {self.closing_context_s}")
+        if not (0.0 <= self.opening_s <= self.opening_window_s <= 30.0 and 0.0 <= self.min_context_s <= 30.0):
+            raise CaptionerError("opening length, opening window and minimum context must be within [0, 30] "
+                                 "seconds, the opening no longer than its window")
         if not 0.0 < self.vad_threshold < 1.0 or self.end_silence_s <= 0 or self.speech_pad_s < 0:
             raise CaptionerError("speech threshold must be in (0, 1), end silence positive, speech pad ≥ 0")
 
@@ -286,6 +316,9 @@ class Stream:
         self._history = np.zeros(0, np.float32)
         self._history_start = 0
         self._context_n = _frames(round(cfg.closing_context_s * SAMPLE_RATE))
+        self._opening_n = round(cfg.opening_s * SAMPLE_RATE)  # deviation 20
+        self._opening_window_n = _frames(round(cfg.opening_window_s * SAMPLE_RATE))
+        self._min_context_n = round(cfg.min_context_s * SAMPLE_RATE)
         self._utterance_start: int | None = None  # where the open utterance's input begins (onset − pad)
         self._onset = 0  # where its speech begins (the speech detector's onset): no word starts before
         self._log = CommittedLog(self.vocab, source)  # committed tokens -> published words
@@ -467,10 +500,17 @@ class Stream:
             if begin <= start <= self._history_start + self._history.size:
                 audio = np.concatenate([self._history[begin - self._history_start : start - self._history_start], audio])
                 start, extended = begin, True
+        revise: tuple[tuple[int, ...], int] | None = None  # deviation 20: (prefix, first replaced token)
+        if not closes and self._context_n and self._utterance_start is not None and not self.hurry:
+            before = start
+            start, audio, revise = self._reach_back(start, audio)
+            stats["revised_s"] = (before - start) / SAMPLE_RATE
         eff_s = audio.size / SAMPLE_RATE
         stats["input_s"] = eff_s
 
         seen = audio
+        if revise is not None and not revise[0]:  # deviation 20: an opening round, heard with silence
+            seen = np.concatenate([audio, np.zeros(max(0, self._opening_window_n - audio.size), np.float32)])
         if closes:  # deviation 18: a closing input is heard with silence after it, to 10 s or 30 s
             heard = _closing_window(self.model, audio.size)
             seen = np.concatenate([audio, np.zeros(max(0, heard - audio.size), np.float32)])
@@ -479,7 +519,7 @@ class Stream:
         if self._auto and (closes or not self._language_settled):
             self._detect_language(encoding, audio.size, closes)
         stats["language"] = self.language
-        prefix = () if extended else self._prefix
+        prefix = () if extended else self._prefix if revise is None else revise[0]
         if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # deviation 14
             logger.debug("prefix of %d tokens too long for the plan; not forced", len(prefix))
             prefix = ()
@@ -497,7 +537,10 @@ class Stream:
             closing=closes,
         )
         # a closing round re-decodes words already drafted: they are proposed to the verifier
+        # (and so does a round that revises an open utterance's drafts, deviation 20)
         draft = [t.id for t in self._log.tokens[self._log.first_word_since(start):]] if extended else []
+        if revise is not None:
+            draft = [t.id for t in self._log.tokens[revise[1]:]]
         result = decode_round(self.model, encoding, self._prompt, prefix, validator, cfg.max_tokens, draft)
         stats.update(
             tokens=len(result.tokens),
@@ -515,7 +558,12 @@ class Stream:
                 self._end_utterance()
                 return self._update(stats, t_round)
             return self._nothing_decoded(start, audio, stats, t_round, last, result.stop_reason)
-        return self._end_of_round(start, audio, result, stats, t_round, last, closes)
+        replaced: list[Shown] = []
+        if revise is not None:  # deviation 20: the drafts after the prefix are decoded again: replace them
+            speculative = self._undo_speculative()
+            replaced = retracted_words(self._log.truncate(revise[1]), self.vocab) + speculative
+            self._prefix, self._memory = revise[0], None
+        return self._end_of_round(start, audio, result, stats, t_round, last, closes, replaced)
 
     def _nothing_decoded(self, start: int, audio: np.ndarray, stats: dict, t_round: float, last: bool, reason: str):
         """§2.6: no emission, state untouched, the last ≤ 2 × step carried (final round: the
@@ -528,9 +576,10 @@ class Stream:
 
     def _end_of_round(
         self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool,
-        closes: bool,
+        closes: bool, replaced: list[Shown] | None = None,
     ) -> EngineUpdate:
-        """NPUSPER.md §11 in its order (11.1 … 11.11)."""
+        """NPUSPER.md §11 in its order (11.1 … 11.11); ``replaced``: the drafted words that a revising
+        round (deviation 20) decoded again, (normalised text, first shown), in time order."""
         cfg = self.config
         eff_s = audio.size / SAMPLE_RATE
         cands = list(result.candidates)  # 11.1
@@ -555,7 +604,7 @@ class Stream:
         if self._repeat_count >= cfg.reinfer_after:
             return self._reinfer(start, audio, stats, t_round)
 
-        retracted = self._undo_speculative()  # 11.4
+        retracted = (replaced or []) + self._undo_speculative()  # 11.4
         saved_memory, saved_end, saved_prefix = self._memory, self._memory_end, self._prefix
         words = alignment.words if alignment is not None and alignment.valid else ()
         if reliable and words:  # 11.5
@@ -619,6 +668,32 @@ class Stream:
         )
         stats.update(speculative=speculative)
         return self._update(stats, t_round)
+
+    def _reach_back(self, start: int, audio: np.ndarray) -> tuple[int, np.ndarray, tuple[tuple[int, ...], int] | None]:
+        """Deviation 20: the input of a live round of an open utterance, reaching back into its drafted
+        audio, with (forced prefix, token index of the first draft it replaces); the input unchanged
+        and None when it does not reach back."""
+        end, utterance = start + audio.size, _frames(self._utterance_start or 0)
+        revise: tuple[tuple[int, ...], int]
+        if not self._history_start <= utterance <= start:
+            return start, audio, None
+        if end - utterance <= self._opening_n:  # an opening round: all of the utterance, no prefix
+            begin, revise = utterance, ((), self._log.first_word_since(utterance))
+        elif end - start < self._min_context_n and 2 * self._step_n < self._min_context_n:  # from a drafted word
+            tokens = self._log.tokens
+            k = self._log.first_word_since(max(utterance + self._pad_n, end - self._min_context_n))
+            after = next((i for i in range(k + 1, len(tokens)) if self.vocab.starts_word(tokens[i].id)), len(tokens))
+            begin = _frames(max(self._history_start, tokens[k].start + self._offset_n)) if after < len(tokens) else end
+            prefix = tuple(t.id for t in tokens[k:after])
+            bucket = next((b for b in sorted(self.model.buckets) if end - begin <= b * SAMPLE_RATE), 30)
+            if begin >= start or len(prefix) > max_prefix(self.model, bucket, len(self._prompt)):
+                return start, audio, None
+            revise = (prefix, after)
+        else:
+            return start, audio, None
+        if begin < start:
+            audio = np.concatenate([self._history[begin - self._history_start : start - self._history_start], audio])
+        return begin, audio, revise
 
     def _detect_language(self, encoding, n_audio: int, closes: bool) -> None:
         """Deviation 19: the language of this input from the first decoder step (one chunk dispatch);
@@ -760,7 +835,7 @@ class Stream:
     def _set_carry(self, start: int, audio: np.ndarray) -> None:
         self._carry, self._carry_start = audio, start
 
-    def _undo_speculative(self) -> list[tuple[bytes, float]]:
+    def _undo_speculative(self) -> list[Shown]:
         """§11.4: drop the previous round's speculative tokens; returns the dropped words'
         (normalised text, emitted_at)."""
         if self._spec_from is None:

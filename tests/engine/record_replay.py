@@ -42,16 +42,18 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "about": "A real clip cut at its last speech sample (the VAD's end), streamed at a 1 s step: "
                  "a sound annotation stops the first round, peak-margin stops end the live rounds, "
                  "and finish()'s closing round keeps the last word ('... wait no longer.'); then the closing "
-                 "input decoded greedily without a draft.",
+                 "input decoded greedily without a draft. Deviation 20 off (opening rounds, minimum context): "
+                 "the paper's live rounds are what it records.",
         "audio": [{"clip": "1089-134691-0001", "end_s": 4.896}],
-        "kind": "stream", "step_s": 1.0, "config": {}, "greedy_last": True,
+        "kind": "stream", "step_s": 1.0, "config": {"opening_s": 0.0, "min_context_s": 0.0}, "greedy_last": True,
     },
     "closing_draft": {
         "about": "A real clip streamed at a 2 s step: the live draft ('has to print') is corrected by "
                  "the closing round ('Hester Prin'), which proposes the draft to the verifier; then "
-                 "the same closing input decoded greedily without a draft (draft decoding = greedy).",
+                 "the same closing input decoded greedily without a draft (draft decoding = greedy). "
+                 "Deviation 20 off: its opening rounds would hear 'Hester Prin' already.",
         "audio": [{"clip": "1221-135766-0002"}],
-        "kind": "stream", "step_s": 2.0, "config": {}, "greedy_last": True,
+        "kind": "stream", "step_s": 2.0, "config": {"opening_s": 0.0, "min_context_s": 0.0}, "greedy_last": True,
     },
     "noise_annotation": {
         "about": "6 s of white noise (-30 dBFS, seed 1) with the speech detector off: real tiny.en "
@@ -69,15 +71,17 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     },
     "speculative": {
         "about": "A real 2 s clip at a 1 s step: the first round's alignment is unreliable, its words "
-                 "are shown speculatively and the next round retracts and confirms them.",
+                 "are shown speculatively and the next round retracts and confirms them. Deviation 20 off: on "
+                 "a clip this short every round would be an opening round.",
         "audio": [{"clip": "1089-134691-0000"}],
-        "kind": "stream", "step_s": 1.0, "config": {},
+        "kind": "stream", "step_s": 1.0, "config": {"opening_s": 0.0, "min_context_s": 0.0},
     },
     "live_backward_shift": {
         "about": "A real clip at a 0.7 s step: a live round's attention jumps back (backward-shift stop, "
-                 "§7); the flagged token and what follows are dropped and decoded again from the carry.",
+                 "§7); the flagged token and what follows are dropped and decoded again from the carry. "
+                 "Deviation 20 off: the paper's carry is what it records.",
         "audio": [{"clip": "1089-134691-0001"}],
-        "kind": "stream", "step_s": 0.7, "config": {},
+        "kind": "stream", "step_s": 0.7, "config": {"opening_s": 0.0, "min_context_s": 0.0},
     },
     "restart_false_positive": {
         "about": "Two real clips of one speaker back to back, 3 s step: the second ends with the first's "
@@ -86,6 +90,15 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                  "later speech (validate.py).",
         "audio": [{"clip": "1089-134691-0000"}, {"clip": "1089-134691-0001"}],
         "kind": "stream", "step_s": 3.0, "config": {},
+    },
+    "revising": {
+        "about": "A real 5.4 s clip at a 1 s step with the default policy: the utterance's first rounds "
+                 "(up to 4 s of it) decode all of it from its start heard with silence to 6 s and replace "
+                 "its drafts; the next live round, whose carry is short, reaches back to a drafted word "
+                 "4 s before its end, forced as the prefix, and replaces the drafts after it "
+                 "(stream.py deviation 20).",
+        "audio": [{"clip": "1089-134691-0001"}],
+        "kind": "stream", "step_s": 1.0, "config": {},
     },
     "loops": {
         "about": "Single rounds on short masked inputs (3 s bucket) where greedy tiny.en loops until "

@@ -172,8 +172,9 @@ def test_no_word_starts_in_the_leading_silence(vocab) -> None:
     words = result["stream"].words
     assert norm(" ".join(w.text for w in words)) == norm(REFERENCES["1089-134691-0000"])
     assert words[0].start >= onset / SR
-    first_input = next(e for e in model.rec.events if e["op"] == "encode")
-    assert first_input["n"] < 2 * SR  # the input was trimmed to the onset (less the pad), not 4 s of audio
+    first_input = next(u.stats for u in updates if u.stats.chunks)
+    assert first_input.input_s < 2.0  # the input was trimmed to the onset (less the pad), not 4 s of audio
+    assert first_input.bucket == 6  # an opening round (deviation 20): heard with silence to 6 s
 
 
 # ----------------------------------------------------------------------------- (e) draft decoding
@@ -238,6 +239,37 @@ def test_a_phrase_said_again_is_not_taken_for_a_sentence_restart(vocab) -> None:
     _, result = replay("restart_false_positive", vocab)
     said = REFERENCES["1089-134691-0000"] + " " + REFERENCES["1089-134691-0001"]
     assert norm(" ".join(w.text for w in result["stream"].words)) == norm(said)
+
+
+# ----------------------------------------------------------------------------- deviation 20
+def test_opening_rounds_and_the_minimum_context_revise_the_drafts(vocab) -> None:
+    """A real 5.4 s clip at a 1 s step: while the utterance is at most 4 s long every live round
+    decodes all of it from its start, heard with silence to 6 s (bucket 6), without a prefix, and
+    replaces the drafts; the next round (its carry short) reaches back to a drafted word 4 s before
+    its end, forced as the prefix, and replaces the drafts after it. Words that come out the same
+    keep the time they were first shown; no word is ever shown twice in a row."""
+    model, result = replay("revising", vocab)
+    updates, stream = result["updates"], result["stream"]
+    live = [u for u in updates if u.stats is not None and u.stats.chunks and not u.stats.closes]
+    opening = [u for u in live if u.stats.bucket == 6]
+    assert len(opening) >= 3  # the rounds ending at 1, 2, 3 and 4 s (the utterance starts at 0.2 s)
+    inputs = [u.stats.input_s for u in opening]
+    assert inputs == sorted(inputs) and inputs[-1] - inputs[0] >= 2.0  # each from the utterance's start
+    assert any(u.stats.revised_s > 0 and u.retract > 0 for u in opening)  # drafts replaced
+    encodes = [e for e in model.rec.events if e["op"] == "encode"]
+    assert sum(e["n"] == 6 * SR for e in encodes) == len(opening)  # heard with silence to 6 s
+    reach = next(u for u in live if u.stats.bucket != 6)
+    assert reach.stats.revised_s > 0 and reach.stats.input_s >= 4.0 - 0.25  # from a word 4 s back
+    assert reach.stats.input_s == pytest.approx(reach.stats.carry_s + 1.0 + reach.stats.revised_s, abs=0.05)
+    # the first word, drafted by the first round, kept its first-shown time through the revisions
+    first = next(u for u in updates if u.words)
+    assert stream.words[0].emitted_at == first.words[0].emitted_at
+    shown: list[str] = []
+    for u in updates:
+        shown = shown[: len(shown) - u.retract] + [w.text for w in u.words]
+        texts = norm(" ".join(shown))
+        assert all(a != b for a, b in zip(texts, texts[1:], strict=False)), texts
+    assert norm(" ".join(w.text for w in stream.words)) == norm(REFERENCES["1089-134691-0001"])
 
 
 # ----------------------------------------------------------------------------- the replay itself

@@ -65,8 +65,11 @@ def test_word_times_are_monotonic_and_inside_the_audio(sixty) -> None:
     starts = [w["start"] for w in words]
     assert starts == sorted(starts)
     assert all(a["end"] <= b["start"] + 1e-9 for a, b in itertools.pairwise(words))
-    # emitted after the audio they cover was available (simulated live clock)
-    assert all(w["emitted_at"] >= w["end"] for w in words)
+    # emitted after the audio they cover was available (simulated live clock), but for the 0.3 s by
+    # which a revision may move the end of a word that keeps the time it was first shown (stream.py
+    # deviations 10, 17 and 20)
+    early = [w for w in words if w["emitted_at"] < w["end"] - 0.3]
+    assert not early, early[:5]
 
 
 def test_output_is_deterministic(tiny_pack, long_wav, sixty, tmp_path) -> None:
