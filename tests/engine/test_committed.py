@@ -1,0 +1,56 @@
+"""The committed-token log's word rules (``captioner/engine/_committed.py``) on the real tiny.en
+vocabulary: which words are a round's context, and which re-emitted words keep their first-shown time."""
+
+from __future__ import annotations
+
+import pytest
+from replay import load_vocabulary
+
+from captioner.engine._committed import CommittedLog, CommittedToken, keep_first_shown, retracted_words
+from captioner.engine.tokens import Vocabulary
+
+SR = 16000
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Vocabulary:
+    return load_vocabulary()
+
+
+def tok(vocab: Vocabulary, text: str, start_s: float, end_s: float, shown: float = 0.0,
+        speculative: bool = False) -> CommittedToken:
+    return CommittedToken(vocab.token_bytes.index(text.encode()), round(start_s * SR), round(end_s * SR), shown,
+                          speculative)
+
+
+def test_a_word_collapsed_onto_an_input_start_is_not_context_of_that_input(vocab) -> None:
+    """DTW may give the first word of an input a zero-length span at its first sample ("Ask" at
+    0.0–0.0 of a noisy clip); that word is part of the input a closing round decodes again, and as
+    context it made the repetition guard stop that decode at its first token, losing the utterance."""
+    log = CommittedLog(vocab, "system")
+    log.extend([tok(vocab, " He", 0.2, 0.5), tok(vocab, " said", 0.5, 0.9),  # the previous utterance
+                tok(vocab, " Ask", 2.0, 2.0), tok(vocab, " her", 2.0, 2.4)])  # this one, from 2.0 s
+    assert log.words_before(2 * SR, 8) == (b"he", b"said")
+    log.extend([tok(vocab, " now", 2.4, 2.6, speculative=True)])
+    assert log.words_before(3 * SR, 8) == (b"he", b"said", b"ask", b"her")  # speculative words are not context
+
+
+def test_a_re_emitted_word_keeps_its_first_shown_time_only_at_the_same_place(vocab) -> None:
+    shown = [tok(vocab, " the", 1.0, 1.2, shown=5.0), tok(vocab, " cat", 1.2, 1.6, shown=5.0)]
+    retracted = retracted_words(shown, vocab)
+    again = [tok(vocab, " the", 1.1, 1.3, shown=9.0), tok(vocab, " cat", 1.3, 1.7, shown=9.0)]
+    keep_first_shown(again, retracted, vocab)
+    assert [t.emitted_at for t in again] == [5.0, 5.0]  # re-timed by 0.1 s: the same words
+    elsewhere = [tok(vocab, " the", 2.5, 2.7, shown=9.0), tok(vocab, " cat", 2.7, 3.0, shown=9.0)]
+    keep_first_shown(elsewhere, retracted, vocab)
+    assert [t.emitted_at for t in elsewhere] == [9.0, 9.0]  # "the cat" said again 1.5 s later
+
+
+def test_a_speculative_word_keeps_its_first_shown_time_wherever_it_is_timed_again(vocab) -> None:
+    """A speculative round's DTW was unreliable (words collapsed at the input's start): the round
+    that confirms its words times them properly and they keep the time they were first shown (§11.7,
+    deviation 10)."""
+    shown = [tok(vocab, " He", 0.0, 0.0, shown=1.0, speculative=True)]
+    again = [tok(vocab, " He", 0.6, 0.9, shown=2.0)]
+    keep_first_shown(again, retracted_words(shown, vocab), vocab)
+    assert again[0].emitted_at == 1.0
