@@ -12,6 +12,7 @@ Whisper does. The last test asks the real model again (the fixtures cannot silen
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 from typing import Any
@@ -268,7 +269,7 @@ def test_opening_rounds_and_the_minimum_context_revise_the_drafts(vocab) -> None
     for u in updates:
         shown = shown[: len(shown) - u.retract] + [w.text for w in u.words]
         texts = norm(" ".join(shown))
-        assert all(a != b for a, b in zip(texts, texts[1:], strict=False)), texts
+        assert all(a != b for a, b in itertools.pairwise(texts)), texts
     assert norm(" ".join(w.text for w in stream.words)) == norm(REFERENCES["1089-134691-0001"])
 
 
