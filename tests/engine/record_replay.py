@@ -95,7 +95,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "about": "A real 5.4 s clip at a 1 s step with the default policy: the utterance's first rounds "
                  "(up to 4 s of it) decode all of it from its start heard with silence to 6 s and replace "
                  "its drafts; the next live round, whose carry is short, reaches back to a drafted word "
-                 "4 s before its end, forced as the prefix, and replaces the drafts after it "
+                 "5 s before its end, forced as the prefix, and replaces the drafts after it "
                  "(stream.py deviation 20).",
         "audio": [{"clip": "1089-134691-0001"}],
         "kind": "stream", "step_s": 1.0, "config": {},

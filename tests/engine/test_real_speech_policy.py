@@ -164,7 +164,7 @@ def test_a_loop_inside_a_word_is_stopped_and_the_rest_of_the_utterance_is_decode
 def test_live_rounds_revise_the_drafts_at_small_steps_only(model) -> None:
     """Deviation 20 on real tiny.en and a 15 s utterance: at a 1 s step the rounds after the opening
     (whose inputs are the utterance from its start, heard with silence to 6 s) reach back to hear at
-    least ~4 s; at a 2 s step (a carry cap of 4 s) only the opening rounds reach back. Either way the
+    least ~5 s; at a 2 s step (a carry cap of 4 s) only the opening rounds reach back. Either way the
     words come out as well as without the rule."""
     audio = load_audio_file(HARD / "1998-15444-0000.wav")
 
