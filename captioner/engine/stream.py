@@ -110,9 +110,9 @@ Deliberate deviations from the reference, each covered by a test in ``tests/engi
     carry forces the second-to-last word) and replaces the drafts after it, so its words are heard
     with seconds of left context instead of the carry's one word. Only at steps under 2 s: at a 2 s
     step the input already holds 3–4 s, and reaching back there only moved corrections a step later
-    (measured: p90 2.50 → 2.59 s). Replaced drafts that come
-    out the same keep the time they were first shown (deviation 10); the overlap dedup does not
-    apply (every word after the prefix is decoded again).
+    (measured: p90 2.50 → 2.59 s). Replaced drafts that come out the same keep the time they were
+    first shown (deviation 10); the overlap dedup does not apply (every word after the prefix is
+    decoded again). Off while the caller is in a hurry (the rounds then cost what the paper's do).
 
 Two word guards of :mod:`~captioner.engine.validate` (phrase repetition with the committed words as
 context, sound annotations) run in every round, closing or not.
@@ -580,7 +580,7 @@ class Stream:
         closes: bool, replaced: list[Shown] | None = None,
     ) -> EngineUpdate:
         """NPUSPER.md §11 in its order (11.1 … 11.11); ``replaced``: the drafted words that a revising
-        round (deviation 20) decoded again, (normalised text, first shown), in time order."""
+        round (deviation 20) decoded again, in time order."""
         cfg = self.config
         eff_s = audio.size / SAMPLE_RATE
         cands = list(result.candidates)  # 11.1
