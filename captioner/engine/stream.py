@@ -424,6 +424,8 @@ class Stream:
             return EngineUpdate(source=self.source)
         t_round = time.perf_counter()
         gap_start = self._carry_start if self._carry.size else self._next
+        if self._log.tokens:  # the carry may hold words already shown, which stay: the gap follows them
+            gap_start = min(self._next, max(gap_start, self._log.tokens[-1].end))
         data = np.concatenate(self._pending)
         self._pending = [data[drop:]] if data.size > drop else []
         self._pending_n = data.size - drop

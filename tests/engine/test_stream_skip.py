@@ -53,6 +53,7 @@ def test_skip_drops_pending_audio_with_one_gap_and_keeps_words_on_the_audio_cloc
     assert abs(update.stats.skipped_s - (gap_end - gap_start)) < 1e-9
     apply_update(words, update)
     assert not any(w.speculative for w in words)  # the open utterance ended as it stood
+    assert words and max(w.end for w in words) <= gap_start + 1e-9  # the gap follows the words kept
     kept = [w.text for w in words]
     assert kept[: len(before) - 1] == before[: len(before) - 1]
     _feed(stream, clock, audio, pos, audio.size, words)

@@ -4,7 +4,8 @@ Started by ``test_overload_xvfb.py`` as a subprocess. The app is assembled as ``
 (``commands.gui`` factories: real FileSource at real-time pace, real engine on the given pack, real
 store), except that every encoder dispatch sleeps ``--slow-rtf`` times its audio during the first
 ``--slow-s`` seconds after the first dispatch (a machine too slow for real time, then the load goes
-away). Every 100 ms the driver records the caption bar's lag badge and the tray's status line;
+away; a dispatch still sleeping then ends: an opening round's encoder input is padded to 6 s, and
+three times that in one dispatch would outlast the load by far). Every 100 ms the driver records the caption bar's lag badge and the tray's status line;
 when the bar first says "skipping" it renders the bar to PNG. When the file has ended it exports the
 session as SRT, quits through the tray and prints a JSON report.
 
@@ -50,8 +51,9 @@ def main() -> int:
     def slow_encode(self, audio, *, native_30s=False):
         if not slow_until:
             slow_until.append(time.monotonic() + args.slow_s)
-        if time.monotonic() < slow_until[0]:
-            time.sleep(args.slow_rtf * audio.size / 16_000)
+        now = time.monotonic()
+        if now < slow_until[0]:  # a dispatch still running when the load goes away ends then
+            time.sleep(min(args.slow_rtf * audio.size / 16_000, slow_until[0] - now))
         return encode(self, audio, native_30s=native_30s)
 
     OnnxAcousticModel.encode = slow_encode  # type: ignore[method-assign]
