@@ -109,10 +109,12 @@ class CommittedLog:
                     break
         return tuple(words[::-1])
 
-    def first_word_since(self, sample: int) -> int:
+    def first_word_since(self, sample: int, lo: int = 0) -> int:
         """Token index of the first committed word that starts at or after audio position
-        ``sample`` (``len(self)`` if none)."""
-        for i, tok in enumerate(self.tokens):
+        ``sample`` (``len(self)`` if none), searched from token ``lo`` on (the open utterance's first
+        token, for a caller that asks every round: the log grows for the whole session)."""
+        for i in range(lo, len(self.tokens)):
+            tok = self.tokens[i]
             if (i == 0 or self.vocab.starts_word(tok.id)) and tok.start >= sample:
                 return i
         return len(self.tokens)

@@ -501,7 +501,7 @@ class Stream:
                 begin = max(self._history_start, self._log.word_start_since(begin, start) - self._pad_n)
             begin = _frames(begin)
             if begin <= start <= self._history_start + self._history.size:
-                audio = np.concatenate([self._history[begin - self._history_start : start - self._history_start], audio])
+                audio = self._with_history(begin, start, audio)
                 start, extended = begin, True
         revise: tuple[tuple[int, ...], int] | None = None  # deviation 20: (prefix, first replaced token)
         if not closes and self._context_n and self._utterance_start is not None and not self.hurry:
@@ -513,10 +513,9 @@ class Stream:
 
         seen = audio
         if revise is not None and not revise[0]:  # deviation 20: an opening round, heard with silence
-            seen = np.concatenate([audio, np.zeros(max(0, self._opening_window_n - audio.size), np.float32)])
+            seen = _heard_with_silence(audio, self._opening_window_n)
         if closes:  # deviation 18: a closing input is heard with silence after it, to 10 s or 30 s
-            heard = _closing_window(self.model, audio.size)
-            seen = np.concatenate([audio, np.zeros(max(0, heard - audio.size), np.float32)])
+            seen = _heard_with_silence(audio, _closing_window(self.model, audio.size))
         encoding = self.model.encode(seen)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
         if self._auto and (closes or not self._language_settled):
@@ -681,10 +680,11 @@ class Stream:
         if not self._history_start <= utterance <= start:
             return start, audio, None
         if end - utterance <= self._opening_n:  # an opening round: all of the utterance, no prefix
-            begin, revise = utterance, ((), self._log.first_word_since(utterance))
+            begin, revise = utterance, ((), self._log.first_word_since(utterance, self._log.draft_from or 0))
         elif end - start < self._min_context_n and self.config.step_s < _MIN_CONTEXT_BELOW_STEP_S:
             tokens = self._log.tokens
-            k = self._log.first_word_since(max(utterance + self._pad_n, end - self._min_context_n))
+            k = self._log.first_word_since(max(utterance + self._pad_n, end - self._min_context_n),
+                                           self._log.draft_from or 0)
             after = next((i for i in range(k + 1, len(tokens)) if self.vocab.starts_word(tokens[i].id)), len(tokens))
             begin = _frames(max(self._history_start, tokens[k].start + self._offset_n)) if after < len(tokens) else end
             prefix = tuple(t.id for t in tokens[k:after])
@@ -695,8 +695,12 @@ class Stream:
         else:
             return start, audio, None
         if begin < start:
-            audio = np.concatenate([self._history[begin - self._history_start : start - self._history_start], audio])
+            audio = self._with_history(begin, start, audio)
         return begin, audio, revise
+
+    def _with_history(self, begin: int, start: int, audio: np.ndarray) -> np.ndarray:
+        """``audio`` (from absolute sample ``start``) with the taken audio ``[begin, start)`` before it."""
+        return np.concatenate([self._history[begin - self._history_start : start - self._history_start], audio])
 
     def _detect_language(self, encoding, n_audio: int, closes: bool) -> None:
         """Deviation 19: the language of this input from the first decoder step (one chunk dispatch);
@@ -872,6 +876,11 @@ def _closing_window(model: AcousticModel, n: int) -> int:
     model's buckets of at least 10 s that holds it (10, 30 s; 20 s where the pack has it)."""
     buckets = [b * SAMPLE_RATE for b in model.buckets if b * SAMPLE_RATE >= _CLOSING_MIN_N]
     return next((b for b in sorted(buckets) if n <= b), 30 * SAMPLE_RATE)
+
+
+def _heard_with_silence(audio: np.ndarray, n: int) -> np.ndarray:
+    """``audio`` followed by digital silence up to ``n`` samples (the encoder sees it, unmasked)."""
+    return np.concatenate([audio, np.zeros(max(0, n - audio.size), np.float32)])
 
 
 def _floor(spans: list[tuple[int, int]], onset: int) -> list[tuple[int, int]]:
