@@ -13,8 +13,8 @@ import struct
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-__all__ = ["DEV_ONLY_MODULES", "QT_EXCLUDED_MODULES", "QT_PLUGIN_DIRS", "keep_bundle_entry", "qnn_plugin_files",
-           "read_version", "write_ico"]
+__all__ = ["DEV_ONLY_MODULES", "QT_EXCLUDED_MODULES", "QT_PLUGIN_DIRS", "SNAPDRAGON_QNN_FILES", "keep_bundle_entry",
+           "qnn_plugin_files", "read_version", "write_ico"]
 
 # Imported lazily by captioner's dev tools (bench, reference checks) or optional helpers; none is a
 # runtime dependency (pyproject.toml), so the installed package does not have them either.
@@ -26,6 +26,13 @@ DEV_ONLY_MODULES = ("torch", "transformers", "ctranslate2", "faster_whisper", "j
                     "onnxruntime.transformers", "onnxruntime.quantization", "onnxruntime.tools",
                     # standard-library modules nothing at run time needs
                     "dbm", "curses", "lib2to3", "pydoc_data", "xmlrpc")
+
+# Files of the onnxruntime-qnn win_arm64 wheel the NPU of a Snapdragon X (HTP v73) needs: the plugin, the
+# HTP backend and its prepare library, the v73 stub, its DSP skeleton and that skeleton's signature catalog.
+# tests/installer/test_win_arm64_wheels.py checks the wheel holds them; the Windows workflow checks the
+# installed app does (tests/installer/test_windows_workflow.py keeps the two lists one).
+SNAPDRAGON_QNN_FILES = ("onnxruntime_providers_qnn.dll", "QnnHtp.dll", "QnnHtpPrepare.dll", "QnnHtpV73Stub.dll",
+                        "QnnSystem.dll", "libQnnHtpV73Skel.so", "libqnnhtpv73.cat")
 
 # PySide6 modules captioner never imports (it uses QtCore, QtGui, QtWidgets, QtNetwork; QtSvg and QtDBus
 # come in as the SVG icon plugin's and the Linux platform plugin's own libraries).
