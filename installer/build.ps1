@@ -8,14 +8,15 @@
 
     powershell -ExecutionPolicy Bypass -File installer\build.ps1 [-Python C:\Python312-arm64\python.exe]
 
-  Steps: a fresh virtual environment in build\venv-win-arm64; pip install . and PyInstaller; pyinstaller
+  Steps: a fresh virtual environment in build\venv-win-arm64; the locked runtime set and PyInstaller
+  (requirements\windows-build.txt, exact versions with hashes, refreshed by scripts/lock), then captioner
+  itself without dependencies; pyinstaller
   installer\captioner.spec (one folder in dist\captioner); makensis installer\captioner.nsi with the
   version from captioner\__init__.py. Output: dist\captioner-<version>-win-arm64-setup.exe.
   makensis comes from PATH or the NSIS default folder (choco install nsis / winget install NSIS.NSIS).
 #>
 param(
-    [string]$Python = "python",
-    [string]$PyInstallerVersion = "6.22.3"
+    [string]$Python = "python"
 )
 $ErrorActionPreference = "Stop"
 Set-StrictMode -Version Latest
@@ -46,13 +47,14 @@ if ($Version -notmatch '^(\d+)\.(\d+)\.(\d+)') { throw "version $Version does no
 $ViVersion = "$($Matches[1]).$($Matches[2]).$($Matches[3]).0"
 Write-Host "captioner $Version (Python $pyver, $machine)"
 
-# A clean environment with only the runtime dependencies and PyInstaller
+# A clean environment with only the locked runtime dependencies and PyInstaller
 $venv = Join-Path $Repo "build\venv-win-arm64"
 if (Test-Path $venv) { Remove-Item -Recurse -Force $venv }
 Invoke-Checked "venv" { & $Python -m venv $venv }
 $vpy = Join-Path $venv "Scripts\python.exe"
-Invoke-Checked "pip upgrade" { & $vpy -m pip install --quiet --upgrade pip }
-Invoke-Checked "pip install" { & $vpy -m pip install --quiet . "pyinstaller==$PyInstallerVersion" }
+$lock = Join-Path $Repo "requirements\windows-build.txt"
+Invoke-Checked "pip install (locked)" { & $vpy -m pip install --quiet --require-hashes --no-deps -r $lock }
+Invoke-Checked "pip install captioner" { & $vpy -m pip install --quiet --no-deps . }
 
 # The one-folder bundle: dist\captioner\captioner.exe, captioner-cli.exe, _internal\
 $dist = Join-Path $Repo "dist"
