@@ -1,7 +1,9 @@
 """The engine as the settings and the command line configure it: the app, ``transcribe``, ``listen``.
 
 ``--model``, ``--provider``, ``--step``, ``--language``, ``--task`` default to the user's settings
-(``settings.json``), which default to the first installed pack, ``auto``, 2 s, ``en``, transcribe.
+(``settings.json``), which default to the first installed pack, ``auto``, 2 s, ``auto``, transcribe.
+The language ``auto`` is detected by a multilingual pack (and shown: :func:`language_summary`); an
+English-only pack runs as ``en``.
 :func:`open_configured_engine` turns those into a :class:`~captioner.engine.Transcriber` (the
 engine's one entry point: pack verified, provider chosen, language checked) and its
 :class:`~captioner.engine.StreamConfig`; the app (``commands/gui.py``) and the CLI both use it.
@@ -10,18 +12,21 @@ engine's one entry point: pack verified, provider chosen, language checked) and 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from captioner.core import PROVIDERS, Provider
+from captioner.core import PROVIDERS, Provider, RoundStats
 from captioner.engine import StreamConfig, Transcriber
 from captioner.errors import CaptionerError, ModelError
 from captioner.models.install import DEFAULT_MODEL, first_installed_pack, resolve_pack
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import EngineConfig, load_settings
 
-__all__ = ["EngineSetup", "add_engine_options", "open_configured_engine", "open_engine", "resolve_pack_path"]
+__all__ = ["EngineSetup", "add_engine_options", "language_summary", "open_configured_engine", "open_engine",
+           "resolve_pack_path", "spoken_languages"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +38,8 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", choices=PROVIDERS,
                         help="execution provider (default: settings, 'auto' = NPU, then GPU, then CPU)")
     parser.add_argument("--step", type=float, metavar="S", help="seconds of new audio per round, 0.5-3.0")
-    parser.add_argument("--language", metavar="L", help="Whisper language code, e.g. en, de (default: settings)")
+    parser.add_argument("--language", metavar="L", help="Whisper language code, e.g. en, de, or auto to detect it "
+                        "(default: settings, auto; an English-only model always uses en)")
     parser.add_argument("--task", choices=("transcribe", "translate"), help="transcribe, or translate to English")
 
 
@@ -103,6 +109,8 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
     except (TypeError, ValueError) as exc:
         raise CaptionerError(f"invalid engine option: {exc}") from exc
     transcriber = Transcriber.open(root, provider or engine.provider, cache_dir=paths.cache)
+    if config.language == "auto" and not transcriber.model.vocab.multilingual:
+        config = dataclasses.replace(config, language="en")  # an English-only pack hears English
     try:
         transcriber.check(config)  # an unknown language fails here, clearly
     except CaptionerError:
@@ -120,3 +128,19 @@ def open_engine(args: argparse.Namespace, paths: AppPaths, *, install_missing: b
     return open_configured_engine(_engine_settings(paths), paths, model=args.model, provider=args.provider,
                                   step_s=args.step, language=args.language, task=args.task,
                                   install_missing=install_missing)
+
+
+def spoken_languages(rounds: Sequence[RoundStats]) -> list[str]:
+    """The languages the rounds were decoded in, the most heard (by input seconds) first."""
+    heard: dict[str, float] = {}
+    for r in rounds:
+        if r.bucket > 0 and r.language:
+            heard[r.language] = heard.get(r.language, 0.0) + r.input_s
+    return sorted(heard, key=lambda code: -heard[code])
+
+
+def language_summary(requested: str, rounds: Sequence[RoundStats]) -> str:
+    """``language de (detected)``, ``languages de, en (detected)`` or ``language en``."""
+    heard = spoken_languages(rounds) or [requested]
+    names = ", ".join(heard)
+    return f"language{'s' if len(heard) > 1 else ''} {names}{' (detected)' if requested == 'auto' else ''}"

@@ -1,62 +1,201 @@
-"""Prints an engine's words on a terminal or a pipe as they become final (``transcribe``, ``listen``)."""
+"""Live text on a terminal or a pipe (``transcribe``, ``listen``): final words scroll up a phrase per
+line, the draft stays on one live line, levels on a status line.
+
+A :class:`Console` owns the bottom of the terminal: a *live region* of at most one draft line per
+printer and one status line, redrawn in place (carriage return, cursor up, clear to the end of the screen),
+each line cut to the terminal's width so nothing wraps and the redraw never drifts. Everything
+else (final lines, notes on stderr) is written above the region, which is then drawn again.
+
+Not a terminal (a pipe, a file): no escape codes at all; each final line is written and flushed as
+soon as it settles, drafts are not shown, and status lines go to their own stream (stderr).
+
+A :class:`WordPrinter` turns one source's engine updates into those lines: a word is final once
+:func:`~captioner.core.final_count` says so; final words are held until a phrase ends (a word ending
+in ``. ? !`` …) or a line's worth of text is held, then printed as ``[mm:ss.ss] text``. The held
+words lead the draft line, the engine's committed-but-open words follow in normal weight and its
+speculative words dimmed. A retraction of words already printed (the engine does not do this, but
+the printer does not rely on it) prints a ``(correction mm:ss.ss)`` line.
+"""
 
 from __future__ import annotations
 
+import shutil
 from typing import TextIO
 
 from captioner.core import EngineUpdate, Word, apply_update, final_count
 
-__all__ = ["WordPrinter"]
+__all__ = ["Console", "WordPrinter"]
 
-DIM, RESET, CLEAR_LINE = "\033[2m", "\033[0m", "\r\033[K"
+DIM, RESET = "\033[2m", "\033[0m"
+UP, CLEAR_DOWN = "\033[1A", "\033[J"
+PHRASE_ENDS = (".", "?", "!", "…", "。", "？", "！", ";")
+PIPE_LINE_CHARS = 100  # a line's worth of text when there is no terminal to measure
+STAMP_CHARS = 11  # "[mm:ss.ss] "
+
+
+class Console:
+    """The live region at the bottom of a terminal, or plain lines when ``tty`` is False.
+
+    Args:
+        out: where final lines go (stdout).
+        tty: ``out`` is a terminal: keep a live region there.
+        status_out: where status lines go when there is no live region (stderr); None drops them.
+        note_out: where :meth:`note` writes (stderr); on a terminal the region is cleared first.
+    """
+
+    def __init__(self, out: TextIO, tty: bool, status_out: TextIO | None = None, note_out: TextIO | None = None) -> None:
+        self.out, self.tty = out, tty
+        self.status_out, self.note_out = status_out, note_out
+        self._drafts: dict[str, tuple[str, str, str]] = {}  # key -> (label, plain part, dimmed part)
+        self._status = ""
+        self._height = 0  # lines of the region on screen now
+
+    @property
+    def width(self) -> int:
+        """Characters per line: the terminal's columns, or :data:`PIPE_LINE_CHARS`."""
+        return shutil.get_terminal_size((80, 24)).columns if self.tty else PIPE_LINE_CHARS
+
+    def line(self, text: str) -> None:
+        """Write a final line above the live region; flushed at once (a pipe sees it now)."""
+        self._clear()
+        self.out.write(text + "\n")
+        self._draw()
+
+    def draft(self, key: str, label: str, plain: str, dimmed: str) -> None:
+        """Set (or clear, when both parts are empty) the draft line of printer ``key``."""
+        if not self.tty:
+            return
+        if plain or dimmed:
+            self._drafts[key] = (label, plain, dimmed)
+        else:
+            self._drafts.pop(key, None)
+        self._clear()
+        self._draw()
+
+    def status(self, text: str) -> None:
+        """Show ``text`` on the status line (a terminal) or write it as a line to ``status_out``."""
+        if self.tty:
+            self._status = text
+            self._clear()
+            self._draw()
+        elif self.status_out is not None:
+            self.status_out.write(text + "\n")
+            self.status_out.flush()
+
+    def note(self, text: str) -> None:
+        """A message for the person (stderr), written above the live region."""
+        self._clear()
+        self.out.flush()
+        stream = self.note_out or self.out
+        stream.write(text + "\n")
+        stream.flush()
+        self._draw()
+
+    def close(self) -> None:
+        """Remove the live region (drafts and status); the final lines stay."""
+        self._drafts.clear()
+        self._status = ""
+        self._clear()
+        self.out.flush()
+
+    def _clear(self) -> None:
+        if self._height:
+            self.out.write("\r" + UP * (self._height - 1) + CLEAR_DOWN)
+            self._height = 0
+
+    def _draw(self) -> None:
+        if self.tty:
+            width = max(20, self.width - 1)  # the last column would wrap on some terminals
+            lines = [_fit(label, plain, dimmed, width) for label, plain, dimmed in self._drafts.values()]
+            if self._status:
+                lines.append(self._status[:width])
+            if lines:
+                self.out.write("\n".join(lines))
+                self._height = len(lines)
+        self.out.flush()
+
+
+def _fit(label: str, plain: str, dimmed: str, width: int) -> str:
+    """``label plain dimmed`` in at most ``width`` characters: the end is kept (the newest words), a
+    cut start becomes ``…``; only the dimmed part is dimmed."""
+    body = f"{plain} {dimmed}" if plain and dimmed else plain or dimmed
+    room = width - len(label)
+    if len(body) > room:
+        body = "…" + body[len(body) - room + 1:]
+    cut = len(body) - len(dimmed)
+    if dimmed and cut >= 0:
+        return f"{label}{body[:cut]}{DIM}{body[cut:]}{RESET}"
+    return f"{label}{DIM}{body}{RESET}" if dimmed else f"{label}{body}"
 
 
 class WordPrinter:
-    """Prints words as they become final (:func:`~captioner.core.final_count`). A terminal also sees the pending tail,
-    dimmed, redrawn in place; a retraction of printed words prints a ``(correction)`` line. An
-    update with a ``gap`` (audio skipped because the engine fell behind real time) prints its words
-    and then a ``[…] (skipped N s: behind real time)`` line.
+    """Prints one source's words on a :class:`Console` as they become final, a phrase per line.
+
+    An update with a ``gap`` (audio skipped because the engine fell behind real time) prints the
+    words before it and then a ``[…] (skipped N s: behind real time)`` line.
 
     Args:
-        out: where words go (stdout).
-        tty: redraw the pending tail in place.
+        console: where lines and the draft go.
         label: printed before each line (e.g. ``"You: "`` when two sources share the output).
     """
 
-    def __init__(self, out: TextIO, tty: bool, label: str = "") -> None:
-        self.out, self.tty, self.label = out, tty, label
-        self.words: list[Word] = []
-        self.printed: list[Word] = []
-        self._tail_shown = False
+    def __init__(self, console: Console, label: str = "") -> None:
+        self.console, self.label = console, label
+        self.words: list[Word] = []  # every word shown so far (the source's transcript)
+        self.printed: list[Word] = []  # final words written as lines
+        self.held: list[Word] = []  # final words not yet written: the phrase is still open
 
     def update(self, update: EngineUpdate, final: bool = False) -> None:
+        """Apply one update; ``final``: the stream has finished (every committed word is final)."""
         apply_update(self.words, update)
         stable = self.words[: final_count(self.words, finished=final or update.gap is not None)]
+        shown = self.printed + self.held
         same = 0
-        while same < min(len(self.printed), len(stable)) and self.printed[same] == stable[same]:
+        while same < min(len(shown), len(stable)) and shown[same] == stable[same]:
             same += 1
-        self._clear_tail()
-        if same < len(self.printed):
+        if same < len(self.printed):  # words already on a line changed
             redo = stable[same:]
             if redo:
-                self.out.write(f"{self.label}(correction {_clock(redo[0].start)}) {_text(redo)}\n")
-            self.printed = list(stable)
-        elif len(stable) > len(self.printed):
-            new = stable[len(self.printed):]
-            self.out.write(f"{self.label}[{_clock(new[0].start)}] {_text(new)}\n")
-            self.printed = list(stable)
+                self.console.line(f"{self.label}(correction {_clock(redo[0].start)}) {_text(redo)}")
+            self.printed, self.held = list(stable), []
+        else:
+            self.held = stable[len(self.printed):]
+        self._print_phrases(flush=final or update.gap is not None)
         if update.gap is not None:
             start, end = update.gap
-            self.out.write(f"{self.label}[{_clock(start)}] […] (skipped {end - start:.1f} s: behind real time)\n")
-        if self.tty and not final and len(self.words) > len(stable):
-            self.out.write(f"{DIM}{_text(self.words[len(stable):])[-70:]}{RESET}")
-            self._tail_shown = True
-        self.out.flush()
+            self.console.line(f"{self.label}[{_clock(start)}] […] (skipped {end - start:.1f} s: behind real time)")
+        open_words = self.words[len(stable):]
+        committed = [w for w in open_words if not w.speculative]
+        speculative = [w for w in open_words if w.speculative]
+        if final:
+            self.console.draft(self.label, self.label, "", "")
+        else:
+            self.console.draft(self.label, self.label, _text(self.held + committed), _text(speculative))
 
-    def _clear_tail(self) -> None:
-        if self._tail_shown:
-            self.out.write(CLEAR_LINE)
-            self._tail_shown = False
+    def _print_phrases(self, *, flush: bool) -> None:
+        limit = max(20, min(self.console.width, 120) - STAMP_CHARS - len(self.label) - 1)
+        while self.held:
+            end = _phrase_end(self.held, limit)
+            if end is None:
+                if not flush:
+                    return
+                end = len(self.held)
+            line, self.held = self.held[:end], self.held[end:]
+            self.console.line(f"{self.label}[{_clock(line[0].start)}] {_text(line)}")
+            self.printed += line
+
+
+def _phrase_end(words: list[Word], limit: int) -> int | None:
+    """How many leading ``words`` make a line: up to the first phrase end, or as many as fit in
+    ``limit`` characters when the held text is longer than that; None: wait for more."""
+    length = 0
+    for i, w in enumerate(words):
+        length += len(w.text) + (i > 0)
+        if length > limit:
+            return max(1, i)
+        if w.text.endswith(PHRASE_ENDS):
+            return i + 1
+    return None
 
 
 def _text(words: list[Word]) -> str:

@@ -23,9 +23,15 @@ from pathlib import Path
 from typing import Protocol
 
 from captioner.audio import AudioCapture, CaptureConfig, WavWriter
-from captioner.commands._engine import EngineSetup, add_engine_options, open_engine
-from captioner.commands._printer import WordPrinter
-from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, Source
+from captioner.commands._engine import (
+    EngineSetup,
+    add_engine_options,
+    language_summary,
+    open_engine,
+    spoken_languages,
+)
+from captioner.commands._printer import Console, WordPrinter
+from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, RoundStats, Source
 from captioner.engine.overload import LagGovernor
 from captioner.errors import ModelError
 from captioner.storage.paths import AppPaths
@@ -147,14 +153,15 @@ class _Captioner:
     """One engine stream per source, printing and recording every update as it comes."""
 
     def __init__(self, setup: EngineSetup, sources: tuple[Source, ...], paths: AppPaths, save: bool,
-                 labels: dict[Source, str]) -> None:
+                 labels: dict[Source, str], console: Console | None = None) -> None:
         self.setup = setup
+        self.console = console or Console(sys.stdout, sys.stdout.isatty(), sys.stderr, sys.stderr)
         self.streams = {s: setup.engine.stream(setup.config, source=s) for s in sources}
         self.governors = {s: LagGovernor(setup.config.step_s) for s in sources}
         self._fed: set[Source] = set()
         both = len(sources) > 1
-        self.printers = {s: WordPrinter(sys.stdout, sys.stdout.isatty() and not both,
-                                        f"{labels[s]}: " if both else "") for s in sources}
+        self.printers = {s: WordPrinter(self.console, f"{labels[s]}: " if both else "") for s in sources}
+        self.rounds: list[RoundStats] = []
         self.recorder: SessionRecorder | None = None
         if save:
             paths.ensure()
@@ -166,6 +173,8 @@ class _Captioner:
     def _handle(self, update: EngineUpdate | None, final: bool = False) -> None:
         if update is None or update.is_empty:
             return
+        if update.stats is not None:
+            self.rounds.append(update.stats)
         if self.recorder is not None:  # stored before it is printed: a crash loses nothing shown
             self.recorder.apply(update)
         self.printers[update.source].update(update, final)
@@ -193,18 +202,34 @@ class _Captioner:
         self.run_rounds()
         for stream in self.streams.values():
             self._handle(stream.finish(), final=True)
+        self.console.close()
         for source, governor in self.governors.items():
             label = f"{source}: " if len(self.governors) > 1 else ""
             print(f"{label}{governor.report().summary()}", file=sys.stderr, flush=True)
+        print(f"{duration_s:.1f} s of audio; {language_summary(self.setup.config.language, self.rounds)}",
+              file=sys.stderr, flush=True)
         self.setup.engine.close()
         if self.recorder is not None:
+            heard = spoken_languages(self.rounds)
+            if self.setup.config.language == "auto" and heard:
+                self.recorder.store.set_language(self.recorder.session_id, ", ".join(heard))
             self.recorder.close(duration_ms=round(duration_s * 1000))
             self.recorder.store.close()
             print(f"saved as session {self.recorder.session_id} (captioner sessions show "
                   f"{self.recorder.session_id})", file=sys.stderr, flush=True)
 
+    def abandon(self) -> None:
+        """The capture failed before any audio: close the engine and drop the empty session (a
+        failed ``listen`` leaves no "(not ended)" session with no words behind)."""
+        self.console.close()
+        self.setup.engine.close()
+        if self.recorder is not None:
+            self.recorder.discard()
+            self.recorder.store.close()
 
-def _open_captioner(args: argparse.Namespace, paths: AppPaths, sources: tuple[Source, ...]) -> _Captioner | None:
+
+def _open_captioner(args: argparse.Namespace, paths: AppPaths, sources: tuple[Source, ...],
+                    console: Console) -> _Captioner | None:
     """The engine for ``listen``, or None (levels only) when asked or when no model is installed."""
     if args.levels_only:
         return None
@@ -217,7 +242,7 @@ def _open_captioner(args: argparse.Namespace, paths: AppPaths, sources: tuple[So
         return None
     transcripts = load_settings(paths.settings_file)[0].transcripts  # problems were logged by open_engine
     labels: dict[Source, str] = {"mic": transcripts.label_mic, "system": transcripts.label_system}
-    return _Captioner(setup, sources, paths, save=not args.no_save, labels=labels)
+    return _Captioner(setup, sources, paths, save=not args.no_save, labels=labels, console=console)
 
 
 def run(args: argparse.Namespace, paths: AppPaths) -> int:
@@ -229,9 +254,11 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     writers: dict[Source, WavWriter] = {}
     next_level = {s: 0 for s in capture.sources}
     started = time.monotonic()
-    captioner = _open_captioner(args, paths, capture.sources)
-    level_out = sys.stdout if captioner is None else sys.stderr
+    # the words on stdout; on a terminal the levels share its live region, else they go to stderr
+    console = Console(sys.stdout, sys.stdout.isatty(), status_out=sys.stderr, note_out=sys.stderr)
+    captioner = _open_captioner(args, paths, capture.sources, console)
     clock = {s: 0 for s in capture.sources}
+    levels: dict[Source, str] = {}
 
     def on_block(block: AudioBlock) -> None:
         clock[block.source] = block.end
@@ -243,8 +270,16 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             next_level[block.source] = block.end + round(LEVEL_EVERY_S * SAMPLE_RATE)
             rms, peak = capture.level(block.source)
             bar = "#" * max(0, min(30, round((60 + 20 * math.log10(max(rms, 1e-10))) / 2)))
-            print(f"level {block.end / SAMPLE_RATE:7.1f} s {block.source:6s} rms {_db(rms)} dBFS "
-                  f"peak {_db(peak)} dBFS |{bar:30s}|", file=level_out, flush=True)
+            line = (f"level {block.end / SAMPLE_RATE:7.1f} s {block.source:6s} rms {_db(rms)} dBFS "
+                    f"peak {_db(peak)} dBFS |{bar:30s}|")
+            if captioner is None:  # levels only: the levels are the output
+                print(line, flush=True)
+            elif console.tty:
+                levels[block.source] = line
+                console.status("   ".join(levels.values()) if len(levels) == 1 else
+                               "  ".join(v.replace("level ", "") for v in levels.values()))
+            else:
+                console.status(line)
 
     def on_batch() -> None:
         if captioner is not None:
@@ -253,20 +288,29 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     def on_event(ev: AudioEvent) -> None:
         if captioner is not None and ev.kind == "overflow":
             captioner.overflow(ev)
-        print(f"event {ev.kind} {ev.source}: {ev.message}", flush=True)
+        console.note(f"event {ev.kind} {ev.source}: {ev.message}")
 
-    with capture:
-        names = ", ".join(f"{s} ← {n}" for s, n in capture.device_names.items())
-        print(f"listening: {names} (Ctrl-C to stop)", flush=True)
-        if args.record is not None:
-            for src, path in record_paths(args.record, capture.sources).items():
-                writers[src] = WavWriter(path)
-        try:
-            capture_loop(capture, on_block, args.seconds, on_event, on_batch)
-        except KeyboardInterrupt:
-            print("stopping", file=sys.stderr, flush=True)
+    try:
+        with capture:
+            names = ", ".join(f"{s} ← {n}" for s, n in capture.device_names.items())
+            console.note(f"listening: {names} (Ctrl-C to stop)")
+            if args.record is not None:
+                for src, path in record_paths(args.record, capture.sources).items():
+                    writers[src] = WavWriter(path)
+            try:
+                capture_loop(capture, on_block, args.seconds, on_event, on_batch)
+            except KeyboardInterrupt:
+                console.note("stopping")
+    except BaseException:
+        console.close()
+        if captioner is not None and not any(clock.values()):
+            captioner.abandon()  # the capture never started: no empty session is left behind
+        elif captioner is not None:
+            captioner.finish(max(clock.values()) / SAMPLE_RATE)  # the words so far are saved, the session ended
+        raise
     if args.seconds is None:  # Ctrl-C: keep the tail the stop flushed
         capture_loop(capture, on_block, None, on_event, on_batch)
+    console.close()
     if captioner is not None:
         captioner.finish(max(clock.values(), default=0) / SAMPLE_RATE)
     for src, w in writers.items():

@@ -5,10 +5,13 @@ The file is fed by :meth:`~captioner.engine.Transcriber.transcribe` to the same
 the machine allows or paced at real time (``--realtime``). Words go to stdout as they become final;
 status lines and the summary go to stderr, so ``> out.txt`` keeps only text.
 
-Printing: a word is final once it is neither speculative nor the last non-speculative word (the next
-round may still extend that one, e.g. with a comma). A pipe gets final words only, one line per
-engine round; a terminal also sees the pending tail, dimmed, redrawn in place. Should the engine ever
-retract a word already printed, a ``(correction)`` line repeats the text from that word on.
+Printing (:mod:`captioner.commands._printer`): final words scroll up a phrase per line
+(``[mm:ss.ss] text``), the draft stays on one live line of a terminal, and a pipe gets each final
+line as it settles, without escape codes.
+
+Ctrl-C keeps everything shown so far: the words on screen (the draft included) become final, are
+printed, saved in the session and written to every export asked for; the exit code is then 130.
+Export paths are checked before any work, so a typo does not cost a whole transcription.
 
 ``emitted_at`` in fast mode is simulated: the audio time fed so far plus the compute time of the
 round in progress, i.e. what a live session on this machine would show (the reference harness's
@@ -18,24 +21,35 @@ computation-aware replay). With ``--realtime`` it is the wall clock.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import logging
+import os
+import signal
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
 from captioner.audio.files import AudioFileReader
-from captioner.commands._engine import add_engine_options, open_engine
-from captioner.commands._printer import WordPrinter
-from captioner.core import SAMPLE_RATE, EngineUpdate, Word
-from captioner.errors import AudioFileError
+from captioner.commands._engine import add_engine_options, language_summary, open_engine, spoken_languages
+from captioner.commands._printer import Console, WordPrinter
+from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
+from captioner.engine import TranscriptionInfo
+from captioner.errors import AudioFileError, StorageError
 from captioner.storage.paths import AppPaths
 from captioner.transcript.cues import Gap
-from captioner.transcript.export import atomic_write_text, export_words, gap_to_json, word_to_json
+from captioner.transcript.export import (
+    EXPORT_FORMATS,
+    ExportFormat,
+    atomic_write_text,
+    export_words,
+    render_json,
+)
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore
 
@@ -79,20 +93,41 @@ def _load(path: Path) -> tuple[Iterator[np.ndarray], float | None]:
     return itertools.chain(head, blocks), reader.duration_s
 
 
-def _print_summary(stats: dict, err: TextIO) -> None:
-    chunks = stats["chunks_per_round"]
-    ms = stats["mean_ms"]
+def check_targets(targets: Sequence[Path]) -> None:
+    """Fail now, before any work, when an export file could not be written at the end.
+
+    Raises:
+        StorageError: a target is a folder, its folder does not exist or cannot be written.
+    """
+    for target in targets:
+        folder = target.parent
+        if target.is_dir():
+            raise StorageError(f"cannot write {target}: it is a folder; give a file name")
+        if not folder.is_dir():
+            raise StorageError(f"cannot write {target}: the folder {folder} does not exist")
+        if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+            raise StorageError(f"cannot write {target}: permission denied")
+
+
+def _print_summary(stats: dict, rounds: Sequence[RoundStats], words: int, verbose: bool, err: TextIO) -> None:
+    """One line for people (audio, speed, provider, language, words); the engine's counters with -v."""
     err.write(
-        f"audio {stats['audio_s']:.1f} s, compute {stats['rtf'] * stats['audio_s']:.1f} s: RTF {stats['rtf']:.3f} "
-        f"(wall {stats['wall_s']:.1f} s) on {stats['provider']}\n"
-        f"rounds {stats['rounds']} (skipped {stats['skipped_rounds']}), chunks per round: "
-        f"mean {np.mean(chunks) if chunks else 0:.2f}, min {min(chunks, default=0)}, max {max(chunks, default=0)}; "
-        f"stops {stats['stop_reasons']}\n"
-        f"mean per round: mel {ms['mel']:.1f} ms, encoder {ms['encoder']:.1f} ms, decoder {ms['decoder']:.1f} ms, "
-        f"validation {ms['validation']:.1f} ms, dtw {ms['dtw']:.1f} ms, total {ms['total']:.1f} ms; "
-        f"first round {stats['first_round_ms']:.0f} ms; sessions created {len(stats['session_ms'])} "
-        f"in {sum(stats['session_ms'].values()):.0f} ms\n"
+        f"{stats['audio_s']:.1f} s of audio in {stats['wall_s']:.1f} s on {stats['provider']} "
+        f"(compute {stats['rtf'] * stats['audio_s']:.1f} s, RTF {stats['rtf']:.3f}); "
+        f"{language_summary(stats['language'], rounds)}; {words} words\n"
     )
+    if verbose:
+        chunks = stats["chunks_per_round"]
+        ms = stats["mean_ms"]
+        err.write(
+            f"rounds {stats['rounds']} (skipped {stats['skipped_rounds']}), chunks per round: "
+            f"mean {np.mean(chunks) if chunks else 0:.2f}, min {min(chunks, default=0)}, max {max(chunks, default=0)}; "
+            f"stops {stats['stop_reasons']}\n"
+            f"mean per round: mel {ms['mel']:.1f} ms, encoder {ms['encoder']:.1f} ms, decoder {ms['decoder']:.1f} ms, "
+            f"validation {ms['validation']:.1f} ms, dtw {ms['dtw']:.1f} ms, total {ms['total']:.1f} ms; "
+            f"first round {stats['first_round_ms']:.0f} ms; sessions created {len(stats['session_ms'])} "
+            f"in {sum(stats['session_ms'].values()):.0f} ms\n"
+        )
     if stats["provider_failed"] or stats["provider_requested"] != "auto":
         err.write(f"provider: {stats['provider_detail']}\n")
     lag = stats.get("lag")
@@ -101,18 +136,38 @@ def _print_summary(stats: dict, err: TextIO) -> None:
                   f"skipped {lag['skipped_s']:.1f} s of audio in {lag['skips']} skips (behind real time)\n")
 
 
-def _save_outputs(args: argparse.Namespace, words: list[Word], stats: dict, gaps: Sequence[Gap] = ()) -> None:
+def _targets(args: argparse.Namespace) -> list[tuple[ExportFormat, Path]]:
+    return [(fmt, getattr(args, fmt)) for fmt in EXPORT_FORMATS if getattr(args, fmt) is not None]
+
+
+def _save_outputs(args: argparse.Namespace, words: list[Word], stats: dict, session: dict[str, Any],
+                  gaps: Sequence[Gap] = ()) -> list[Path]:
+    """Write every export asked for; the JSON is ``sessions export --json``'s document plus ``stats``."""
     committed = [w for w in words if not w.speculative]
-    for fmt in ("srt", "vtt", "txt"):
-        target = getattr(args, fmt)
-        if target is not None:
+    written = []
+    for fmt, target in _targets(args):
+        if fmt == "json":
+            doc = json.loads(render_json(committed, session, gaps))
+            doc["stats"] = stats
+            atomic_write_text(target, json.dumps(doc, ensure_ascii=False, indent=1) + "\n")
+        else:
             export_words(committed, target, fmt, gaps=gaps)
-    if args.json is not None:
-        doc = {"words": [word_to_json(w) for w in committed], "gaps": [gap_to_json(g) for g in gaps], "stats": stats}
-        atomic_write_text(args.json, json.dumps(doc, ensure_ascii=False, indent=1) + "\n")
+        written.append(target)
+    return written
+
+
+def _shown_as_final(words: list[Word], source: Source = "system") -> EngineUpdate | None:
+    """The update that makes every word on screen final (Ctrl-C keeps the draft the person saw)."""
+    draft = [w for w in words if w.speculative]
+    if not draft:
+        return None
+    return EngineUpdate(len(draft), tuple(dataclasses.replace(w, speculative=False) for w in draft), source=source)
 
 
 def _run(args: argparse.Namespace, paths: AppPaths) -> int:
+    if not args.no_save:
+        paths.ensure()  # the app's folders (an export may go there)
+    check_targets([target for _, target in _targets(args)])
     audio, audio_s = _load(args.audio)
     setup = open_engine(args, paths, install_missing=True)  # a fresh machine installs the default model
     engine = setup.engine
@@ -121,16 +176,24 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     if info.fallbacks and info.requested != "auto":
         err.write(f"captioner: provider {info.requested!r} is not available; using {info.chosen} "
                   f"({'; '.join(f'{a.label}: {a.reason}' for a in info.fallbacks)})\n")
+    language = setup.config.language
     err.write(f"transcribing {args.audio} ({f'{audio_s:.1f} s' if audio_s is not None else 'streamed'}) with {engine.name} "
-              f"on {info.chosen}, step {setup.config.step_s:g} s{', real time' if args.realtime else ''}\n")
-    printer = WordPrinter(sys.stdout, sys.stdout.isatty())
+              f"on {info.chosen}, language {'detected' if language == 'auto' else language}"
+              f"{', real time' if args.realtime else ''} (Ctrl-C stops and keeps the words)\n")
+    console = Console(sys.stdout, sys.stdout.isatty(), note_out=err)
+    printer = WordPrinter(console)
     recorder = None
     if not args.no_save:  # recorded as it happens: an interrupted run keeps what was shown
-        paths.ensure()
         recorder = SessionRecorder.start(SessionStore.open(paths.sessions_db), model=engine.name,
-                                         provider=info.chosen, language=setup.config.language,
-                                         title=args.audio.name)
+                                         provider=info.chosen, language=language, title=args.audio.name)
+    rounds: list[RoundStats] = []
+    gaps: list[tuple[float, float]] = []
+
     def on_update(update: EngineUpdate, last: bool) -> None:
+        if update.stats is not None:
+            rounds.append(update.stats)
+        if update.gap is not None:
+            gaps.append(update.gap)
         if recorder is not None:  # stored before it is printed: an interruption loses nothing shown
             recorder.apply(update)
         printer.update(update, last)
@@ -142,19 +205,45 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
             fed[0] += len(block)
             yield block
 
+    interrupted = False
+    started = time.perf_counter()
     try:
-        words, result = engine.transcribe(counted(), setup.config, realtime=args.realtime, on_update=on_update)
+        try:
+            words, result = engine.transcribe(counted(), setup.config, realtime=args.realtime, on_update=on_update)
+        except KeyboardInterrupt:
+            interrupted = True
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the saving
+            console.note("captioner: interrupted; keeping the words shown so far")
+            on_update(_shown_as_final(printer.words) or EngineUpdate(), True)
+            words = list(printer.words)
+            result = TranscriptionInfo(engine.name, setup.config, engine.info(), fed[0] / SAMPLE_RATE,
+                                       time.perf_counter() - started, tuple(rounds), args.realtime, None, tuple(gaps))
     finally:
+        console.close()
         engine.close()
         if recorder is not None:
+            heard = spoken_languages(rounds)
+            if language == "auto" and heard:
+                recorder.store.set_language(recorder.session_id, ", ".join(heard))
             recorder.close(duration_ms=round(fed[0] / SAMPLE_RATE * 1000))
+    try:
+        if not words:
+            err.write("captioner: no speech was recognised\n")
+        stats = result.to_json()
+        _print_summary(stats, rounds, len(words), bool(getattr(args, "verbose", False)), err)
+        if recorder is not None:
+            session = recorder.store.get_session(recorder.session_id).to_json()
+        else:
+            session = {"title": args.audio.name, "model": engine.name, "provider": info.chosen,
+                       "language": ", ".join(spoken_languages(rounds)) or language,
+                       "sources": ["system"], "duration_ms": round(fed[0] / SAMPLE_RATE * 1000)}
+        written = _save_outputs(args, words, stats, session, [Gap(a, b, "system") for a, b in result.gaps])
+        if written:
+            err.write(f"wrote {', '.join(map(str, written))}\n")
+        if recorder is not None:
+            err.write(f"saved as session {recorder.session_id} (captioner sessions show "
+                      f"{recorder.session_id}); --no-save skips this\n")
+    finally:
+        if recorder is not None:
             recorder.store.close()
-    if not words:
-        err.write("captioner: no speech was recognised\n")
-    stats = result.to_json()
-    _print_summary(stats, err)
-    _save_outputs(args, words, stats, [Gap(a, b, "system") for a, b in result.gaps])
-    if recorder is not None:
-        err.write(f"saved as session {recorder.session_id} (captioner sessions show "
-                  f"{recorder.session_id}); --no-save skips this\n")
-    return 0
+    return 130 if interrupted else 0

@@ -146,7 +146,8 @@ class EngineConfig:
     Attributes:
         model: pack name or path; "" = the first installed pack.
         provider: "auto" (NPU, then GPU, then CPU), or force one.
-        language: Whisper language code ("en", "de", ...) or "auto".
+        language: Whisper language code ("en", "de", ...) or "auto": detected by a multilingual
+            pack (the default); an English-only pack always runs as "en".
         task: "transcribe", or "translate" into English (Whisper's own task).
         step_s: seconds of new audio per engine round, 0.5..3.0.
         silence_floor_dbfs: blocks quieter than this are not sent to the model, -120..0 dBFS.
@@ -154,7 +155,7 @@ class EngineConfig:
 
     model: str = ""
     provider: Provider = "auto"
-    language: str = _str("en", _LANGUAGE)
+    language: str = _str("auto", _LANGUAGE)
     task: Literal["transcribe", "translate"] = "transcribe"
     step_s: float = _num(2.0, 0.5, 3.0)
     silence_floor_dbfs: float = _num(-70.0, -120.0, 0.0)

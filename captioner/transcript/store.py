@@ -356,6 +356,11 @@ class SessionStore:
         with self._transaction() as conn:
             conn.execute("UPDATE sessions SET provider = ? WHERE id = ?", (provider, session_id))
 
+    def set_language(self, session_id: int, language: str) -> None:
+        """Record the language(s) heard, e.g. ``"de"`` for a session begun with ``"auto"``."""
+        with self._transaction() as conn:
+            conn.execute("UPDATE sessions SET language = ? WHERE id = ?", (language, session_id))
+
     def set_title(self, session_id: int, title: str) -> None:
         """Rename a session."""
         self.get_session(session_id)

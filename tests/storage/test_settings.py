@@ -43,7 +43,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert (s.audio.source, s.engine.provider, s.engine.language, s.engine.step_s) == (
         "system",
         "auto",
-        "en",
+        "auto",
         2.0,
     )
     assert s.transcripts.label_mic == "You" and s.transcripts.label_system == "Others"

@@ -1,0 +1,50 @@
+"""``captioner transcribe`` as a new user meets it (issue 26): export paths checked before any work, a
+summary line for people (engine counters only with -v), the same JSON document as ``sessions export``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from captioner import cli
+from captioner.storage.paths import AppPaths
+from captioner.transcript.store import SessionStore
+
+
+def test_a_bad_export_path_fails_before_any_work(tiny_pack, reading: Path, tmp_path: Path, capsys) -> None:
+    home = AppPaths.default(tmp_path / "home")
+    for bad, why in ((tmp_path / "no" / "such" / "x.srt", "does not exist"), (tmp_path, "it is a folder")):
+        code = cli.run(["transcribe", str(reading), "--model", str(tiny_pack.root), "--srt", str(bad)], home)
+        out = capsys.readouterr()
+        assert code == 2 and why in out.err and out.err.count("\n") == 1, out.err
+        assert out.out == "" and "transcribing" not in out.err  # the engine never started
+    with SessionStore.open(home.sessions_db) as store:
+        assert store.list_sessions() == []
+
+
+def test_summary_is_one_line_for_people_and_the_engine_counters_need_verbose(real_tiny_en_pack, reading: Path,
+                                                                              tmp_path: Path, capsys) -> None:
+    home = AppPaths.default(tmp_path / "home")
+    args = ["transcribe", str(reading), "--model", str(real_tiny_en_pack.root), "--provider", "cpu", "--no-save"]
+    assert cli.run(args, home) == 0
+    err = capsys.readouterr().err
+    summary = next(line for line in err.splitlines() if "s of audio in" in line)
+    assert "RTF" in summary and "language en" in summary and "48 words" in summary, summary
+    assert "stops {" not in err and "sessions created" not in err and "chunks per round" not in err
+    assert cli.run(["-v", *args], home) == 0
+    err = capsys.readouterr().err
+    assert "stops {" in err and "sessions created" in err
+
+
+def test_transcribe_json_is_the_session_export_document_plus_stats(real_tiny_en_pack, reading: Path,
+                                                                   tmp_path: Path, capsys) -> None:
+    home = AppPaths.default(tmp_path / "home")
+    mine, exported = tmp_path / "transcribe.json", tmp_path / "export.json"
+    assert cli.run(["transcribe", str(reading), "--model", str(real_tiny_en_pack.root), "--provider", "cpu",
+                    "--json", str(mine)], home) == 0
+    assert cli.run(["sessions", "export", "1", "--json", str(exported)], home) == 0
+    capsys.readouterr()
+    a, b = json.loads(mine.read_text(encoding="utf-8")), json.loads(exported.read_text(encoding="utf-8"))
+    assert set(a) - {"stats"} == set(b) == {"version", "session", "words", "gaps"}
+    assert a["words"] == b["words"] and len(a["words"]) == 48
+    assert a["session"] == b["session"] and a["session"]["title"] == reading.name

@@ -1,0 +1,58 @@
+"""Ctrl-C keeps the words (issue 26): SIGINT to a real ``captioner transcribe --realtime`` with the real
+tiny.en on real speech writes every export with what was shown, ends the session, exits 130."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import srt
+
+from captioner.storage.paths import AppPaths
+from captioner.transcript.store import SessionStore
+
+
+def _printed_words(stdout: str) -> list[str]:
+    """The words of the ``[mm:ss.ss] text`` lines (a pipe gets no drafts, no escape codes)."""
+    return [w for line in stdout.splitlines() if line.startswith("[") for w in line.split("] ", 1)[1].split()]
+
+
+def test_sigint_keeps_every_word_shown_in_every_export_and_the_session(real_tiny_en_pack, reading: Path,
+                                                                       tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    out_json, out_srt = tmp_path / "out.json", tmp_path / "out.srt"
+    env = dict(os.environ, CAPTIONER_HOME=str(home))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "captioner", "transcribe", str(reading), "--model", str(real_tiny_en_pack.root),
+         "--provider", "cpu", "--realtime", "--json", str(out_json), "--srt", str(out_srt)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # the first final line, as soon as it settles (the pipe is not held back)
+    assert first.startswith("[00:0"), (first, proc.poll(), proc.stderr.read() if proc.poll() is not None else "")
+    time.sleep(2.0)  # a few more rounds: a draft is on screen and the reading is not over
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=60)
+    stdout = first + rest
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted; keeping the words shown so far" in err
+    assert "\x1b" not in stdout  # a pipe gets no escape codes
+
+    printed = _printed_words(stdout)
+    doc = json.loads(out_json.read_text(encoding="utf-8"))
+    assert set(doc) >= {"version", "session", "words", "gaps", "stats"}  # the keys of `sessions export --json`
+    exported = [w["text"] for w in doc["words"]]
+    assert exported == printed and len(exported) >= 5, (exported, printed)
+    assert doc["words"][-1]["end"] < 17.0  # interrupted: the reading's last sentence was not reached
+    cues = list(srt.parse(out_srt.read_text(encoding="utf-8")))
+    assert " ".join(c.content for c in cues).split() == exported
+
+    with SessionStore.open(AppPaths.default(home).sessions_db) as store:
+        (session,) = store.list_sessions()
+        assert session.ended_at is not None and session.title == reading.name
+        assert [w.text for w in store.session_words(session.id)] == exported
+    assert doc["session"]["id"] == session.id and doc["session"]["ended_at"] == session.ended_at
