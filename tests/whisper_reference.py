@@ -98,7 +98,8 @@ class Reference:
     def greedy(self, enc_out: torch.Tensor, prompt: list[int], positions: int) -> list[int]:
         """Tokens at positions 0…positions: the prompt, then argmax over ids < EOT at each free position.
 
-        The prompt is run as one prefill; each further token is one cached step (transformers' own KV cache).
+        The prompt is run as one prefill; each further token is one cached step (transformers' own KV cache,
+        passed back as ``cache``: the name since transformers 5.24, where ``past_key_values`` is deprecated).
         """
         seq = list(prompt)
         out = self.model(decoder_input_ids=torch.tensor([seq]), encoder_outputs=(enc_out,), use_cache=True)
@@ -106,5 +107,5 @@ class Reference:
             seq.append(int(np.argmax(out.logits[0, -1, : self.eot].numpy())))
             if len(seq) <= positions:
                 out = self.model(decoder_input_ids=torch.tensor([seq[-1:]]), encoder_outputs=(enc_out,),
-                                 past_key_values=out.past_key_values, use_cache=True)
+                                 cache=out.cache, use_cache=True)
         return seq
