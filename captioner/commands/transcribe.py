@@ -216,8 +216,11 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
             console.note("captioner: interrupted; keeping the words shown so far")
             on_update(_shown_as_final(printer.words) or EngineUpdate(), True)
             words = list(printer.words)
-            result = TranscriptionInfo(engine.name, setup.config, engine.info(), fed[0] / SAMPLE_RATE,
-                                       time.perf_counter() - started, tuple(rounds), args.realtime, None, tuple(gaps))
+            wall = time.perf_counter() - started
+            heard = min(fed[0] / SAMPLE_RATE, wall) if args.realtime else fed[0] / SAMPLE_RATE  # the reader reads ahead
+            fed[0] = round(heard * SAMPLE_RATE)
+            result = TranscriptionInfo(engine.name, setup.config, engine.info(), heard, wall, tuple(rounds),
+                                       args.realtime, None, tuple(gaps))
     finally:
         console.close()
         engine.close()

@@ -1,0 +1,45 @@
+"""The language by default (issue 26): a multilingual pack detects it, an English-only pack stays
+English; the detected language is said in the summary line and kept with the session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from captioner import cli
+from captioner.storage.paths import AppPaths
+from captioner.storage.settings import Settings
+from captioner.transcript.store import SessionStore
+
+GERMAN = Path(__file__).resolve().parents[1] / "data" / "speech-multilingual" / "picovoice-leopard-de.wav"
+
+
+def _summary(err: str) -> str:
+    return next(line for line in err.splitlines() if "s of audio in" in line)
+
+
+def test_a_multilingual_pack_detects_german_by_default(base_pack: Path, tmp_path: Path, capsys) -> None:
+    """Real whisper-base on a real German sentence ("Der hinter diesem Portal liegenden Raum wurde als
+    Leichenhalle genutzt."), no --language and no settings file: German words, "language de (detected)"."""
+    assert Settings().engine.language == "auto"
+    home = AppPaths.default(tmp_path / "home")
+    assert cli.run(["transcribe", str(GERMAN), "--model", str(base_pack), "--provider", "cpu"], home) == 0
+    out = capsys.readouterr()
+    text = out.out.lower()
+    assert "transcribing" in out.err and "language detected" in out.err
+    assert "language de (detected)" in _summary(out.err), out.err
+    assert sum(w in text for w in ("der", "diesem", "portal", "raum", "wurde", "als", "genutzt")) >= 4, out.out
+    with SessionStore.open(home.sessions_db) as store:
+        (session,) = store.list_sessions()
+        assert session.language == "de"
+    assert cli.run(["sessions", "show", str(session.id)], home) == 0
+    assert "language de" in capsys.readouterr().out
+
+
+def test_an_english_only_pack_stays_english(real_tiny_en_pack, tmp_path: Path, capsys) -> None:
+    home = AppPaths.default(tmp_path / "home")
+    clip = GERMAN.parents[1] / "speech" / "1089-134691-0000.wav"
+    assert cli.run(["transcribe", str(clip), "--model", str(real_tiny_en_pack.root), "--provider", "cpu"], home) == 0
+    err = capsys.readouterr().err
+    assert "language en" in err and "(detected)" not in _summary(err), err
+    with SessionStore.open(home.sessions_db) as store:
+        assert [s.language for s in store.list_sessions()] == ["en"]
