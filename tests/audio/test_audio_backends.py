@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -13,25 +16,61 @@ import pytest
 from audio_fakes import FakeSoundDevice, tone
 
 from captioner.audio import AudioCapture, CaptureConfig, SystemBackend, list_devices, pulse
+from captioner.audio.backends import LOOPBACK_BUFFER_S
 from captioner.errors import AudioDeviceError
 
 
+class SoundcardRuntimeWarning(RuntimeWarning):
+    """soundcard's warning class (soundcard/mediafoundation.py), set to "always" at its import."""
+
+
+class FakeCom:
+    """COM per thread, as Windows keeps it: ``thread()`` initialises the calling thread (balanced
+    on exit), ``check()`` fails like a COM call on a thread without COM (CO_E_NOTINITIALIZED)."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self.threads: set[str] = set()  # names of the threads that entered COM
+
+    @contextlib.contextmanager
+    def thread(self) -> Iterator[None]:
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+        self.threads.add(threading.current_thread().name)
+        try:
+            yield
+        finally:
+            self._local.depth -= 1
+
+    def initialise_this_thread(self) -> None:
+        """``CoInitializeEx`` never balanced (soundcard's module-level ``_COMLibrary()``)."""
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+
+    def check(self) -> None:
+        if not getattr(self._local, "depth", 0):
+            raise RuntimeError("Error 0x800401f0")  # CoInitialize has not been called (on this thread)
+
+
 class FakeRecorder:
-    """soundcard's recorder: ``record(numframes)`` blocks for the block's duration, like WASAPI."""
+    """soundcard's recorder: ``record(numframes)`` blocks for the block's duration, like WASAPI; every
+    call is a COM call; a mic set to drop warns of a discontinuity like soundcard's ``_record_chunk``."""
 
     def __init__(self, mic: FakeLoopbackMic, samplerate: int, channels: int, blocksize: int) -> None:
         self.mic, self.rate, self.channels = mic, samplerate, channels
         self.frames = 0
 
     def __enter__(self) -> FakeRecorder:
+        self.mic.com.check()  # IAudioClient::Start
         return self
 
     def __exit__(self, *exc: object) -> None:
-        pass
+        self.mic.com.check()  # IAudioClient::Stop and Release
 
     def record(self, numframes: int) -> np.ndarray:
+        self.mic.com.check()
         if self.mic.fail:
             raise RuntimeError("Error 0x88890004: AUDCLNT_E_DEVICE_INVALIDATED")
+        if self.mic.drop_every and self.frames and self.frames % (self.mic.drop_every * numframes) == 0:
+            warnings.warn("data discontinuity in recording", SoundcardRuntimeWarning, stacklevel=2)
         time.sleep(numframes / self.rate)  # the fake device's pace
         t = (self.frames + np.arange(numframes)) / self.rate
         self.frames += numframes
@@ -40,11 +79,18 @@ class FakeRecorder:
 
 
 class FakeLoopbackMic:
-    def __init__(self, name: str) -> None:
-        self.name, self.channels, self.isloopback, self.fail = name, 2, True, False
+    def __init__(self, name: str, com: FakeCom) -> None:
+        self.name, self.isloopback, self.fail, self.com = name, True, False, com
+        self.drop_every = 0  # warn of a discontinuity every N reads (0: never)
         self.recorders: list[tuple[int, int, int]] = []
 
+    @property
+    def channels(self) -> int:
+        self.com.check()  # soundcard asks the device (IMMDevice::OpenPropertyStore)
+        return 2
+
     def recorder(self, samplerate: int, channels: int, blocksize: int) -> FakeRecorder:
+        self.com.check()  # IMMDevice::Activate
         self.recorders.append((samplerate, channels, blocksize))
         return FakeRecorder(self, samplerate, channels, blocksize)
 
@@ -55,42 +101,59 @@ class FakeSpeaker:
 
 
 class FakeSoundcard:
-    """The soundcard calls the Windows loopback route makes."""
+    """The soundcard calls the Windows loopback route makes. Like the real module, importing it
+    (constructing it) initialises COM on the importing thread only, and every call needs COM."""
 
     def __init__(self) -> None:
+        self.com = FakeCom()
+        self.com.initialise_this_thread()  # soundcard's module-level _COMLibrary(), on this thread
         self.speaker = FakeSpeaker("Speakers (Realtek)")
         self.calls: list[tuple[str, Any]] = []
         self.mics: list[FakeLoopbackMic] = []
+        self.drop_every = 0
 
     def default_speaker(self) -> FakeSpeaker:
+        self.com.check()
         return self.speaker
 
     def get_microphone(self, id: str, include_loopback: bool = False) -> FakeLoopbackMic:
+        self.com.check()
         self.calls.append((id, include_loopback))
         if not include_loopback:
             raise IndexError(f"no microphone with id {id}")
-        mic = FakeLoopbackMic(id)
+        mic = FakeLoopbackMic(id, self.com)
+        mic.drop_every = self.drop_every
         self.mics.append(mic)
         return mic
 
     def all_microphones(self, include_loopback: bool = False) -> list[FakeLoopbackMic]:
-        return [FakeLoopbackMic(self.speaker.name)] if include_loopback else []
+        self.com.check()
+        return [FakeLoopbackMic(self.speaker.name, self.com)] if include_loopback else []
+
+
+def _windows(sc: FakeSoundcard) -> SystemBackend:
+    return SystemBackend(soundcard=sc, platform="win32", com=sc.com)
+
+
+def _read_samples(cap: AudioCapture, n: int, seconds: float = 3.0) -> np.ndarray:
+    got = []
+    deadline = time.monotonic() + seconds
+    while sum(len(b.samples) for b in got) < n and time.monotonic() < deadline:
+        if (b := cap.read(0.2)) is not None:
+            got.append(b)
+    return np.concatenate([b.samples for b in got]) if got else np.zeros(0, np.float32)
 
 
 def test_windows_system_audio_is_wasapi_loopback_of_default_speaker() -> None:
     sc = FakeSoundcard()
-    cap = AudioCapture(CaptureConfig(source="system"), SystemBackend(soundcard=sc, platform="win32"))
+    cap = AudioCapture(CaptureConfig(source="system"), _windows(sc))
     with cap:
-        got = []
-        deadline = time.monotonic() + 3
-        while sum(len(b.samples) for b in got) < 8000 and time.monotonic() < deadline:
-            if (b := cap.read(0.2)) is not None:
-                got.append(b)
+        audio = _read_samples(cap, 8000)
         assert cap.device_names["system"] == "Speakers (Realtek) (loopback)"
     assert sc.calls == [("Speakers (Realtek)", True)]
-    assert sc.mics[0].recorders == [(48_000, 2, 960)]
-    audio = np.concatenate([b.samples for b in got])
-    assert all(b.source == "system" for b in got) and len(audio) >= 8000
+    # the WASAPI buffer is LOOPBACK_BUFFER_S (soundcard: buffer = blocksize / samplerate), reads stay 20 ms
+    assert sc.mics[0].recorders == [(48_000, 2, round(48_000 * LOOPBACK_BUFFER_S))] and LOOPBACK_BUFFER_S >= 0.1
+    assert len(audio) >= 8000
     spec = np.abs(np.fft.rfft(audio[1000:8000]))
     assert abs(np.argmax(spec) * 16_000 / 7000 - 1000) <= 3
     assert not [t for t in threading.enumerate() if t.name == "captioner-loopback"]  # stopped by close
@@ -98,7 +161,7 @@ def test_windows_system_audio_is_wasapi_loopback_of_default_speaker() -> None:
 
 def test_windows_loopback_failure_reopens() -> None:
     sc = FakeSoundcard()
-    cap = AudioCapture(CaptureConfig(source="system"), SystemBackend(soundcard=sc, platform="win32"))
+    cap = AudioCapture(CaptureConfig(source="system"), _windows(sc))
     events = []
     with cap:
         t_end = time.monotonic() + 4
@@ -114,6 +177,69 @@ def test_windows_loopback_failure_reopens() -> None:
     kinds = [e.kind for e in events]
     assert kinds[:2] == ["device_lost", "device_reopened"], kinds
     assert len(sc.mics) == 2
+
+
+def test_windows_loopback_survives_stop_and_restart_on_other_threads() -> None:
+    """soundcard initialises COM only on the thread that imported it: the reader thread, and a start
+    from another thread (the app's worker), must initialise their own, every time."""
+    sc = FakeSoundcard()  # "imported" here, on the test's thread
+    for round_ in range(2):  # start, stop, start again: each time from a new thread
+        result: dict[str, Any] = {}
+
+        def run(result: dict[str, Any] = result) -> None:
+            cap = AudioCapture(CaptureConfig(source="system"), _windows(sc))
+            try:
+                with cap:
+                    result["audio"] = _read_samples(cap, 4000)
+                    result["events"] = cap.events()
+            except Exception as exc:  # reported to the test's thread
+                result["error"] = exc
+
+        worker = threading.Thread(target=run, name=f"captioner-worker-{round_}")
+        worker.start()
+        worker.join(10)
+        assert "error" not in result, result.get("error")
+        assert len(result["audio"]) >= 4000, (round_, result.get("events"))
+        assert not [e for e in result["events"] if e.kind == "device_lost"], result["events"]
+    assert {"captioner-worker-0", "captioner-worker-1", "captioner-loopback"} <= sc.com.threads
+
+
+def test_windows_loopback_without_com_on_the_reader_fails_like_windows() -> None:
+    """The fake is honest: a recorder used on a thread without COM fails as soundcard does there."""
+    sc = FakeSoundcard()
+    mic = sc.get_microphone("Speakers (Realtek)", include_loopback=True)
+    errors: list[BaseException] = []
+
+    def no_com() -> None:
+        try:
+            with mic.recorder(samplerate=48_000, channels=2, blocksize=960) as rec:
+                rec.record(960)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=no_com)
+    t.start()
+    t.join(5)
+    assert [str(e) for e in errors] == ["Error 0x800401f0"]
+
+
+def test_windows_loopback_discontinuities_are_counted_as_overflows(caplog: pytest.LogCaptureFixture) -> None:
+    sc = FakeSoundcard()
+    sc.drop_every = 5  # WASAPI dropped frames before every 5th read
+    backend, opened = _windows(sc), []
+    real_open = backend.open
+    backend.open = lambda *a: opened.append(real_open(*a)) or opened[-1]  # type: ignore[method-assign]
+    cap = AudioCapture(CaptureConfig(source="system"), backend)
+    with warnings.catch_warnings(record=True) as shown, cap:
+        warnings.simplefilter("always", SoundcardRuntimeWarning)  # as soundcard's import does
+        _read_samples(cap, 6400)  # 0.4 s: 20 reads of 20 ms
+        time.sleep(0.1)
+        cap.read(0.1)
+        overflows = cap.counters("system").device_overflows
+        seen = opened[0].stream.discontinuities
+    assert overflows >= 3 and seen >= overflows, (overflows, seen)
+    assert not [w for w in shown if "discontinuity" in str(w.message)]  # counted, not printed
+    assert sum("data discontinuity" in r.getMessage() for r in caplog.records) == 1  # logged once
 
 
 def test_macos_system_audio_says_blackhole() -> None:
