@@ -1,121 +1,67 @@
-"""The NPUsper streaming session: audio in, validated and timed words out (NPUSPER.md §1–§13).
+"""The streaming session: audio in, validated and timed words out (the NPUsper engine).
 
-:class:`Stream` implements carry-over mode 3 with the reference's effective defaults (§0.1): rounds
-of ``step`` seconds of new audio, effective input = carry + new audio (trimmed to 30 s, rounds under
-1 s skipped), greedy decode with the stop conditions of :mod:`~captioner.engine.validate` after each
-chunk, DTW word times (:mod:`~captioner.engine.align`), prefix = the second-to-last emitted word,
-carry cut 0.2 s before that word's start (at most 2 × step), speculative emission of unreliable
-rounds and its retraction, overlap dedup of the re-decoded last word (keeping the earlier emission
-time), and the 30 s re-inference after two identical backward-shift stops. Token bookkeeping is the
-reference's; the output is converted to words (:class:`~captioner.core.EngineUpdate`).
+A :class:`Stream` runs one **round** every ``step_s`` of new audio. What a round decodes is decided
+before anything is decoded, by one pure function of the stream's state and the speech detector's
+answer (:func:`~captioner.engine.rounds.plan_round`), and executed by one path
+(:meth:`Stream._run_round`). The rules follow the life of an utterance; the numbers in brackets are
+the rows of ``docs/accuracy/deviations.md``, which keeps why each rule is there and what it measured.
 
-Deliberate deviations from the reference, each covered by a test in ``tests/engine/``:
+======== ======================================================= ============================================ ====================
+kind     when                                                    input ``[start, end)`` and what is heard     prefix / draft
+======== ======================================================= ============================================ ====================
+skip     input empty; a live input under ``min_chunk_s``         —: the input is carried (under 1 s: all of   —
+         (``"short"``); digital silence [2] (``"silence"``);      it; else its last 2 × step), nothing decoded
+         no speech and no open utterance [15] (``"no_speech"``)
+opening  live, the open utterance at most ``opening_s`` long     the whole utterance from its start, heard    none / its drafts,
+         (its start to the input's end) [20]                     with silence to ``opening_window_s``         replaced
+live     the speech goes on                                      carry + new audio (last 30 s), leading       the carry's word
+                                                                 non-speech trimmed when nothing is forced    (§2.5) / none
+                                                                 [15]; masked (the paper's round)
+live,    at steps under 2 s, a live input shorter than           from the drafted word that starts            that word / the
+reaching ``min_context_s`` [20]                                  ``min_context_s`` before its end; masked     drafts after it,
+back                                                                                                          replaced
+closing  the speech ended ``end_silence_s`` before the input's   cut ``speech_pad_s`` after the speech [16];  none / the
+         end, an open utterance's input has no speech, or        reaching back up to ``closing_context_s``    committed words of
+         ``finish()`` [1, 16]                                    to a committed word's start in the           that audio,
+                                                                 utterance [17]; heard with silence to the    replaced [17]
+                                                                 smallest bucket ≥ 10 s (10, 20, 30 s) [18]
+======== ======================================================= ============================================ ====================
 
-1. **finish() flushes** the last round: it is decoded and emitted without the peak-margin stop and
-   without speculation (the reference decodes the last round but emits nothing, §2.8). Speculative
-   words of the previous round are retracted by it even if it decodes nothing. When a hallucination
-   stop (backward shift, repetition) or the token limit ends it early, the audio after the carry cut
-   is decoded again (at most 3 times, only while the input shrinks); the result is one update.
-2. **Silence gate**: an input whose RMS is below ``silence_floor_dbfs`` (digital silence) is not
-   sent to the model; the round is handled exactly like a round whose first choice was EOT with a
-   garbage runner-up (§2.6): no emission, prefix/dedup/speculative/repeat state untouched, the last
-   ``min(input, 2 × step)`` carried; stop reason ``"silence"``.
-3. **Cropped DTW**: the alignment attention covers the real frames only (paper §3.4), not padding.
-4. **Word-level retractions**: the reference's token retractions become ``EngineUpdate.retract``
-   counts of words; a token that extends an earlier word (e.g. a comma) re-emits that word.
-5. **No other special tokens**: the graphs choose among ids < EOT only, so timestamps/control tokens
-   are never emitted, and the EOT runner-up is the best ordinary token (§4.3–4.4).
-6. **Token limit = a stop**: the round's plan has ~30 positions (224 in the 10 and 30 s buckets); a round
-   that exhausts it is timed with DTW and carries from the second-to-last word like any stop, instead
-   of dropping the rest of its input (§2.5 d), which a 30-position plan would make frequent.
-7. **Single-word speculative rounds keep the prefix** (the reference clears it, §11.6, so the next
-   round re-decodes the already committed second-to-last word from the carried audio and emits it
-   twice).
-8. **Overlap dedup also in speculative rounds, on match only**: a speculative round drops a first
-   word equal to the remembered last word (the reference shows it twice until the next round); a
-   mismatch is left to the next reliable round.
-9. **The carry always keeps the last emitted word**: the 2 × step cap moves the cut at most to 0.2 s
-   before the last word's DTW start, so the next round re-decodes that word whole and the overlap
-   dedup compares like with like (the reference may cut into or past it; the next round then
-   retracts it as a mismatch or emits it twice). Where a carry does not reach the remembered word's
-   end at all (a trimmed or branch-(a) carry) the next round does not dedup against it.
-10. **First-shown time kept for confirmed speculative words**: a word that replaces an identical
-    speculative word keeps the speculative word's ``emitted_at`` (``Word.emitted_at`` is when the
-    word was first shown), as overlap replacement does in the reference.
-11. **A re-decoded last word that extends the remembered one** with tokens that the dedup form
-    ignores (e.g. "word" → "word,") replaces it, keeping its emission time, instead of being dropped
-    with its new punctuation (the reference drops it, losing the comma).
-12. **Nothing left after the dedup**: the remembered word stays remembered (it is still the last
-    committed word); the reference forgets it, so the next round emits it a second time.
-13. **Re-inference dedup looks further back**: up to 8 committed words are compared with the head of
-    the 30 s result (the reference compares 2, but the re-decoded input can start a word or more
-    before the second-to-last committed word, which it would then emit twice).
-14. **Prefix length bound**: a prefix longer than the plan's first two chunks allow is not forced.
-15. **Speech detection** (Silero VAD, :mod:`~captioner.engine.vad`): a round whose input holds no
-    speech is not decoded (stop reason ``"no_speech"``, handled like deviation 2), so silence,
-    noise and music give no words; with no prefix to keep, the input starts ``speech_pad_s``
-    before the speech (the encoder sees less), and no word's time starts before the detected onset
-    of its utterance's speech (DTW puts the first word at the start of the input).
-16. **Closing rounds**: when the speech of an input ended ``end_silence_s`` before its end (a
-    pause), or at ``finish()``, the input is cut ``speech_pad_s`` after the speech and decoded as
-    offline Whisper decodes a complete segment: EOT ends it whenever it wins, no backward-shift
-    or peak-margin stop (on real speech both dropped real last words: "experience proves [this]"),
-    nothing speculative, nothing carried, the prefix forgotten. Measured on the development
-    corpus, this removed the trailing inventions ("… gospel. His") and the lost last words.
-17. **Closing rounds look back and correct**: short closing inputs (the carry is often ~1 s) made
-    Whisper loop ("no longer, no longer, …") or invent ("… I hate"). A closing round's input
-    therefore reaches back up to ``closing_context_s`` (29.6 s: with the pad, one 30 s window)
-    into audio already decoded (never before the utterance's start; inside it, from a committed
-    word's start) and is decoded without a prefix, as offline Whisper decodes the utterance; its words replace the committed words
-    of that audio (the live words were a draft shown early; unchanged words keep the time they
-    were first shown), or with ``closing_replaces=False`` only the words after the committed ones
-    are added (found by aligning the texts with ``difflib``, else by DTW time). Until its closing
-    round, an utterance's words are published as drafts (``Word.speculative``: dimmed, not final
-    for the printer and the live subtitle file); a closing decode that finds no words at all keeps
-    the drafts instead of wiping them, and one that the plan's end cuts short, or that a word guard
-    stops (a loop, a sound caption) a second or more before the input's end, decodes the rest of
-    the utterance again by itself, from its last kept word, instead of dropping it (a guard stop
-    at the end is a loop after the last word: a tail that short decoded alone was invented on). The closing decode proposes the draft's tokens to the pack's
-    verifier (draft decoding, :mod:`~captioner.engine.decoder`): the same tokens as the greedy
-    decode, five confirmed per dispatch where the draft was right. A caller that is behind real
-    time sets ``Stream.hurry``: the closing round then decodes only its own input, like any round,
-    and the drafts stand (a look-back re-decodes up to 30 s: on a third of a core that took 6–15 s,
-    more than the lag bound of :mod:`~captioner.engine.overload` allows).
+A round that opens an utterance (the first with speech after none) sets its start (the input's start)
+and its speech onset: no word starts before the onset [15]. Until the closing round, the utterance's
+words are **drafts** (``Word.speculative``: dimmed, not final for the printer and the live subtitle
+file) [17]. A caller behind real time sets :attr:`Stream.hurry`: rounds then neither look back nor
+reach back (each decodes only its own input, as the paper's rounds do) and the drafts stand; such
+a closing round (or one with nothing committed yet) keeps the carry's prefix and commits its words
+as a live round does, without speculation.
 
-18. **Closing inputs are heard with silence**: a closing input is padded with digital silence that
-    the encoder sees (not masked) to the smallest bucket of at least 10 s that holds it (10, 20 or
-    30 s): Whisper was trained on padded 30 s windows, and a short masked input made it loop ("No.
-    No. No." for one "no") or mishear the first words of an utterance. On the development corpus
-    the padded 10 s input comes close to the offline 30 s result at a third of its encoder cost,
-    and 20 s instead of 30 s for utterances of 10–20 s gave the same words on 24 clips for 12 %
-    less compute; only utterances over 20 s (LibriSpeech's longest) pay the 30 s encoder.
+Decoding: greedy, in chunks of the pack's chunk plan (:mod:`~captioner.engine.decoder`); a forced
+prefix longer than the plan has room for is not forced [14]; words decoded again are proposed to the
+verifier (draft decoding: the same tokens, up to five confirmed per dispatch). The guards of
+:mod:`~captioner.engine.validate`: live rounds stop on the paper's tests (EOT with a garbage
+runner-up, backward shift, peak margin, token limit [6]); closing rounds end on EOT whenever it wins
+and have no attention stops [16]; the two word guards (a phrase repeated with the committed words as
+context, sound annotations) run in every round. Language (``"auto"`` on a multilingual model): read
+from the first decoder step of every round until 4 s of input settle it, and of every closing
+round [19].
 
-19. **Language detection** (``language="auto"`` on a multilingual model): Whisper's language
-    token read from the first decoder step (the SOT row of the round's first chunk graph,
-    :mod:`~captioner.engine.language`, one extra chunk dispatch) on every round of an utterance
-    until an input of at least 4 s settles it (2 s of speech is wrong half the time on the
-    development corpus, 4–6 s right on 7–8 of 8 clips), and again on every closing round, whose
-    input reaches back up to 9.6 s: the closing decode, which replaces the utterance's draft
-    words, is in the language heard on the most audio, and the next utterance may switch.
+After the decode, by kind:
 
-20. **Live rounds revise an open utterance's drafts**: a draft word that the closing round corrects
-    is shown in its final form only when the utterance closes, seconds later: the latency tail of
-    issue 17 (whisper-base, 1 s step: 9 % of the words, a median 5 s late; 40 % of them among an
-    utterance's first 2 s, which its first rounds hear as 1–2 s of masked speech and mishear). So:
-    **opening rounds**: while the open utterance is at most ``opening_s`` long, a live round
-    decodes all of it from its start without a prefix, heard with silence to ``opening_window_s``
-    (as deviation 18 does for closing inputs), and its words replace the utterance's drafts;
-    **minimum context**: later, a live round whose input is shorter than ``min_context_s`` reaches
-    back to the drafted word that starts that long before its end, forces it as the prefix (as the
-    carry forces the second-to-last word) and replaces the drafts after it, so its words are heard
-    with seconds of left context instead of the carry's one word. Only at steps under 2 s: at a 2 s
-    step the input already holds 3–4 s, and reaching back there only moved corrections a step later
-    (measured: p90 2.50 → 2.59 s). Replaced drafts that come out the same keep the time they were
-    first shown (deviation 10); the overlap dedup does not apply (every word after the prefix is
-    decoded again). Off while the caller is in a hurry (the rounds then cost what the paper's do).
-
-Two word guards of :mod:`~captioner.engine.validate` (phrase repetition with the committed words as
-context, sound annotations) run in every round, closing or not.
+* **live** (the paper's §11, in its order): DTW word times on the real frames only [3]; an
+  unreliable round (its last word ends before ``unreliable_fraction`` of the input, or a single
+  word) is shown speculatively and retracted by the next round [7, 8]; the overlap dedup drops the
+  re-decoded last word (or replaces it when it gained punctuation, keeping its first-shown time)
+  [9–12]; the carry is cut 0.2 s before the second-to-last word (at most 2 × step, never past the
+  last word's start) [9]; two identical backward-shift stops in a row: the input is decoded again as
+  stock Whisper on a 30 s window (§11.3, [13]).
+* **opening / reaching back**: the same, except that the drafts after the prefix are replaced
+  (unchanged words keep their first-shown time [10]) instead of deduplicated.
+* **closing**: its words replace the committed words of its input (``closing_replaces=False``: only
+  the words after them are added, aligned by text, else by time); one that finds no words keeps the
+  drafts; nothing is carried and the utterance ends, except that a decode the chunk plan cuts short,
+  or that a guard stops a second or more before the input's end, leaves the rest of the utterance to
+  be decoded again by itself, from its last kept word [17]. ``finish()`` decodes everything pending
+  as a closing round and decodes again what an early stop left (at most 3 times) [1].
 
 Times: audio positions are integer sample indices (16 kHz) from the first fed sample; ``Word``
 start/end are converted to seconds; ``emitted_at`` is ``clock() − clock() at construction``.
@@ -145,8 +91,9 @@ from captioner.engine.align import Alignment, align_words, split_words
 from captioner.engine.decoder import DecodeResult, NativeValidator, decode_round, max_prefix
 from captioner.engine.language import detect_language
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
+from captioner.engine.rounds import RoundPlan, RoundPolicy, StreamState, plan_round
 from captioner.engine.tokens import TASKS, normalize_word
-from captioner.engine.vad import SpeechDetector, SpeechSpan
+from captioner.engine.vad import SpeechDetector
 from captioner.engine.validate import RoundValidator
 from captioner.errors import CaptionerError
 
@@ -290,11 +237,8 @@ class Stream:
         cfg = self.config
         self._step_n = round(cfg.step_s * SAMPLE_RATE)
         self._cap_n = _frames(round(2 * cfg.step_s * SAMPLE_RATE))
-        self._min_n = round(cfg.min_chunk_s * SAMPLE_RATE)
         self._max_n = _frames(round(cfg.max_input_s * SAMPLE_RATE))
         self._offset_n = round(cfg.word_end_offset_s * SAMPLE_RATE)
-        self._end_silence_n = round(cfg.end_silence_s * SAMPLE_RATE)
-        self._pad_n = _frames(round(cfg.speech_pad_s * SAMPLE_RATE))
         self._vad = SpeechDetector(cfg.vad_threshold) if cfg.vad else None
         # audio
         self._pending: list[np.ndarray] = []
@@ -317,9 +261,7 @@ class Stream:
         self._history = np.zeros(0, np.float32)
         self._history_start = 0
         self._context_n = _frames(round(cfg.closing_context_s * SAMPLE_RATE))
-        self._opening_n = round(cfg.opening_s * SAMPLE_RATE)  # deviation 20
-        self._opening_window_n = _frames(round(cfg.opening_window_s * SAMPLE_RATE))
-        self._min_context_n = round(cfg.min_context_s * SAMPLE_RATE)
+        self._policy = RoundPolicy.from_config(cfg)
         self._utterance_start: int | None = None  # where the open utterance's input begins (onset − pad)
         self._onset = 0  # where its speech begins (the speech detector's onset): no word starts before
         self._log = CommittedLog(self.vocab, source)  # committed tokens -> published words
@@ -456,8 +398,8 @@ class Stream:
         return start, taken
 
     def _run_round(self, new_start: int, new: np.ndarray, *, last: bool) -> EngineUpdate:
+        """One round: its plan (:func:`~captioner.engine.rounds.plan_round`), executed."""
         t_round = time.perf_counter()
-        cfg = self.config
         stats: dict[str, Any] = {"round_index": self._round, "carry_s": self._carry.size / SAMPLE_RATE}
         self._round += 1
         start = self._carry_start if self._carry.size else new_start
@@ -467,62 +409,44 @@ class Stream:
             start += audio.size - self._max_n
             audio = audio[audio.size - self._max_n :]
         stats["input_s"] = audio.size / SAMPLE_RATE
-        if audio.size == 0:
-            return self._update(stats, t_round)
-        if not last and audio.size < self._min_n:  # §2.4
-            self._set_carry(start, audio)
-            return self._update({**stats, "stop_reason": "short"}, t_round)
-        if cfg.silence_floor_dbfs is not None and _dbfs(audio) < cfg.silence_floor_dbfs:  # deviation 2
-            return self._nothing_decoded(start, audio, stats, t_round, last, "silence")
-        closes = last
-        if self._vad is not None:  # deviations 15, 16
-            span = self._vad.speech(start, start + audio.size)
-            if span is None and not (self._utterance_start is not None and self._context_n and self._log.tokens):
-                return self._nothing_decoded(start, audio, stats, t_round, last, "no_speech")
-            silent = span is None
-            if span is None:  # an open utterance whose end fell on the round boundary: close it
-                span = SpeechSpan(start, start)
-            lead = _frames(max(0, span.start - self._pad_n - start))
-            if lead and not self._prefix:
-                start, audio = start + lead, audio[lead:]
-            if self._utterance_start is None:
-                self._utterance_start, self._onset = start, span.start
-                if self._context_n:  # deviation 17: its words are drafts until it closes
-                    self._log.set_draft(self._spec_from if self._spec_from is not None else len(self._log))
-            if last or silent or start + audio.size - span.end >= self._end_silence_n:
-                closes = True
-                keep = min(audio.size, -(-(span.end + self._pad_n - start) // SAMPLES_PER_FRAME) * SAMPLES_PER_FRAME)
-                audio = audio[:keep]
-        extended = False
-        if closes and self._context_n and self._log.tokens and not self.hurry:  # deviation 17
-            utterance = start if self._utterance_start is None else self._utterance_start
-            begin = max(self._history_start, utterance, start + audio.size - self._context_n)
-            if begin > utterance:  # inside the utterance: begin where a committed word begins
-                begin = max(self._history_start, self._log.word_start_since(begin, start) - self._pad_n)
-            begin = _frames(begin)
-            if begin <= start <= self._history_start + self._history.size:
-                audio = self._with_history(begin, start, audio)
-                start, extended = begin, True
-        revise: tuple[tuple[int, ...], int] | None = None  # deviation 20: (prefix, first replaced token)
-        if not closes and self._context_n and self._utterance_start is not None and not self.hurry:
-            before = start
-            start, audio, revise = self._reach_back(start, audio)
-            stats["revised_s"] = (before - start) / SAMPLE_RATE
+        state = StreamState(start, audio, last, self.hurry, self._prefix, self._utterance_start, self._spec_from,
+                            (self._history_start, self._history_start + self._history.size), self._log,
+                            len(self._prompt))
+        plan = plan_round(state, self._policy, self.model, self._vad)
+        if plan.kind == "skip":
+            if plan.skip is None:
+                return self._update(stats, t_round)
+            if plan.skip == "short":  # §2.4: all of it carried
+                self._set_carry(start, audio)
+                return self._update({**stats, "stop_reason": "short"}, t_round)
+            return self._nothing_decoded(start, audio, stats, t_round, last, plan.skip)
+        if plan.opens is not None:
+            self._utterance_start, self._onset = plan.opens
+            if self._context_n:
+                self._log.set_draft(plan.draft_from)
+        own = plan.start + plan.reach_n
+        audio = audio[own - start : plan.end - start]
+        if plan.reach_n:
+            audio = self._with_history(plan.start, own, audio)
+        start = plan.start
+        return self._decode(plan, start, audio, stats, t_round, last)
+
+    def _decode(self, plan: RoundPlan, start: int, audio: np.ndarray, stats: dict, t_round: float,
+                last: bool) -> EngineUpdate:
+        """Encode what the plan hears, decode with its prefix, draft and guards, commit by its kind."""
+        cfg = self.config
         eff_s = audio.size / SAMPLE_RATE
         stats["input_s"] = eff_s
-
-        seen = audio
-        if revise is not None and not revise[0]:  # deviation 20: an opening round, heard with silence
-            seen = _heard_with_silence(audio, self._opening_window_n)
-        if closes:  # deviation 18: a closing input is heard with silence after it, to 10 s or 30 s
-            seen = _heard_with_silence(audio, _closing_window(self.model, audio.size))
+        if not plan.closes:
+            stats["revised_s"] = plan.reach_n / SAMPLE_RATE
+        seen = _heard_with_silence(audio, plan.heard_n) if plan.heard_n > audio.size else audio
         encoding = self.model.encode(seen)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
-        if self._auto and (closes or not self._language_settled):
-            self._detect_language(encoding, audio.size, closes)
+        if self._auto and (plan.closes or not self._language_settled):
+            self._detect_language(encoding, audio.size, plan.closes)
         stats["language"] = self.language
-        prefix = () if extended else self._prefix if revise is None else revise[0]
-        if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # deviation 14
+        prefix = plan.prefix
+        if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # no room in the chunk plan
             logger.debug("prefix of %d tokens too long for the plan; not forced", len(prefix))
             prefix = ()
         context = self._log.words_before(start, _GUARD_CONTEXT_WORDS)
@@ -531,18 +455,15 @@ class Stream:
         validator = RoundValidator(
             self.vocab,
             input_s=eff_s,
-            peak_margin_s=0.0 if closes else cfg.peak_margin_s,
+            peak_margin_s=0.0 if plan.closes else cfg.peak_margin_s,
             exclude_s=cfg.exclude_s,
             median=cfg.median,
             average=cfg.average,
             context=context,
-            closing=closes,
+            closing=plan.closes,
         )
-        # a closing round re-decodes words already drafted: they are proposed to the verifier
-        # (and so does a round that revises an open utterance's drafts, deviation 20)
-        draft = [t.id for t in self._log.tokens[self._log.first_word_since(start):]] if extended else []
-        if revise is not None:
-            draft = [t.id for t in self._log.tokens[revise[1]:]]
+        # words decoded again are proposed to the verifier (draft decoding)
+        draft = [t.id for t in self._log.tokens[plan.redo_from:]] if plan.redo_from is not None else []
         result = decode_round(self.model, encoding, self._prompt, prefix, validator, cfg.max_tokens, draft)
         stats.update(
             tokens=len(result.tokens),
@@ -551,21 +472,21 @@ class Stream:
             validation_ms=result.validation_ms,
             drafted=result.drafted,
             stop_reason=result.stop_reason,
-            closes=closes,
+            closes=plan.closes,
         )
-        if extended:
+        if plan.looks_back:
             return self._close_utterance(start, audio, result, stats, t_round, last)
         if not result.tokens:  # §2.6: first choice EOT with a garbage runner-up
-            if closes and not last:  # the utterance is over: nothing of it is carried
+            if plan.closes and not last:  # the utterance is over: nothing of it is carried
                 self._end_utterance()
                 return self._update(stats, t_round)
             return self._nothing_decoded(start, audio, stats, t_round, last, result.stop_reason)
         replaced: list[Shown] = []
-        if revise is not None:  # deviation 20: the drafts after the prefix are decoded again: replace them
+        if plan.revises:  # the drafts after the prefix were decoded again: replace them
             speculative = self._undo_speculative()
-            replaced = retracted_words(self._log.truncate(revise[1]), self.vocab) + speculative
-            self._prefix, self._memory = revise[0], None
-        return self._end_of_round(start, audio, result, stats, t_round, last, closes, replaced)
+            replaced = retracted_words(self._log.truncate(plan.redo_from or 0), self.vocab) + speculative
+            self._prefix, self._memory = plan.prefix, None
+        return self._end_of_round(start, audio, result, stats, t_round, last, plan.closes, replaced)
 
     def _nothing_decoded(self, start: int, audio: np.ndarray, stats: dict, t_round: float, last: bool, reason: str):
         """§2.6: no emission, state untouched, the last ≤ 2 × step carried (final round: the
@@ -670,33 +591,6 @@ class Stream:
         )
         stats.update(speculative=speculative)
         return self._update(stats, t_round)
-
-    def _reach_back(self, start: int, audio: np.ndarray) -> tuple[int, np.ndarray, tuple[tuple[int, ...], int] | None]:
-        """Deviation 20: the input of a live round of an open utterance, reaching back into its drafted
-        audio, with (forced prefix, token index of the first draft it replaces); the input unchanged
-        and None when it does not reach back."""
-        end, utterance = start + audio.size, _frames(self._utterance_start or 0)
-        revise: tuple[tuple[int, ...], int]
-        if not self._history_start <= utterance <= start:
-            return start, audio, None
-        if end - utterance <= self._opening_n:  # an opening round: all of the utterance, no prefix
-            begin, revise = utterance, ((), self._log.first_word_since(utterance, self._log.draft_from or 0))
-        elif end - start < self._min_context_n and self.config.step_s < _MIN_CONTEXT_BELOW_STEP_S:
-            tokens = self._log.tokens
-            k = self._log.first_word_since(max(utterance + self._pad_n, end - self._min_context_n),
-                                           self._log.draft_from or 0)
-            after = next((i for i in range(k + 1, len(tokens)) if self.vocab.starts_word(tokens[i].id)), len(tokens))
-            begin = _frames(max(self._history_start, tokens[k].start + self._offset_n)) if after < len(tokens) else end
-            prefix = tuple(t.id for t in tokens[k:after])
-            bucket = next((b for b in sorted(self.model.buckets) if end - begin <= b * SAMPLE_RATE), 30)
-            if begin >= start or len(prefix) > max_prefix(self.model, bucket, len(self._prompt)):
-                return start, audio, None
-            revise = (prefix, after)
-        else:
-            return start, audio, None
-        if begin < start:
-            audio = self._with_history(begin, start, audio)
-        return begin, audio, revise
 
     def _with_history(self, begin: int, start: int, audio: np.ndarray) -> np.ndarray:
         """``audio`` (from absolute sample ``start``) with the taken audio ``[begin, start)`` before it."""
@@ -865,17 +759,8 @@ class Stream:
 
 _DECODE_REST = ("limit", "repetition", "nonspeech")  # closing stops after which the rest is decoded again
 _REST_MIN_N = SAMPLE_RATE  # ... when a guard stopped it at least this long before the input's end
-_MIN_CONTEXT_BELOW_STEP_S = 2.0  # deviation 20: the minimum context applies to steps under 2 s only
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
-_CLOSING_MIN_N = 10 * SAMPLE_RATE  # deviation 18: closing inputs are padded with silence to 10 s
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
-
-
-def _closing_window(model: AcousticModel, n: int) -> int:
-    """Samples a closing input of ``n`` samples is padded to (deviation 18): the smallest of the
-    model's buckets of at least 10 s that holds it (10, 30 s; 20 s where the pack has it)."""
-    buckets = [b * SAMPLE_RATE for b in model.buckets if b * SAMPLE_RATE >= _CLOSING_MIN_N]
-    return next((b for b in sorted(buckets) if n <= b), 30 * SAMPLE_RATE)
 
 
 def _heard_with_silence(audio: np.ndarray, n: int) -> np.ndarray:
@@ -911,9 +796,3 @@ def _merge(first: EngineUpdate, then: EngineUpdate) -> EngineUpdate:
     kept = max(0, len(first.words) - then.retract)
     retract = first.retract + max(0, then.retract - len(first.words))
     return EngineUpdate(retract, first.words[:kept] + then.words, then.stats, then.source)
-
-
-def _dbfs(audio: np.ndarray) -> float:
-    """RMS level in dB re full scale 1.0 (−inf for all zeros)."""
-    ms = float(np.mean(np.square(audio, dtype=np.float64)))
-    return 10.0 * np.log10(ms) if ms > 0 else float("-inf")

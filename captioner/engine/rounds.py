@@ -1,0 +1,234 @@
+"""The round policy: what one streaming round decodes, decided before anything is decoded.
+
+:func:`plan_round` is a pure function of the stream's state (:class:`StreamState`), its sizes
+(:class:`RoundPolicy`), the model's buckets and chunk plans, and the speech detector's answer for
+the round's input; it returns a :class:`RoundPlan` (not to be confused with the decoder's *chunk*
+plan, :meth:`~captioner.engine.model.AcousticModel.chunk_plan`), which
+:meth:`~captioner.engine.stream.Stream._run_round` executes by one path. The policy, the life of
+one utterance, is told in :mod:`~captioner.engine.stream`'s docstring; why each rule is there, with
+the measurements, in ``docs/accuracy/deviations.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+
+from captioner.core import SAMPLE_RATE
+from captioner.engine._committed import CommittedLog
+from captioner.engine.decoder import max_prefix
+from captioner.engine.model import SAMPLES_PER_FRAME, AcousticModel
+from captioner.engine.vad import SpeechSpan
+
+__all__ = ["RoundKind", "RoundPlan", "RoundPolicy", "StreamState", "plan_round"]
+
+RoundKind = Literal["skip", "opening", "live", "closing"]
+
+_CLOSING_MIN_N = 10 * SAMPLE_RATE  # closing inputs are heard with silence to at least 10 s
+_REACH_BACK_BELOW_STEP_S = 2.0  # the minimum context applies to steps under 2 s only
+
+
+class SpeechQuery(Protocol):
+    def speech(self, start: int, end: int) -> SpeechSpan | None: ...
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What one round decodes (all positions are absolute sample indices, 16 kHz).
+
+    Attributes:
+        kind: ``"skip"`` (not decoded: ``skip`` says why), ``"opening"`` (an utterance's first
+            seconds, all of it), ``"live"`` (the paper's round, maybe reaching back for context),
+            ``"closing"`` (the utterance's speech ended: decoded to its end as offline Whisper does).
+        start, end: the input decoded, ``[start, end)``.
+        heard_n: samples the encoder hears: the input followed by digital silence up to this length
+            (the input alone, masked, when it is not longer than the input).
+        prefix: tokens forced before the decode (dropped by the executor when the bucket's chunk
+            plan has no room for them).
+        redo_from: token index in the committed log from which the committed tokens are decoded
+            again: proposed to the verifier as the draft and replaced by this round's words; None
+            for a round that follows its carry (the paper's overlap dedup).
+        reach_n: samples of already decoded audio before the round's own input (carry + new audio,
+            trimmed) that it decodes again; the own input starts at ``start + reach_n``.
+        opens: ``(utterance start, speech onset)`` when this round opens an utterance.
+        draft_from: the committed log's draft start when this round opens an utterance.
+        skip: why a ``"skip"`` round is not decoded: ``"short"``, ``"silence"``, ``"no_speech"``;
+            None for an empty input.
+    """
+
+    kind: RoundKind
+    start: int
+    end: int
+    heard_n: int = 0
+    prefix: tuple[int, ...] = ()
+    redo_from: int | None = None
+    reach_n: int = 0
+    opens: tuple[int, int] | None = None
+    draft_from: int | None = None
+    skip: str | None = None
+
+    @property
+    def closes(self) -> bool:
+        """The round ends its utterance (closing validator rules, nothing carried)."""
+        return self.kind == "closing"
+
+    @property
+    def looks_back(self) -> bool:
+        """A closing round that decodes the utterance again from a committed word's start."""
+        return self.kind == "closing" and self.redo_from is not None
+
+    @property
+    def revises(self) -> bool:
+        """A live or opening round that decodes an open utterance's drafts again and replaces them."""
+        return self.kind in ("opening", "live") and self.redo_from is not None
+
+
+@dataclass(frozen=True)
+class RoundPolicy:
+    """The policy's sizes in samples (from :class:`~captioner.engine.stream.StreamConfig`)."""
+
+    min_n: int  # a live input shorter than this is not decoded (carried)
+    pad_n: int  # non-speech kept around detected speech
+    end_silence_n: int  # speech ended this long before the input's end: the utterance closes
+    context_n: int  # a closing round reaches this far back (0: no look-back, no drafts)
+    opening_n: int  # an utterance at most this long is decoded whole from its start
+    opening_window_n: int  # ... heard with silence to this length
+    min_context_n: int  # a later live input shorter than this reaches back into the drafts
+    offset_n: int  # word-start offset of a reach-back's cut (the carry cut's)
+    silence_floor_dbfs: float | None  # inputs quieter than this are digital silence
+    reach_back: bool  # the minimum context applies (steps under 2 s)
+
+    @classmethod
+    def from_config(cls, cfg) -> RoundPolicy:
+        return cls(
+            min_n=round(cfg.min_chunk_s * SAMPLE_RATE),
+            pad_n=_frames(round(cfg.speech_pad_s * SAMPLE_RATE)),
+            end_silence_n=round(cfg.end_silence_s * SAMPLE_RATE),
+            context_n=_frames(round(cfg.closing_context_s * SAMPLE_RATE)),
+            opening_n=round(cfg.opening_s * SAMPLE_RATE),
+            opening_window_n=_frames(round(cfg.opening_window_s * SAMPLE_RATE)),
+            min_context_n=round(cfg.min_context_s * SAMPLE_RATE),
+            offset_n=round(cfg.word_end_offset_s * SAMPLE_RATE),
+            silence_floor_dbfs=cfg.silence_floor_dbfs,
+            reach_back=cfg.step_s < _REACH_BACK_BELOW_STEP_S,
+        )
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """What the planner reads of a stream (nothing of it is written by planning).
+
+    Attributes:
+        start, audio: the round's own input (carry + new audio, at most ``max_input_s``).
+        last: the stream is finishing (``finish()``).
+        hurry: the caller is behind real time (no look-back, no reach-back).
+        prefix: the carry's forced prefix (the second-to-last word of the last reliable round).
+        utterance_start: where the open utterance's input begins; None: none is open.
+        spec_from: token index of the previous round's speculative words, if any.
+        history: ``[start, end)`` of the audio already taken that the stream keeps.
+        log: the committed tokens (read only).
+        prompt_n: tokens of the decoder prompt (the prefix bound depends on it).
+    """
+
+    start: int
+    audio: np.ndarray
+    last: bool
+    hurry: bool
+    prefix: tuple[int, ...]
+    utterance_start: int | None
+    spec_from: int | None
+    history: tuple[int, int]
+    log: CommittedLog
+    prompt_n: int
+
+
+def plan_round(s: StreamState, p: RoundPolicy, model: AcousticModel, detector: SpeechQuery | None) -> RoundPlan:
+    """The round's plan (the stream docstring's table, top to bottom)."""
+    start, end = s.start, s.start + s.audio.size
+    if s.audio.size == 0:
+        return RoundPlan("skip", start, end)
+    if not s.last and s.audio.size < p.min_n:
+        return RoundPlan("skip", start, end, skip="short")
+    if p.silence_floor_dbfs is not None and dbfs(s.audio) < p.silence_floor_dbfs:
+        return RoundPlan("skip", start, end, skip="silence")
+    closes, opens = s.last, None
+    utterance, draft_from = s.utterance_start, s.log.draft_from
+    if detector is not None:
+        span = detector.speech(start, end)
+        if span is None and not (utterance is not None and p.context_n and s.log.tokens):
+            return RoundPlan("skip", start, end, skip="no_speech")
+        silent = span is None  # an open utterance whose end fell on the round boundary: it closes
+        if span is None:
+            span = SpeechSpan(start, start)
+        lead = _frames(max(0, span.start - p.pad_n - start))
+        if lead and not s.prefix:  # leading non-speech is not heard (a forced prefix needs it)
+            start += lead
+        if utterance is None:
+            utterance, opens = start, (start, span.start)
+            if p.context_n:  # its words are drafts until it closes
+                draft_from = s.spec_from if s.spec_from is not None else len(s.log)
+        if s.last or silent or end - span.end >= p.end_silence_n:
+            closes = True
+            end = start + min(end - start, -(-(span.end + p.pad_n - start) // SAMPLES_PER_FRAME) * SAMPLES_PER_FRAME)
+    own = start
+    if closes:
+        if p.context_n and s.log.tokens and not s.hurry:  # look back: the utterance decoded again
+            u = start if utterance is None else utterance
+            begin = max(s.history[0], u, end - p.context_n)
+            if begin > u:  # inside the utterance: begin where a committed word begins
+                begin = max(s.history[0], s.log.word_start_since(begin, start) - p.pad_n)
+            begin = _frames(begin)
+            if begin <= start <= s.history[1]:
+                return RoundPlan("closing", begin, end, _closing_window(model, end - begin), (),
+                                 s.log.first_word_since(begin), own - begin, opens, draft_from)
+        return RoundPlan("closing", start, end, _closing_window(model, end - start), s.prefix,
+                         opens=opens, draft_from=draft_from)
+    if p.context_n and utterance is not None:  # an open utterance: its drafts may be decoded again
+        revise = _reach_back(s, p, model, start, end, _frames(utterance or 0), draft_from or 0)
+        if revise is not None:
+            begin, prefix, redo = revise
+            kind: RoundKind = "live" if prefix else "opening"
+            heard = p.opening_window_n if kind == "opening" else end - begin
+            return RoundPlan(kind, begin, end, heard, prefix, redo, own - begin, opens, draft_from)
+    return RoundPlan("live", start, end, end - start, s.prefix, opens=opens, draft_from=draft_from)
+
+
+def _reach_back(s: StreamState, p: RoundPolicy, model: AcousticModel, start: int, end: int, utterance: int,
+                draft_from: int) -> tuple[int, tuple[int, ...], int] | None:
+    """A live round of an open utterance that decodes its drafts again: (input start, forced prefix,
+    first draft token replaced), or None when it follows its carry."""
+    if s.hurry or not s.history[0] <= utterance <= start:
+        return None
+    if end - utterance <= p.opening_n:  # opening: all of the utterance, no prefix
+        return utterance, (), s.log.first_word_since(utterance, draft_from)
+    if end - start >= p.min_context_n or not p.reach_back:
+        return None
+    tokens = s.log.tokens  # minimum context: from the drafted word that starts that long before the end
+    k = s.log.first_word_since(max(utterance + p.pad_n, end - p.min_context_n), draft_from)
+    after = next((i for i in range(k + 1, len(tokens)) if s.log.vocab.starts_word(tokens[i].id)), len(tokens))
+    begin = _frames(max(s.history[0], tokens[k].start + p.offset_n)) if after < len(tokens) else end
+    prefix = tuple(t.id for t in tokens[k:after])
+    bucket = next((b for b in sorted(model.buckets) if end - begin <= b * SAMPLE_RATE), 30)
+    if begin >= start or len(prefix) > max_prefix(model, bucket, s.prompt_n):
+        return None
+    return begin, prefix, after
+
+
+def _closing_window(model: AcousticModel, n: int) -> int:
+    """Samples a closing input of ``n`` samples is heard as: the smallest of the model's buckets of
+    at least 10 s that holds it (10, 30 s; 20 s where the pack has it)."""
+    buckets = [b * SAMPLE_RATE for b in model.buckets if b * SAMPLE_RATE >= _CLOSING_MIN_N]
+    return next((b for b in sorted(buckets) if n <= b), 30 * SAMPLE_RATE)
+
+
+def _frames(samples: int) -> int:
+    """Whole 20 ms frames in ``samples``, as samples."""
+    return samples // SAMPLES_PER_FRAME * SAMPLES_PER_FRAME
+
+
+def dbfs(audio: np.ndarray) -> float:
+    """RMS level in dB re full scale 1.0 (−inf for all zeros)."""
+    ms = float(np.mean(np.square(audio, dtype=np.float64)))
+    return 10.0 * np.log10(ms) if ms > 0 else float("-inf")

@@ -1,0 +1,158 @@
+"""The round plan (``captioner/engine/rounds.py::plan_round``) row by row: a stream's state and the
+speech detector's answer in, the round's kind, input span, heard window, prefix and redecoded drafts
+out; no model, no audio beyond a level. The executor is checked end to end by the replay and oracle
+tests (the restatement made the same requests on every recorded scenario)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from replay import load_vocabulary
+
+from captioner.engine._committed import CommittedLog, CommittedToken
+from captioner.engine.rounds import RoundPolicy, StreamState, plan_round
+from captioner.engine.stream import StreamConfig
+from captioner.engine.tokens import Vocabulary
+from captioner.engine.vad import SpeechSpan
+
+SR = 16000
+PAD = 3200  # speech_pad_s 0.2 s
+
+
+class Model:
+    """What the planner reads of a model: its buckets and chunk plans (the paper's schedule)."""
+
+    buckets = (3, 4, 5, 6, 10, 20, 30)
+
+    def chunk_plan(self, bucket: int, prefixed: bool) -> tuple[tuple[int, int], ...]:
+        return ((0, 5), (5, 5), (10, 5), (15, 5), (20, 5), (25, 5))
+
+
+MODEL: Any = Model()
+
+
+class Detector:
+    """The speech detector's answer: speech in ``[a, b)`` seconds (clipped to the query), or none."""
+
+    def __init__(self, a: float | None = None, b: float | None = None) -> None:
+        self.span = None if a is None or b is None else (round(a * SR), round(b * SR))
+        self.asked: list[tuple[int, int]] = []
+
+    def speech(self, start: int, end: int) -> SpeechSpan | None:
+        self.asked.append((start, end))
+        if self.span is None or self.span[1] <= start or self.span[0] >= end:
+            return None
+        return SpeechSpan(max(start, self.span[0]), min(end, self.span[1]))
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Vocabulary:
+    return load_vocabulary()
+
+
+def drafted(vocab: Vocabulary, *words: tuple[str, float, float]) -> CommittedLog:
+    """A log of one-token words (text, start s, end s) whose words are an open utterance's drafts."""
+    log = CommittedLog(vocab, "system")
+    log.extend([CommittedToken(vocab.token_bytes.index(w.encode()), round(a * SR), round(b * SR), 0.0, False)
+                for w, a, b in words])
+    log.set_draft(0)
+    return log
+
+
+def state(log: CommittedLog, start_s: float, n_s: float, *, last: bool = False, hurry: bool = False,
+          prefix: tuple[int, ...] = (), utterance_s: float | None = None, history_s: float = 0.0,
+          level: float = 0.1) -> StreamState:
+    start, n = round(start_s * SR), round(n_s * SR)
+    return StreamState(start, np.full(n, level, np.float32), last, hurry, prefix,
+                       None if utterance_s is None else round(utterance_s * SR), None,
+                       (round(history_s * SR), start + n), log, 4)
+
+
+def policy(step_s: float = 2.0, **config) -> RoundPolicy:
+    return RoundPolicy.from_config(StreamConfig(step_s=step_s, **config))
+
+
+def test_inputs_that_are_not_decoded(vocab) -> None:
+    log = CommittedLog(vocab, "system")
+    p = policy()
+    assert plan_round(state(log, 0, 0), p, MODEL, Detector()).skip is None
+    short = plan_round(state(log, 0, 0.8), p, MODEL, Detector(0, 1))
+    assert (short.kind, short.skip) == ("skip", "short")
+    assert plan_round(state(log, 0, 0.8, last=True), p, MODEL, Detector(0, 1)).kind == "closing"  # finish()
+    assert plan_round(state(log, 0, 2, level=1e-5), p, MODEL, Detector(0, 2)).skip == "silence"  # -100 dBFS
+    detector = Detector()
+    assert plan_round(state(log, 0, 2), p, MODEL, detector).skip == "no_speech"
+    assert detector.asked == [(0, 2 * SR)]
+
+
+def test_the_first_speech_opens_an_utterance_heard_whole_with_silence(vocab) -> None:
+    """An opening round [20]: leading non-speech trimmed to the onset less the pad [15], the whole
+    young utterance decoded without a prefix, heard with silence to 6 s, its drafts replaced."""
+    log = drafted(vocab, (" He", 0.2, 0.5))  # the previous utterance's word (final: its draft ended)
+    log.set_draft(None)
+    plan = plan_round(state(log, 10, 2), policy(), MODEL, Detector(10.5, 12))
+    assert plan.kind == "opening" and plan.opens == (round(10.3 * SR), round(10.5 * SR))
+    assert (plan.start, plan.end, plan.heard_n) == (round(10.3 * SR), 12 * SR, 6 * SR)
+    assert plan.prefix == () and plan.redo_from == 1 and plan.draft_from == 1  # nothing of it committed yet
+    assert log.draft_from is None  # planning writes nothing: the executor opens the utterance
+
+
+def test_a_live_round_follows_its_carry(vocab) -> None:
+    """After the opening seconds, at a 2 s step: the paper's round, masked, the carry's prefix forced."""
+    log = drafted(vocab, (" He", 10.5, 10.8), (" could", 10.8, 11.2), (" wait", 11.3, 11.6))
+    plan = plan_round(state(log, 13, 3, prefix=(7,), utterance_s=10.3), policy(), MODEL, Detector(10.5, 16))
+    assert (plan.kind, plan.start, plan.end, plan.heard_n, plan.prefix, plan.redo_from) == (
+        "live", 13 * SR, 16 * SR, 3 * SR, (7,), None)
+
+
+def test_at_a_1_s_step_a_short_input_reaches_back_to_a_drafted_word(vocab) -> None:
+    """Minimum context [20]: the drafted word starting 5 s before the input's end is forced as the
+    prefix; the input starts 0.2 s before it (the carry's offset); the drafts after it are replaced."""
+    log = drafted(vocab, (" He", 10.5, 10.8), (" could", 10.8, 11.2), (" wait", 11.3, 11.6),
+                  (" no", 11.6, 11.8), (" longer", 11.8, 12.3))
+    plan = plan_round(state(log, 14.5, 1.5, prefix=(7,), utterance_s=10.3, history_s=5), policy(1.0), MODEL,
+                      Detector(10.5, 16))
+    # the first drafted word starting at or after 16 - 5 = 11 s is " wait" (11.3 s)
+    assert plan.kind == "live" and plan.prefix == (log.tokens[2].id,) and plan.redo_from == 3
+    assert (plan.start, plan.end, plan.reach_n) == (round(11.1 * SR), 16 * SR, round(3.4 * SR))
+    assert plan.heard_n == plan.end - plan.start  # masked
+    at_2s = plan_round(state(log, 14.5, 1.5, prefix=(7,), utterance_s=10.3, history_s=5), policy(2.0), MODEL,
+                       Detector(10.5, 16))
+    assert at_2s.kind == "live" and at_2s.redo_from is None  # only at steps under 2 s
+    hurried = plan_round(state(log, 14.5, 1.5, prefix=(7,), utterance_s=10.3, history_s=5, hurry=True),
+                         policy(1.0), MODEL, Detector(10.5, 16))
+    assert hurried.redo_from is None and hurried.start == round(14.5 * SR)
+
+
+def test_a_pause_closes_the_utterance_looking_back_over_it(vocab) -> None:
+    """Closing [16-18]: the speech ended 0.5 s or more before the input's end: cut 0.2 s after it,
+    reaching back to the utterance's first committed word less the pad, heard with silence to 10 s,
+    no prefix, the committed words of that audio proposed as the draft and replaced."""
+    log = drafted(vocab, (" He", 10.5, 10.8), (" could", 10.8, 11.2), (" wait", 11.3, 11.6))
+    plan = plan_round(state(log, 12, 2, prefix=(7,), utterance_s=10.3, history_s=5), policy(), MODEL,
+                      Detector(10.5, 13.0))
+    assert plan.kind == "closing" and plan.looks_back
+    assert (plan.start, plan.end, plan.heard_n) == (round(10.3 * SR), round(13.2 * SR), 10 * SR)
+    assert plan.prefix == () and plan.redo_from == 0
+    local = plan_round(state(log, 12, 2, prefix=(7,), utterance_s=10.3, history_s=5, hurry=True), policy(),
+                       MODEL, Detector(10.5, 13.0))  # behind real time: its own input, the carry's prefix
+    assert local.kind == "closing" and not local.looks_back
+    assert (local.start, local.end, local.prefix, local.heard_n) == (12 * SR, round(13.2 * SR), (7,), 10 * SR)
+
+
+def test_an_open_utterance_with_no_speech_left_closes_on_the_round_boundary(vocab) -> None:
+    log = drafted(vocab, (" He", 10.5, 10.8), (" could", 10.8, 11.9))
+    plan = plan_round(state(log, 12, 2, utterance_s=10.3, history_s=5), policy(), MODEL, Detector())
+    assert plan.kind == "closing" and plan.end == 12 * SR + PAD and plan.start == round(10.3 * SR)
+
+
+def test_long_closing_inputs_are_heard_in_the_20_and_30_s_windows(vocab) -> None:
+    log = drafted(vocab, (" He", 0.5, 0.8), (" could", 8.0, 8.4), (" wait", 14.0, 14.5))
+    plan = plan_round(state(log, 23, 2, utterance_s=0.3), policy(), MODEL, Detector(0.5, 24.0))
+    assert plan.looks_back and plan.start == round(0.3 * SR) and plan.heard_n == 30 * SR
+    plan = plan_round(state(log, 23, 2, utterance_s=0.3), policy(closing_context_s=20.0), MODEL,
+                      Detector(0.5, 24.0))
+    # 20 s before the end (4.2 s) falls inside the utterance: from the next committed word's start less the pad
+    assert plan.start == round(7.8 * SR) and plan.redo_from == 1 and plan.heard_n == 20 * SR
