@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -90,6 +91,51 @@ class Item:
     language: str
     kind: str
     seconds: float = 0.0
+    speaker: str = ""
+    half: str = ""
+
+
+HALVES = ("tune", "check")
+_SPEAKER_PATTERNS = (
+    re.compile(r"^(\d+)-\d+-\d+"),  # LibriSpeech speaker-chapter-utterance (and its variants)
+    re.compile(r"^(LJ)\d+-\d+$"),  # LJ Speech: one reader
+    re.compile(r"^(vctk-p\d+)_"),  # VCTK speaker, clean and noisy versions together
+    re.compile(r"^(cmuarctic-[a-z]+)-"),  # CMU ARCTIC speaker
+)
+
+
+def speaker_of(entry: dict) -> str:
+    """A manifest entry's speaker: its ``speaker`` field, else read from the corpus id (LibriSpeech,
+    LJ Speech, VCTK, CMU ARCTIC), else the id itself (one recording, one speaker)."""
+    if entry.get("speaker"):
+        return str(entry["speaker"])
+    for pattern in _SPEAKER_PATTERNS:
+        m = pattern.match(str(entry["id"]))
+        if m:
+            return m.group(1)
+    return str(entry["id"])
+
+
+def split_halves(entries: Sequence[dict], rotate: bool = False) -> dict[str, str]:
+    """speaker -> ``"tune"`` or ``"check"``: every speaker's recordings in one half, the halves
+    balanced per kind (kinds in manifest order; within one, speakers by most recordings, then id,
+    each to the half with fewer recordings of that kind so far, ties to tune; a speaker already
+    placed by an earlier kind stays). Deterministic; ``rotate`` swaps the halves."""
+    half: dict[str, str] = {}
+    kinds = list(dict.fromkeys(str(e["kind"]) for e in entries))
+    for kind in kinds:
+        counts: dict[str, int] = {}
+        for e in entries:
+            if e["kind"] == kind:
+                counts[speaker_of(e)] = counts.get(speaker_of(e), 0) + 1
+        load = {h: sum(n for spk, n in counts.items() if half.get(spk) == h) for h in HALVES}
+        for spk, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            if spk not in half:
+                half[spk] = min(HALVES, key=lambda h: (load[h], HALVES.index(h)))
+                load[half[spk]] += n
+    if rotate:
+        half = {spk: HALVES[1 - HALVES.index(h)] for spk, h in half.items()}
+    return half
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +170,12 @@ class ModeRun:
         return " ".join(w.text for w in self.words)
 
 
-def load_manifest(path: Path, kinds: Sequence[str] | None = None, limit: int | None = None) -> list[Item]:
+def load_manifest(path: Path, kinds: Sequence[str] | None = None, limit: int | None = None,
+                  half: str = "both", rotate: bool = False) -> list[Item]:
     """The items of a ``manifest.jsonl`` (audio paths relative to its folder), optionally only those
-    of ``kinds`` and at most ``limit`` per kind (manifest order).
+    of ``kinds``, of one ``half`` (``"tune"``, ``"check"``; :func:`split_halves` over the whole
+    manifest, so the split does not depend on the filters) and at most ``limit`` per kind (manifest
+    order).
 
     Raises:
         CaptionerError: unreadable file, a line that is not a JSON object with the required fields,
@@ -137,8 +186,9 @@ def load_manifest(path: Path, kinds: Sequence[str] | None = None, limit: int | N
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise CaptionerError(f"cannot read the manifest {path}: {exc.strerror or exc}") from exc
-    items: list[Item] = []
-    per_kind: dict[str, int] = {}
+    if half not in ("both", *HALVES):
+        raise CaptionerError(f"unknown half {half!r}; choose tune, check or both")
+    entries: list[dict] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -149,15 +199,23 @@ def load_manifest(path: Path, kinds: Sequence[str] | None = None, limit: int | N
         missing = [f for f in _MANIFEST_FIELDS if not isinstance(entry, dict) or f not in entry]
         if missing:
             raise CaptionerError(f"{path}:{n}: missing field(s) {', '.join(missing)}")
+        entries.append(entry)
+    halves = split_halves(entries, rotate)
+    items: list[Item] = []
+    per_kind: dict[str, int] = {}
+    for entry in entries:
+        speaker = speaker_of(entry)
+        if half != "both" and halves[speaker] != half:
+            continue
         if kinds and entry["kind"] not in kinds:
             continue
         if limit is not None and per_kind.get(entry["kind"], 0) >= limit:
             continue
         per_kind[entry["kind"]] = per_kind.get(entry["kind"], 0) + 1
         items.append(Item(str(entry["id"]), path.parent / entry["audio"], str(entry["text"]), str(entry["language"]),
-                          str(entry["kind"]), float(entry.get("seconds", 0.0))))
+                          str(entry["kind"]), float(entry.get("seconds", 0.0)), speaker, halves[speaker]))
     if not items:
-        what = f" of kind {', '.join(kinds)}" if kinds else ""
+        what = (f" of kind {', '.join(kinds)}" if kinds else "") + (f" in the {half} half" if half != "both" else "")
         raise CaptionerError(f"{path}: no items{what}")
     return items
 
@@ -329,7 +387,7 @@ def _group(items: list[dict], mode: str) -> dict:
                for r in rows), Counts())
     seconds = sum(it["seconds"] for it in items if mode in it["modes"])
     out = {"items": len(rows), "seconds": seconds, "wer": wer.rate, "cer": cer.rate, "ref_words": wer.ref,
-           "errors": wer.errors, "stutters": sum(len(r["stutters"]) for r in rows),
+           "errors": wer.errors, "deletions": wer.deletions, "stutters": sum(len(r["stutters"]) for r in rows),
            "compute_s": sum(r["compute_s"] for r in rows)}
     out["rtf"] = out["compute_s"] / seconds if seconds else None
     if any("latency_s" in r for r in rows):
@@ -344,11 +402,17 @@ def _group(items: list[dict], mode: str) -> dict:
 
 def summarise(items: list[dict], modes: list[str]) -> dict:
     """group -> mode -> corpus figures: ``english`` (every English item), each kind of the English
-    items, and ``language:xx`` for each other language."""
+    items, each half of the English items (``half:tune``, ``half:check``) and each kind within a
+    half (``tune:<kind>``, ``check:<kind>``), and ``language:xx`` for each other language."""
     english = [it for it in items if it["language"] == "en"]
     groups: dict[str, list[dict]] = {"english": english}
     for kind in dict.fromkeys(it["kind"] for it in english):
         groups[kind] = [it for it in english if it["kind"] == kind]
+    for h in HALVES:
+        groups[f"half:{h}"] = [it for it in english if it.get("half") == h]
+    for h in HALVES:
+        for kind in dict.fromkeys(it["kind"] for it in english):
+            groups[f"{h}:{kind}"] = [it for it in english if it.get("half") == h and it["kind"] == kind]
     for lang in dict.fromkeys(it["language"] for it in items if it["language"] != "en"):
         groups[f"language:{lang}"] = [it for it in items if it["language"] == lang]
     return {name: {mode: _group(members, mode) for mode in modes} for name, members in groups.items() if members}
@@ -387,6 +451,7 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
         onset = speech_onset(audio)
         offline = run_offline(model, audio, item.language)
         row: dict[str, Any] = {"id": item.id, "kind": item.kind, "language": item.language, "seconds": seconds,
+               "speaker": item.speaker, "half": item.half,
                "reference": item.text, "speech_onset_s": onset,
                "offline_words": [[w.text, round(w.start, 3), round(w.end, 3)] for w in offline.words], "modes": {}}
         row["modes"]["offline"] = _score(item.text, item.language, offline, None, sc, latency=False, onset_s=onset)

@@ -65,6 +65,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="speech items with references (the development corpus' manifest.jsonl format)")
     acc.add_argument("--kinds", metavar="K,K", help="only items of these kinds (comma-separated)")
     acc.add_argument("--limit", type=int, metavar="N", help="at most N items of each kind")
+    acc.add_argument("--half", choices=("tune", "check", "both"), default="both",
+                     help="only the speakers of one half of the manifest (split by speaker, balanced per kind; "
+                          "the report gives both halves apart); default both")
+    acc.add_argument("--rotate-halves", action="store_true", help="swap the tuning and checking halves")
     acc.add_argument("--nonspeech-s", type=float, default=60.0, metavar="S",
                      help="seconds of each non-speech signal (silence, white, brown noise, tones); 0: none")
     acc.add_argument("--reference-ct2", type=Path, metavar="DIR",
@@ -122,7 +126,7 @@ def _accuracy_options(args: argparse.Namespace):
             args.reference_ct2.glob("model.bin.part*")):
         raise CaptionerError(f"{args.reference_ct2} is not a CTranslate2 Whisper folder (no model.bin)")
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()] if args.kinds else None
-    items = load_manifest(args.manifest, kinds, args.limit)
+    items = load_manifest(args.manifest, kinds, args.limit, args.half, args.rotate_halves)
     steps = tuple(sorted(set(args.step))) if args.step else (1.0, 2.0)
     return items, AccuracyOptions(steps=steps, nonspeech_s=args.nonspeech_s, reference_ct2=args.reference_ct2)
 
