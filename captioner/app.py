@@ -40,6 +40,7 @@ from captioner.transcript.store import SessionStore
 from captioner.ui.caption_bar import CaptionBar
 from captioner.ui.first_run import InstallFn
 from captioner.ui.geometry import layout_key
+from captioner.ui.hotkeys import GlobalHotkeys
 from captioner.ui.icons import app_icon, paused_icon
 from captioner.ui.tray import TrayIcon, ask_save_path_dialog
 from captioner.worker import CaptionWorker, CaptureLike, StreamLike
@@ -55,6 +56,9 @@ __all__ = ["CaptionerApp", "CaptureFactory", "EngineFactory", "EngineRun", "GuiO
 logger = logging.getLogger(__name__)
 
 STOP_TIMEOUT_MS = 15_000  # give up waiting for the worker after this (committed words are stored)
+NO_TRAY_HINT = ("this desktop has no system tray: right-click the caption bar for the menu; "
+                "'captioner --toggle' (or the global shortcut) shows and hides the bar")
+ACTION_NAMES = {"toggle": "shows/hides the captions", "pause": "pauses/resumes"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +95,8 @@ class EngineRun:
         warning: shown as a tray message when not empty (a forced provider could not be used).
         info: the engine's provider state now (``Transcriber.info``): why a provider failed when the
             rounds' provider changes mid-session; None when the engine cannot say.
+        language: the language the streams decode: a code, or "auto" (detected by a multilingual
+            pack; an English-only pack runs as "en"); "" when the engine does not say.
     """
 
     streams: Mapping[Source, StreamLike]
@@ -99,6 +105,7 @@ class EngineRun:
     model: str
     warning: str = ""
     info: Callable[[], EngineInfo] | None = None
+    language: str = ""
 
 
 class EngineFactory(Protocol):
@@ -167,10 +174,17 @@ class CaptionerApp(QObject):
         self._history: HistoryWindow | None = None
         self._settings_dialog: SettingsDialog | None = None
         self.provider = ""
+        self.language = ""  # the run's language: a code or "auto"
+        self._heard: dict[str, float] = {}  # language -> seconds of input decoded in it, this session
+
+        self.hotkeys = GlobalHotkeys(self)
+        self.hotkeys.triggered.connect(self._on_hotkey)
 
         self.bar = CaptionBar(self.settings.captions, self._labels())
         self.tray = TrayIcon(app_icon(), paused_icon(), ask_save_path=ask_save_path,
                              export_dir=self._export_dir())
+        self.bar.set_menu(self.tray.menu)  # right click on the bar: the tray's menu (there may be no tray)
+        self.tray.status_changed.connect(lambda text: self.bar.setToolTip(f"captioner — {text}"))
         self._connect_ui()
 
     # ------------------------------------------------------------ construction
@@ -254,6 +268,9 @@ class CaptionerApp(QObject):
         if not self.options.minimized:
             self.bar.show()
         self.tray.set_captions_visible(self.bar.isVisible())
+        self._start_hotkeys()
+        if not self.tray.available:
+            logger.warning("%s", NO_TRAY_HINT)
         for w in self._startup_warnings:
             self.tray.show_error("captioner", w)
         if self.options.quit_after > 0:
@@ -263,6 +280,21 @@ class CaptionerApp(QObject):
             self.tray.set_status(state="no model installed")
             return
         self.start_engine()
+
+    def _start_hotkeys(self) -> None:
+        problem = self.hotkeys.start()
+        keys = ", ".join(f"{text} {ACTION_NAMES[action]}" for action, text in self.hotkeys.active.items())
+        if keys:
+            logger.info("global shortcuts: %s", keys)
+        if problem:
+            logger.info("%s", problem)
+
+    def _on_hotkey(self, action: str) -> None:
+        logger.info("global shortcut: %s", action)
+        if action == "toggle":
+            self.toggle_captions()
+        elif action == "pause":
+            self.set_paused(not self.paused)
 
     def _installed_models(self) -> list[str]:
         return [p.name for p in list_packs(self.paths) if p.pack is not None]
@@ -298,6 +330,8 @@ class CaptionerApp(QObject):
             return False
         self.provider = engine_run.provider
         self._engine_info = engine_run.info
+        self.language, self._heard = engine_run.language, {}
+        self.tray.set_status(language="detecting" if self.language == "auto" else self.language)
         if engine_run.warning:
             self.tray.show_error("Provider fell back", engine_run.warning)
         self._begin_session(sources, engine_run)
@@ -323,19 +357,22 @@ class CaptionerApp(QObject):
 
     def _begin_session(self, sources: tuple[Source, ...], engine_run: EngineRun) -> None:
         store = self.disk_store if self.save_session else SessionStore.in_memory()
+        language = engine_run.language or self.settings.engine.language
+        source_file = self.options.source_file
+        title = source_file.name if source_file is not None else ""  # a replayed file names its session
         try:
             self.recorder = self._start_recorder(store, sources, engine_run.model, engine_run.provider,
-                                                 self.settings.engine.language)
+                                                 language, title)
         except CaptionerError as exc:  # the store cannot even begin a session (disk full, read-only)
             self.recorder = self._start_recorder(SessionStore.in_memory(), sources, engine_run.model,
-                                                 engine_run.provider, self.settings.engine.language)
+                                                 engine_run.provider, language, title)
             self.recorder.export_reason = str(exc)  # exported to the export folder when it ends
             self.tray.show_error("Transcript not being saved",
                                  f"{exc}. Captions go on; this session is kept in memory and exported when "
                                  "captioning stops.")
 
     def _start_recorder(self, store: SessionStore, sources: tuple[Source, ...], model: str, provider: str,
-                        language: str) -> SessionRecorder:
+                        language: str, title: str = "") -> SessionRecorder:
         """Begin a session in ``store``, with the live subtitle file when the settings ask for one.
 
         A session kept in memory ("don't save") writes no live file: nothing of it reaches the disk.
@@ -344,7 +381,7 @@ class CaptionerApp(QObject):
         live_path = self._live_path(t.live_export) if t.live_export != "none" and store is self.disk_store else None
         self._live_warnings_shown = 0
         recorder = SessionRecorder.start(store, sources=sources, model=model, provider=provider,
-                                         language=language, settings=to_dict(self.settings),
+                                         language=language, settings=to_dict(self.settings), title=title,
                                          live_path=live_path, options=CueOptions.from_config(t),
                                          fallback_dirs=[self._export_dir()])
         if recorder.live is not None:
@@ -395,6 +432,7 @@ class CaptionerApp(QObject):
             return
         thread.deleteLater()
         if self.recorder is not None:
+            self._record_language(self.recorder)
             try:
                 self.recorder.close()
             except CaptionerError as exc:
@@ -406,6 +444,18 @@ class CaptionerApp(QObject):
             self._show_live_warnings(self.recorder)
             logger.info("session %d ended", self.recorder.session_id)
         self._run_after_stop()
+
+    def _heard_languages(self) -> list[str]:
+        return sorted(self._heard, key=lambda code: -self._heard[code])
+
+    def _record_language(self, recorder: SessionRecorder) -> None:
+        """A session begun with "auto" keeps the language(s) detected, the most heard first."""
+        if self.language != "auto" or not self._heard:
+            return
+        try:
+            recorder.store.set_language(recorder.session_id, ", ".join(self._heard_languages()))
+        except CaptionerError as exc:
+            logger.warning("the session's language could not be recorded: %s", exc)
 
     def _run_after_stop(self) -> None:
         todo, self._after_stop = self._after_stop, []
@@ -429,8 +479,16 @@ class CaptionerApp(QObject):
                 self._show_live_warnings(self.recorder)
             self._show_store_problem(self.recorder)
         self.bar.apply_update(update)
-        if update.stats is not None and update.stats.provider and update.stats.provider != self.provider:
-            self._on_provider_changed(update.stats.provider)
+        stats = update.stats
+        if stats is not None and stats.provider and stats.provider != self.provider:
+            self._on_provider_changed(stats.provider)
+        if stats is not None and stats.bucket > 0 and stats.language and self.language == "auto":
+            before = self._heard_languages()[:1]
+            self._heard[stats.language] = self._heard.get(stats.language, 0.0) + stats.input_s
+            heard = self._heard_languages()
+            if heard[:1] != before:
+                logger.info("language detected: %s", heard[0])
+            self.tray.set_status(language=f"{', '.join(heard)} (detected)")
 
     def _show_store_problem(self, recorder: SessionRecorder) -> None:
         """Tell the user once when the store starts refusing writes, and once when it takes them again."""
@@ -646,17 +704,22 @@ class CaptionerApp(QObject):
                 self.start_engine()
         elif not self.running:
             self.tray.show_error("No speech model",
-                                 "captioner needs a model: use “Model and provider → Install a model…”.")
+                                 "captioner needs a model: right-click the caption bar (or the tray icon) and "
+                                 "use “Model and provider → Install a model…”, or run 'captioner models install base'.")
         self._first_run = None
         dialog.deleteLater()
 
     # ------------------------------------------------------------------- quit
     def on_instance_message(self, command: str) -> None:
-        """A second start of the app sent ``command`` ("show" or "quit")."""
+        """A second start of the app sent ``command`` ("show", "quit", "toggle" or "pause")."""
         if command == "show":
             self.show_captions()
         elif command == "quit":
             self.quit()
+        elif command == "toggle":
+            self.toggle_captions()
+        elif command == "pause":
+            self.set_paused(not self.paused)
 
     def _on_quit_after_timeout(self) -> None:
         logger.info("--quit-after: %.1f s are up", self.options.quit_after)
@@ -677,6 +740,7 @@ class CaptionerApp(QObject):
         self.stop_engine(then=self._finish_quit)
 
     def _finish_quit(self) -> None:
+        self.hotkeys.stop()
         self._save_settings()
         self.tray.hide()
         self.bar.close()

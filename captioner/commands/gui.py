@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import cast
 
@@ -41,7 +42,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quit-after", type=float, default=0.0, metavar="S",
                    help="quit after S seconds (the session is ended and saved as with Quit)")
     p.add_argument("--quit", action="store_true", help="ask the running captioner to quit, then exit")
+    p.add_argument("--toggle", action="store_true",
+                   help="show or hide the running captioner's caption bar (bind a desktop shortcut to it)")
+    p.add_argument("--pause", action="store_true", help="pause or resume the running captioner")
     p.set_defaults(func=run)
+
+
+def display_problem(platform: str, environ: Mapping[str, str]) -> str | None:
+    """Why the app cannot open a window here, in one line, or None: on Linux a desktop session sets
+    DISPLAY (X11) or WAYLAND_DISPLAY; Qt without either aborts the process (exit 134)."""
+    if not platform.startswith("linux") or environ.get("QT_QPA_PLATFORM", "").startswith(("offscreen", "minimal")):
+        return None
+    if environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"):
+        return None
+    return ("no display found (neither DISPLAY nor WAYLAND_DISPLAY is set): the app needs a desktop. Without one, "
+            "use the command line: 'captioner transcribe FILE' or 'captioner listen'; or run the app under "
+            "Xvfb: 'xvfb-run captioner'")
 
 
 def run(args: argparse.Namespace, paths: AppPaths) -> int:
@@ -54,15 +70,21 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
 
     if args.source_file is not None and not args.source_file.is_file():
         raise CaptionerError(f"--source-file {args.source_file}: no such file")
+    problem = display_problem(sys.platform, os.environ)
+    if problem is not None:
+        raise CaptionerError(problem)
     qapp = cast(QApplication | None, QApplication.instance()) or QApplication(sys.argv[:1])
     qapp.setApplicationName("captioner")
     qapp.setQuitOnLastWindowClosed(False)
     qapp.setWindowIcon(app_icon())
     name = single_instance.server_name(paths.data)
-    if single_instance.send(name, "quit" if args.quit else "show"):
-        print("captioner is already running: " + ("asked it to quit" if args.quit else "showing it"))
+    command = "quit" if args.quit else "toggle" if args.toggle else "pause" if args.pause else "show"
+    if single_instance.send(name, command):
+        said = {"quit": "asked it to quit", "toggle": "showing or hiding its captions",
+                "pause": "pausing or resuming it", "show": "showing it"}
+        print(f"captioner is already running: {said[command]}")
         return 0
-    if args.quit:
+    if command != "show":
         print("captioner is not running")
         return 0
     options = GuiOptions(source_file=args.source_file, model=args.model, provider=args.provider,
@@ -110,7 +132,8 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     # under "auto" skipping the NPU where there is none is expected; a forced provider that could
     # not be used is worth a tray message
     warning = info.summary() if settings.engine.provider != "auto" and info.fallbacks else ""
-    return EngineRun(streams, info.chosen, info.summary(), setup.engine.name, warning, info=setup.engine.info)
+    return EngineRun(streams, info.chosen, info.summary(), setup.engine.name, warning, info=setup.engine.info,
+                     language=setup.config.language)
 
 
 # ------------------------------------------------------------------- model install

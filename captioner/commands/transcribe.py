@@ -217,9 +217,9 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
             on_update(_shown_as_final(printer.words) or EngineUpdate(), True)
             words = list(printer.words)
             wall = time.perf_counter() - started
-            heard = min(fed[0] / SAMPLE_RATE, wall) if args.realtime else fed[0] / SAMPLE_RATE  # the reader reads ahead
-            fed[0] = round(heard * SAMPLE_RATE)
-            result = TranscriptionInfo(engine.name, setup.config, engine.info(), heard, wall, tuple(rounds),
+            audio_heard = min(fed[0] / SAMPLE_RATE, wall) if args.realtime else fed[0] / SAMPLE_RATE  # read ahead
+            fed[0] = round(audio_heard * SAMPLE_RATE)
+            result = TranscriptionInfo(engine.name, setup.config, engine.info(), audio_heard, wall, tuple(rounds),
                                        args.realtime, None, tuple(gaps))
     finally:
         console.close()

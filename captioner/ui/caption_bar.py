@@ -20,6 +20,7 @@ from pathlib import Path
 from PySide6.QtCore import QPoint, QPointF, QRect, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QColor,
+    QContextMenuEvent,
     QFont,
     QFontMetricsF,
     QGuiApplication,
@@ -29,7 +30,7 @@ from PySide6.QtGui import (
     QPaintEvent,
     QPen,
 )
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QMenu, QWidget
 
 from captioner.core import EngineUpdate
 from captioner.storage.settings import CaptionStyle
@@ -104,6 +105,8 @@ class CaptionBar(QWidget):
 
         self.setAttribute(Qt.WidgetAttribute.WA_TranslucentBackground, True)
         self.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating, True)
+        self.setAttribute(Qt.WidgetAttribute.WA_AlwaysShowToolTips, True)  # the bar never takes focus
+        self._menu: QMenu | None = None
         self.setWindowTitle("captioner")
         self.setMouseTracking(True)
         self._apply_flags()
@@ -392,6 +395,19 @@ class CaptionBar(QWidget):
         self.setWindowFlags(flags)
         if visible:
             self.show()
+
+    # ------------------------------------------------------------ context menu
+    def set_menu(self, menu: QMenu | None) -> None:
+        """The menu a right click on the bar opens (the tray's: the app is usable without a tray)."""
+        self._menu = menu
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
+        """Right click: open the app's menu where the pointer is."""
+        if self._menu is None:
+            event.ignore()
+            return
+        self._menu.popup(event.globalPos())
+        event.accept()
 
     # ------------------------------------------------------------ move / resize
     def _edge_at(self, pos: QPoint) -> str:

@@ -50,7 +50,7 @@ class TrayIcon(QObject):
         model_chosen(str), provider_chosen(str), save_requested(str fmt, str path),
         open_folder_requested(), history_requested(), settings_requested(),
         dont_save_toggled(bool), click_through_toggled(bool), install_requested(),
-        quit_requested().
+        quit_requested(); status_changed(str): the status line changed (the caption bar's tooltip).
     """
 
     toggle_captions_requested = Signal()
@@ -66,6 +66,7 @@ class TrayIcon(QObject):
     click_through_toggled = Signal(bool)
     install_requested = Signal()
     quit_requested = Signal()
+    status_changed = Signal(str)
 
     def __init__(
         self,
@@ -85,6 +86,7 @@ class TrayIcon(QObject):
         self._provider = ""
         self._lag_s = 0.0
         self._lag_state = "ok"
+        self._language = ""
         self.tray = QSystemTrayIcon(icon, self)
         self.menu = QMenu()
         self.actions: dict[str, QAction] = {}
@@ -229,10 +231,18 @@ class TrayIcon(QObject):
             self._model_menu.addAction(a)
             self.actions[f"model:{name}"] = a
 
+    @property
+    def available(self) -> bool:
+        """The desktop has a system tray (many Linux desktops and Xvfb have none)."""
+        return QSystemTrayIcon.isSystemTrayAvailable()
+
     def set_status(self, state: str | None = None, provider: str | None = None, lag_s: float | None = None,
-                   lag_state: str | None = None) -> None:
-        """Update the tooltip and the status line (state such as "listening", provider, lag and
-        the lag state "ok", "behind" or "skipping" of the worker's lag rule)."""
+                   lag_state: str | None = None, language: str | None = None) -> None:
+        """Update the tooltip and the status line (state such as "listening", provider, language
+        such as "de (detected)", lag and the lag state "ok", "behind" or "skipping" of the worker's
+        lag rule)."""
+        if language is not None:
+            self._language = language
         if state is not None:
             self._state = state
         if provider is not None:
@@ -248,6 +258,8 @@ class TrayIcon(QObject):
         parts = [self._state.capitalize()]
         if self._provider:
             parts.append(f"on {self._provider}")
+        if self._language:
+            parts.append(f"language {self._language}")
         if self._lag_state == "skipping":
             parts.append(f"behind — skipping, lag {self._lag_s:.1f} s")
         elif self._lag_state == "behind":
@@ -260,6 +272,7 @@ class TrayIcon(QObject):
         text = self.status_text()
         self.tray.setToolTip(f"captioner — {text}")
         self.actions["status"].setText(text)
+        self.status_changed.emit(text)
 
     def show_error(self, title: str, message: str) -> None:
         """Show an error as a tray message (and log it)."""
