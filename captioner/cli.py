@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from captioner import __version__
@@ -21,7 +22,8 @@ __all__ = ["build_parser", "run"]
 logger = logging.getLogger(__name__)
 
 # Subcommand modules under captioner.commands, in the order --help lists them.
-COMMANDS: tuple[str, ...] = ("gui", "models", "devices", "listen", "sessions", "transcribe", "doctor", "bench")
+COMMANDS: tuple[str, ...] = ("gui", "transcribe", "listen", "sessions", "models", "settings", "devices", "doctor",
+                             "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,3 +70,7 @@ def run(argv: list[str], paths: AppPaths) -> int:
     except KeyboardInterrupt:
         print("captioner: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `captioner ... | head`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
+        return 0

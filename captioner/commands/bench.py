@@ -27,6 +27,7 @@ from captioner.bench.plots import matplotlib_available, write_plots
 from captioner.bench.random_pack import RANDOM_DIMS, cached_random_pack
 from captioner.bench.report import markdown
 from captioner.bench.run import BenchOptions, run_bench
+from captioner.commands import described
 from captioner.commands._engine import resolve_pack_path
 from captioner.core import PROVIDERS
 from captioner.errors import CaptionerError
@@ -44,7 +45,7 @@ _SHORT_STREAM_S = 16.0
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``bench`` subcommand."""
     p = subparsers.add_parser("bench", help="measure the engine: buckets, decoder strategies, streaming",
-                              description=__doc__.split("\n\n")[0])
+                              description=described(__doc__))
     which = p.add_mutually_exclusive_group()
     which.add_argument("--model", metavar="PACK", help="measure this installed pack or pack directory")
     which.add_argument("--random-dims", choices=RANDOM_DIMS, default=None,

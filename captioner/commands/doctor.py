@@ -20,6 +20,7 @@ import numpy as np
 import onnxruntime as ort
 
 from captioner import __version__
+from captioner.commands import described
 from captioner.core import PROVIDERS, Provider
 from captioner.engine.providers import QNN_EP, Attempt, Candidate, Host, plan_candidates, qnn_devices
 from captioner.models.install import DEFAULT_MODEL, list_packs
@@ -32,7 +33,7 @@ __all__ = ["check_qnn", "register"]
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``doctor`` subcommand."""
     p = subparsers.add_parser("doctor", help="check providers, model packs, audio devices and paths",
-                              description=__doc__.split("\n\n")[0])
+                              description=described(__doc__))
     p.add_argument("--provider", choices=PROVIDERS, help="also show the plan for this provider setting")
     p.add_argument("--check-qnn", action="store_true", help="compile and run a test graph on the QNN HTP backend")
     p.add_argument("--no-verify", action="store_true", help="skip the sha256 check of the installed packs")

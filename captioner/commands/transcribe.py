@@ -36,6 +36,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from captioner.audio.files import AudioFileReader
+from captioner.commands import described
 from captioner.commands._engine import add_engine_options, language_summary, open_engine, spoken_languages
 from captioner.commands._printer import Console, WordPrinter
 from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
@@ -63,7 +64,7 @@ _MIN_AUDIO_S = 0.1  # below this there is not one 20 ms frame worth decoding
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``transcribe`` subcommand."""
     p = subparsers.add_parser("transcribe", help="transcribe an audio file with the streaming engine",
-                              description=__doc__.split("\n\n")[0])
+                              description=described(__doc__))
     p.add_argument("audio", type=Path, metavar="AUDIO", help="WAV file (any rate/channels); other formats need ffmpeg")
     add_engine_options(p)
     p.add_argument("--realtime", action="store_true", help="feed the audio at real-time pace (as a live source)")
