@@ -7,6 +7,9 @@ The strategies the bench compares must run the very same layers and weights as t
 * the single-step graph over a fixed 200-position cache (Qualcomm AI Hub's design),
 * the pack's first chunk without batching the prompt (to show what the batching saves).
 
+Each is built with the pack's own lowering, layer weights (fp32 or int8) and vocabulary projection:
+an int8 pack keeps only the int8 form of its layers, so a float graph could not even find its weights.
+
 :class:`PackWeightStore` is a read-only weight store over the pack's ``weights.bin`` (from the
 manifest's ``weights_index``), so the graphs are written with the pack's own builders
 (:func:`~captioner.models.decoder_graph.build_decoder_chunk`) without the checkpoint and
@@ -36,7 +39,7 @@ __all__ = ["ExtraGraphs", "PackWeightStore", "pack_as_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
-_GRAPHS_VERSION = "2"  # bump when the graph builders change in a way the cache key cannot see
+_GRAPHS_VERSION = "3"  # bump when the graph builders change in a way the cache key cannot see
 
 
 class PackWeightStore(WeightStore):
@@ -113,7 +116,8 @@ class ExtraGraphs:
                 if k == size and self.pack.decoder_known(bucket, start, k) == known:
                     return self.pack.decoder_file(bucket, start, k)
         return self._write(f"{graph_name(slots, size, known)}.onnx", lambda: build_decoder_chunk(
-            self._ckpt, self._store, size, slots, self.pack.linear, known))
+            self._ckpt, self._store, size, slots, self.pack.linear, known, self.pack.vocab,
+            int8=self.pack.layers == "int8"))
 
     def remove(self) -> None:
         """Delete the work directory of this pack."""
