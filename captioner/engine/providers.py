@@ -91,6 +91,9 @@ class Candidate:
         strict: every node must run on this EP (``session.disable_cpu_ep_fallback``), checked again
             from the placement after creation.
         uses_ep_context: compile to an EP context and cache it.
+        recovers: after a run error, re-create this provider's sessions and run again once before
+            giving it up (Qualcomm documents a sub-system restart of the NPU, after which re-created
+            QNN resources work again); see ``Runtime.run``.
     """
 
     label: str
@@ -100,6 +103,7 @@ class Candidate:
     version: str = ""
     strict: bool = False
     uses_ep_context: bool = False
+    recovers: bool = False
 
     @property
     def static_shapes(self) -> bool:
@@ -191,14 +195,15 @@ def plan_candidates(requested: Provider, host: Host | None = None,
                     # The emulator cannot detect a SoC and fails to finalise graphs (MEM_ALLOC) without
                     # one; emulate the Snapdragon X Elite (SoC 60, HTP v73). Real devices detect theirs.
                     opts.update(soc_model="60", htp_arch="73")
-                cand = Candidate(label, QNN_EP, opts, devices, version, strict=True, uses_ep_context=True)
+                cand = Candidate(label, QNN_EP, opts, devices, version, strict=True, uses_ep_context=True,
+                                 recovers=True)
         elif label == "QNN-GPU":
             if not host.snapdragon_windows:
                 why = "the QNN GPU backend needs a Snapdragon (Windows ARM64)"
             elif not devices:
                 why = reason
             else:
-                cand = Candidate(label, QNN_EP, {"backend_type": "gpu"}, devices, version, strict=True)
+                cand = Candidate(label, QNN_EP, {"backend_type": "gpu"}, devices, version, strict=True, recovers=True)
         elif label == "DirectML":
             if DML_EP not in available:
                 why = "this onnxruntime build has no DirectML (onnxruntime-directml on Windows x64)"

@@ -2,7 +2,10 @@
 
 Provider order for ``"auto"`` (ARCHITECTURE.md §6): QNN HTP (the NPU), then the QNN GPU backend or
 DirectML, then CPU. Each candidate that is skipped or fails is recorded with its reason in
-:class:`EngineInfo`, logged as a warning, and the next one is used; nothing falls back silently.
+:class:`EngineInfo` and logged (a skip as info, a failure as a warning), and the next one is used;
+nothing falls back silently: a forced provider that is not used is one line from the caller
+(:meth:`EngineInfo.summary`). A QNN candidate is skipped without trying when the pack has int8
+layers or an int8-ranked vocabulary (QNN has no int8 MatMul), with the way to an NPU pack.
 Placement is read from the session's graph-assignment info (``get_providers()`` lists plugin EPs even
 when no node runs on them, ECOSYSTEM.md §1.4).
 
@@ -49,8 +52,13 @@ run of the longest bucket hands the free pages back first: peak 601 -> 545 MB at
 measurable cost (those rounds are rare and take ~1 s). Trimming after every round saved no more
 and cost 5 % (the next round faults its pages in again).
 
-Mid-session failures: a run that raises on a provider other than the last (a lost NPU device, a
-driver reset; :meth:`Runtime.run`) drops every session, records the provider as failed with the
+Mid-session failures: a run that raises on a provider that recovers (QNN: Qualcomm documents a
+sub-system restart of the NPU, after which re-created QNN resources work again) first drops every
+session and runs the same inputs again on sessions created anew (from the EP-context cache: no
+compile), recorded in ``EngineInfo.recoveries``; a provider gets one such recovery, and one more
+after every :data:`RECOVERY_RUNS` good runs since its last. A failure without a recovery left (or on
+a provider that does not recover) on a provider other than the last (a lost NPU device, a driver
+reset; :meth:`Runtime.run`) drops every session, records the provider as failed with the
 reason (``Attempt.mid_session``), moves to the next candidate and runs the same inputs again there.
 The caller's state lives in host arrays (the decoder's KV cache, the encoder output), so the retried
 dispatch continues the round and the stream never sees the failure; ``RoundStats.provider`` names
@@ -81,7 +89,7 @@ import numpy as np
 import onnxruntime as ort
 
 from captioner.core import PROVIDERS, Provider
-from captioner.engine.providers import Attempt, Candidate, plan_candidates
+from captioner.engine.providers import QNN_EP, Attempt, Candidate, plan_candidates
 from captioner.errors import ModelError, ProviderError
 from captioner.models.pack import FRAMES_DIM, WeightRef
 
@@ -96,10 +104,15 @@ if TYPE_CHECKING:
 
     from captioner.models.pack import Pack
 
-__all__ = ["Attempt", "EngineInfo", "Runtime", "SharedWeights", "default_threads",
+__all__ = ["RECOVERY_RUNS", "Attempt", "EngineInfo", "Runtime", "SharedWeights", "default_threads",
            "limit_host_blas_threads", "release_free_heap"]
 
 logger = logging.getLogger(__name__)
+
+# Good runs after a recovery that earn a provider another one (a few minutes of captioning: a round
+# is ~10 dispatches), so a rare sub-system restart hours apart never ends the NPU for the session,
+# while a device that keeps failing is given up at its second failure.
+RECOVERY_RUNS = 500
 
 
 def default_threads() -> int:
@@ -162,6 +175,7 @@ class EngineInfo:
             ``"CPU"``).
         fallbacks: every candidate skipped or failed before ``chosen``, in order, with its reason.
         placement: graph file name → {EP name: nodes assigned}, from the graph-assignment info.
+        recoveries: run errors after which a provider's sessions were re-created and it went on.
         session_ms: graph file name → session creation time in milliseconds.
     """
 
@@ -170,12 +184,15 @@ class EngineInfo:
     fallbacks: tuple[Attempt, ...] = ()
     placement: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     session_ms: Mapping[str, float] = field(default_factory=dict)
+    recoveries: tuple[Attempt, ...] = ()
 
     def summary(self) -> str:
-        """One line: ``CPU (requested qnn; QNN-HTP: <reason>)``."""
-        if not self.fallbacks:
+        """One line: ``CPU (requested qnn; QNN-HTP: <reason>)``: the requested provider's reason and
+        every provider that was tried and failed; those skipped on the way are left to ``fallbacks``."""
+        shown = [a for i, a in enumerate(self.fallbacks) if a.failed or (i == 0 and self.requested != "auto")]
+        if not shown:
             return f"{self.chosen} (requested {self.requested})"
-        why = "; ".join(f"{a.label}: {a.reason}" for a in self.fallbacks)
+        why = "; ".join(f"{a.label}: {a.reason}" for a in shown)
         return f"{self.chosen} (requested {self.requested}; {why})"
 
 
@@ -325,7 +342,7 @@ class Runtime:
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.weights = SharedWeights(pack.weights_file())
         self._graph_ids = _identities(pack)
-        self._plan: list[Candidate | Attempt] = plan_candidates(provider)
+        self._plan: list[Candidate | Attempt] = [_fit_for_pack(c, pack) for c in plan_candidates(provider)]
         self._fallbacks: list[Attempt] = []
         self._advance()
         if pack.precision == "fp16" and not self._current.uses_ep_context:
@@ -337,6 +354,10 @@ class Runtime:
         self._placement: dict[str, dict[str, int]] = {}
         self._session_ms: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._generation = 0  # bumped whenever every session is dropped (a recovery, a fallback)
+        self._recoveries: list[Attempt] = []
+        self._good_runs = 0  # runs that succeeded since the last recovery
+        self._recovered: str | None = None  # label of the provider whose recovery is spent
 
     @property
     def provider(self) -> str:
@@ -352,8 +373,9 @@ class Runtime:
         while isinstance(attempt := self._plan[0], Attempt):
             self._plan.pop(0)
             self._fallbacks.append(attempt)
-            log = logger.info if self.requested == "auto" else logger.warning
-            log("execution provider %s not used: %s", attempt.label, attempt.reason)
+            # the log file only: what the user sees is the caller's one line (EngineInfo.summary,
+            # transcribe's "is not available", the app's warning), not a line per skipped provider
+            logger.info("execution provider %s not used: %s", attempt.label, attempt.reason)
 
     def info(self) -> EngineInfo:
         """A snapshot of the provider decision and the placement of every session so far."""
@@ -363,6 +385,7 @@ class Runtime:
             fallbacks=tuple(self._fallbacks),
             placement=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self._placement.items()}),
             session_ms=MappingProxyType(dict(self._session_ms)),
+            recoveries=tuple(self._recoveries),
         )
 
     def session(self, graph: Path, frames: int | None = None) -> ort.InferenceSession:
@@ -378,8 +401,8 @@ class Runtime:
         """
         return self._session_of(Path(graph), frames)[0]
 
-    def _session_of(self, graph: Path, frames: int | None) -> tuple[ort.InferenceSession, Candidate]:
-        """The session of ``graph`` and the candidate it runs on (see :meth:`session`)."""
+    def _session_of(self, graph: Path, frames: int | None) -> tuple[ort.InferenceSession, Candidate, int]:
+        """The session of ``graph``, the candidate it runs on and the session generation (see :meth:`session`)."""
         with self._lock:
             fixed = frames if frames is not None and self._current.static_shapes else None
             sess = self._sessions.get((graph, fixed))
@@ -387,16 +410,18 @@ class Runtime:
                 sess = self._create(graph, fixed)
                 fixed = frames if frames is not None and self._current.static_shapes else None  # after a fallback
                 self._sessions[(graph, fixed)] = sess
-            return sess, self._current
+            return sess, self._current, self._generation
 
     def run(self, graph: Path, outputs: Sequence[str], feeds: Mapping[str, Any], *,
             frames: int | None = None) -> list[np.ndarray]:
-        """Run ``graph``'s session on ``feeds``; when the run fails, fail over and run it again.
+        """Run ``graph``'s session on ``feeds``; when the run fails, recover or fail over and run it again.
 
-        A failing run (any ONNX Runtime error but a bad input: a lost NPU device, a driver reset, an
-        out-of-memory on the device) on a provider that is not the last calls :meth:`fail_over` and
-        runs the same feeds on the next provider's new session, so the caller's dispatch succeeds
-        and its round continues (module docstring). ``frames`` as in :meth:`session`.
+        A failing run (any ONNX Runtime error but a bad input: a lost NPU device, a sub-system
+        restart, a driver reset, an out-of-memory on the device) first re-creates the provider's
+        sessions and runs again when the provider recovers and has a recovery left (:meth:`recover`);
+        otherwise, on a provider that is not the last, it calls :meth:`fail_over` and runs the same
+        feeds on the next provider's new session, so the caller's dispatch succeeds and its round
+        continues (module docstring). ``frames`` as in :meth:`session`.
 
         Raises:
             ProviderError: the last provider failed too (chained to its exception).
@@ -404,13 +429,43 @@ class Runtime:
         """
         graph = Path(graph)
         while True:
-            sess, cand = self._session_of(graph, frames)
+            sess, cand, generation = self._session_of(graph, frames)
             try:
-                return sess.run(list(outputs), dict(feeds))
+                out = sess.run(list(outputs), dict(feeds))
             except _INPUT_ERRORS:
                 raise  # the caller's mistake: the same on every provider
             except Exception as exc:  # ORT's Fail/EPFail/DeviceReset/RuntimeException, ...
-                self.fail_over(cand, graph, exc)
+                if not self.recover(cand, generation, graph, exc):
+                    self.fail_over(cand, graph, exc)
+                continue
+            self._good_runs += 1
+            return out
+
+    def recover(self, cand: Candidate, generation: int, graph: Path, exc: BaseException) -> bool:
+        """After a run of ``graph`` on sessions of ``generation`` failed with ``exc``: drop every
+        session so that the next run creates them anew on ``cand``, when ``cand`` recovers and has a
+        recovery left (module docstring). True when the caller should simply run again: recovered
+        now, or the sessions were already re-created (another stream's failure) or the provider
+        already left; False when ``cand`` is to be given up (:meth:`fail_over`)."""
+        with self._lock:
+            if self._current is not cand or self._generation != generation:
+                return True  # another dispatch's failure has dealt with it: run on what is current
+            spent = self._recovered == cand.label and self._good_runs < RECOVERY_RUNS
+            if not cand.recovers or spent:
+                return False
+            reason = f"{graph.name} failed while running: {_one_line(exc)}"
+            self._drop_sessions()
+            self._recovered, self._good_runs = cand.label, 0
+            self._recoveries.append(Attempt(cand.label, True, reason, mid_session=True))
+            logger.warning("execution provider %s failed (%s); re-creating its sessions", cand.label, reason)
+            return True
+
+    def _drop_sessions(self) -> None:
+        """Drop every session (in reverse creation order, as shared EP contexts require); under the lock."""
+        for key in reversed(list(self._sessions)):
+            del self._sessions[key]
+        self._placement.clear()
+        self._generation += 1
 
     def fail_over(self, cand: Candidate, graph: Path, exc: BaseException) -> None:
         """Give up ``cand`` after a run of ``graph`` failed with ``exc``: drop every session, record
@@ -424,9 +479,7 @@ class Runtime:
             if self._current is not cand:
                 return
             reason = f"{graph.name} failed while running: {_one_line(exc)}"
-            for key in reversed(list(self._sessions)):
-                del self._sessions[key]
-            self._placement.clear()
+            self._drop_sessions()
             if len(self._plan) == 1:
                 logger.error("execution provider %s failed (%s); no provider is left", cand.label, reason)
                 raise ProviderError(f"{cand.label} failed while running {graph.name} and no other execution "
@@ -446,6 +499,7 @@ class Runtime:
         with self._lock:
             for key in reversed(list(self._sessions)):
                 del self._sessions[key]
+            self._generation += 1
 
     def pack_changed(self, graph: Path) -> str:
         """Why ``graph`` (a file of the pack) or the weight file is no longer what the runtime opened
@@ -583,6 +637,20 @@ class Runtime:
         stem = graph.stem if frames is None else f"{graph.stem}_f{frames}"
         assert self.cache_dir is not None  # only called with a cache dir
         return self.cache_dir / "ep-context" / key / f"{stem}_ctx.onnx"
+
+
+def _fit_for_pack(cand: Candidate | Attempt, pack: Pack) -> Candidate | Attempt:
+    """``cand``, or why it cannot run ``pack`` without trying: QNN has no int8 MatMul (MatMulInteger,
+    DynamicQuantizeLinear), so a pack with int8 layers or an int8-ranked vocabulary would fail there
+    with ONNX Runtime's errors after a compile attempt."""
+    if isinstance(cand, Attempt) or cand.ep_name != QNN_EP:
+        return cand
+    int8 = [what for what, kind in (("linear layers", pack.layers), ("vocabulary projection", pack.vocab))
+            if kind == "int8"]
+    if not int8:
+        return cand
+    return Attempt(cand.label, False, f"the pack {pack.root.name} has int8 {' and '.join(int8)}, which QNN cannot "
+                                      "run; install an NPU pack (models install MODEL --layers fp32 --vocab fp32)")
 
 
 def _identities(pack: Pack) -> dict[Path, tuple[int, int]]:

@@ -249,8 +249,10 @@ def test_qnn_emulator_runs_the_pack_and_caches_contexts(tiny_fp32_pack, tmp_path
 
 
 @pytest.mark.qnn
-def test_a_broken_qnn_backend_falls_back_to_cpu_with_the_reason(tiny_pack, monkeypatch) -> None:
-    """A real QNN failure (the wheel has no QNN CPU backend library) is caught, recorded, and CPU runs."""
+def test_a_broken_qnn_backend_falls_back_to_cpu_with_the_reason(tiny_fp32_pack, monkeypatch) -> None:
+    """A real QNN failure (the wheel has no QNN CPU backend library) is caught, recorded, and CPU runs
+    (an fp32 pack: an int8 one is not even tried, see the next test)."""
+    tiny_pack = tiny_fp32_pack
     devices, version, reason = providers.qnn_devices()
     if not devices:
         pytest.skip(reason)
@@ -263,6 +265,30 @@ def test_a_broken_qnn_backend_falls_back_to_cpu_with_the_reason(tiny_pack, monke
     info = rt.info()
     assert info.chosen == "CPU"
     assert [a.label for a in info.fallbacks] == ["QNN-HTP", "QNN-GPU"]
+    rt.close()
+
+
+def test_qnn_with_an_int8_pack_is_one_clear_reason_without_trying(tiny_pack, monkeypatch, caplog) -> None:
+    """QNN has no int8 MatMul: a pack with int8 layers or an int8-ranked vocabulary is not tried there
+    (no compile, no ONNX Runtime errors); the reason names the pack and the way to an NPU pack, and
+    the summary is one line with that reason only."""
+    devices = (object(),)
+    monkeypatch.setattr("captioner.engine.runtime.plan_candidates", lambda requested: plan_candidates(
+        requested, WIN_ARM, lambda: (devices, "2.7.0", "", CPU_ONLY)))
+    assert tiny_pack.vocab == "int8" and tiny_pack.layers == "fp32"
+    with caplog.at_level("INFO"):
+        rt = Runtime(tiny_pack, "qnn")
+    info = rt.info()
+    assert info.chosen == "CPU" and [(a.label, a.failed) for a in info.fallbacks] == \
+        [("QNN-HTP", False), ("QNN-GPU", False), ("DirectML", False)]
+    reason = info.fallbacks[0].reason
+    assert reason == info.fallbacks[1].reason  # the QNN GPU backend has no int8 MatMul either
+    assert f"the pack {tiny_pack.root.name} has int8 vocabulary projection, which QNN cannot run" in reason
+    assert "--layers fp32 --vocab fp32" in reason
+    assert info.summary() == f"CPU (requested qnn; QNN-HTP: {reason})"
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]  # the caller says it, once
+    rt.session(tiny_pack.encoder_file(3))
+    assert set(rt.info().placement["encoder_3s.onnx"]) == {"CPUExecutionProvider"}
     rt.close()
 
 
