@@ -21,6 +21,7 @@ import onnxruntime as ort
 
 from captioner import __version__
 from captioner.commands import described
+from captioner.commands.models import describe_pack, disk_mb
 from captioner.core import PROVIDERS, Provider
 from captioner.engine.providers import QNN_EP, Attempt, Candidate, Host, plan_candidates, qnn_devices
 from captioner.models.install import DEFAULT_MODEL, list_packs
@@ -143,8 +144,9 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
             print(f"  {item.name}: BROKEN: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""))
             continue
         sound += 1
-        print(f"  {item.name}: OK ({p.dims.n_mels} mel, d_model {p.dims.d_model}, {p.precision}/{p.linear}, "
-              f"buckets {','.join(map(str, p.buckets))})")
+        print(f"  {item.name}: OK ({p.dims.n_mels} mel, d_model {p.dims.d_model}, "
+              f"{'multilingual' if p.multilingual else 'English-only'}, {describe_pack(p)}, "
+              f"{disk_mb(item.path):.0f} MB on disk)")
     if sound == 0:
         print(f"  none usable; install one: captioner models install {DEFAULT_MODEL}")
 

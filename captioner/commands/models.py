@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from captioner.models.build import BUCKETS, BuildOptions, build_pack, parse_buckets
 from captioner.models.catalog import KNOWN_MODELS
 from captioner.models.install import DEFAULT_MODEL, install_pack, list_packs, remove_pack, resolve_pack
+from captioner.models.pack import Pack
 from captioner.models.verify import verify_pack
 from captioner.storage.paths import AppPaths
 
@@ -122,11 +124,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     remove.set_defaults(func=_remove)
 
 
+def describe_pack(pack: Pack) -> str:
+    """How a pack computes, said the same way everywhere (``models build``/``list``, ``doctor``):
+    ``int8 layers, fp32 weights file, matmul, int8-ranked vocabulary``."""
+    vocab = "int8-ranked" if pack.vocab == "int8" else "fp32"
+    return f"{pack.layers} layers, {pack.precision} weights file, {pack.linear}, {vocab} vocabulary"
+
+
+def disk_mb(folder: Path) -> float:
+    """Megabytes (10^6 bytes, as downloads are counted) of the files in a pack folder."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
+
+
 def _build(args: argparse.Namespace, paths: AppPaths) -> int:
     pack = build_pack(args.checkpoint, args.out, _options(args), name=args.name, progress=_Progress())
     print(f"built {pack.root} ({len(pack.graph_files())} graphs, buckets {' '.join(map(str, pack.buckets))} s, "
-          f"{pack.precision} weights file, {pack.linear}, {pack.layers} layers, "
-          f"{'int8-ranked' if pack.vocab == 'int8' else 'fp32'} vocabulary)")
+          f"{describe_pack(pack)}; {disk_mb(pack.root):.0f} MB on disk)")
     return 0
 
 
@@ -150,10 +163,9 @@ def _list(args: argparse.Namespace, paths: AppPaths) -> int:
             print(f"{item.name}\tBROKEN: {item.error}")
             continue
         p = item.pack
-        size = sum(f.stat().st_size for f in item.path.iterdir() if f.is_file()) / 1e6
         kind = "multilingual" if p.multilingual else "English-only"
-        print(f"{item.name}\t{p.manifest['source']['name']}\t{kind}\t{p.precision}/{p.linear}\t"
-              f"buckets {','.join(map(str, p.buckets))}\t{size:.1f} MB")
+        print(f"{item.name}\t{p.manifest['source']['name']}\t{kind}\t{describe_pack(p)}\t"
+              f"buckets {','.join(map(str, p.buckets))}\t{disk_mb(item.path):.0f} MB on disk")
     return 0
 
 

