@@ -1,0 +1,153 @@
+"""Live text a person can read in a terminal (issue 26, item 2): the real ``captioner transcribe`` with the
+real tiny.en on real speech, in a pseudo-terminal and in tmux (a real terminal emulator).
+
+Final words scroll up a phrase per line (``[mm:ss.ss] text``, at a phrase end or a line's worth of
+text); the draft stays on one live line cut to the terminal's width, with only the speculative
+words dimmed; nothing is left of the live region at the end; a pipe gets no escape codes at all
+(tests/commands/test_transcribe_interrupt.py reads the first final line from a pipe before the run
+ends). The Console's status line (``listen``'s levels) is checked on a fake terminal.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from captioner.commands._printer import DIM, Console, WordPrinter
+from captioner.core import EngineUpdate, Word
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+WIDTH = 60
+
+
+def _cmd(pack: Path, wav: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "captioner", "transcribe", str(wav), "--model", str(pack), "--provider", "cpu",
+            "--no-save", *extra]
+
+
+def test_in_a_pseudo_terminal_drafts_fit_one_line_and_final_lines_are_the_words(real_tiny_en_pack, reading: Path,
+                                                                                tmp_path: Path) -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    out_json = tmp_path / "out.json"
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, WIDTH, 0, 0))
+    env = dict(os.environ, CAPTIONER_HOME=str(tmp_path / "home"), COLUMNS=str(WIDTH))
+    proc = subprocess.Popen(_cmd(real_tiny_en_pack.root, reading, "--json", str(out_json)), env=env, stdin=slave,
+                            stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    raw = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        raw += chunk
+    os.close(master)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    if proc.stderr is not None:
+        proc.stderr.close()
+    text = raw.decode("utf-8")
+    assert DIM in text  # the speculative words were drawn, dimmed
+
+    # every drawing of the live region: each of its lines fits the terminal, so nothing wraps
+    regions = [part.split("\r", 1)[0] for part in text.split("\x1b[J")[1:]]
+    drafts = [line for region in regions for line in region.split("\r\n") if line]
+    assert drafts, text
+    assert max(len(ANSI.sub("", line)) for line in drafts) <= WIDTH - 1
+    assert any(ANSI.sub("", d).startswith("…") for d in drafts)  # a long draft keeps its end, cut at the start
+
+    # the final lines: plain (never dimmed), a phrase each, and together exactly the exported words
+    finals = [ANSI.sub("", line.rsplit("\x1b[J", 1)[-1]) for line in text.split("\r\n")]
+    finals = [line for line in finals if re.match(r"^\[\d\d:\d\d\.\d\d\] ", line)]
+    words = [w["text"] for w in json.loads(out_json.read_text(encoding="utf-8"))["words"]]
+    assert [w for line in finals for w in line.split("] ", 1)[1].split()] == words
+    assert len(finals) >= 4  # one per sentence at least: nothing waits for the end of the reading
+    for line in finals:
+        body = line.split("] ", 1)[1]
+        assert body.endswith((".", "?", "!")) or len(line) >= WIDTH - 20, line
+
+
+def test_in_tmux_the_scrollback_holds_the_final_lines_and_the_draft_stays_on_one_line(
+        real_tiny_en_pack, reading: Path, tmp_path: Path) -> None:
+    if shutil.which("tmux") is None:
+        pytest.skip("needs tmux")
+    socket = str(tmp_path / "tmux.sock")
+    env = dict(os.environ, CAPTIONER_HOME=str(tmp_path / "home"))
+    env.pop("TMUX", None)
+    command = " ".join(_cmd(real_tiny_en_pack.root, reading, "--realtime")) + "; echo DONE; sleep 60"
+
+    def tmux(*args: str) -> str:
+        return subprocess.run(["tmux", "-S", socket, *args], env=env, capture_output=True, text=True,
+                              timeout=30).stdout
+
+    tmux("new-session", "-d", "-x", str(WIDTH), "-y", "12", command)
+    captures: list[tuple[str, str]] = []  # (plain, with escapes) every half second while it runs
+    try:
+        deadline = time.monotonic() + 120
+        while "DONE" not in (screen := tmux("capture-pane", "-p", "-J", "-S", "-")):
+            assert time.monotonic() < deadline, screen
+            captures.append((tmux("capture-pane", "-p", "-S", "-"), tmux("capture-pane", "-p", "-e", "-S", "-")))
+            time.sleep(0.5)  # watching the run in tmux
+    finally:
+        tmux("kill-server")
+    running = [(plain, escaped) for plain, escaped in captures if "s of audio in" not in plain]
+    # final lines reached the scrollback while the reading still ran, the draft on one line below them
+    settled = [plain for plain, _ in running if re.search(r"^\[00:", plain, re.M)]
+    assert settled, captures[-1][0]
+    drafting = [[line for line in plain.splitlines() if line.strip()] for plain, _ in running]
+    drafting = [lines for lines in drafting if lines and not lines[-1].startswith(("[00:", "transcribing", "v (18.8", "-C stops"))]
+    assert drafting and all(len(lines[-1]) <= WIDTH - 1 for lines in drafting)
+    assert any("\x1b[2m" in escaped for _, escaped in running)  # the draft's speculative words are dim
+    assert not any(line.startswith("[00:") and "\x1b[2m" in line
+                   for _, escaped in running for line in escaped.splitlines())  # final lines never are
+    lines = [line for line in screen.splitlines() if line.strip()]
+    finals = [line for line in lines if line.startswith("[00:")]
+    assert finals[-1].endswith("form.") and len(finals) >= 4, lines
+    assert lines[lines.index(finals[-1]) + 1].startswith("18.8 s of audio"), lines  # no draft left behind
+
+
+def test_console_status_line_and_pipe_mode() -> None:
+    """``listen``: the level is a status line under the draft on a terminal; on a pipe, words on stdout
+    as lines and levels on stderr, no escape codes anywhere."""
+    word = lambda text, start, spec=False: Word(text, start, start + 0.3, speculative=spec)  # noqa: E731
+    updates = [EngineUpdate(0, (word("Hello", 0.0), word("there.", 0.4), word("How", 0.8, True))),
+               EngineUpdate(1, (word("How", 0.8), word("are", 1.1), word("you", 1.4, True)))]
+
+    tty = io.StringIO()
+    console = Console(tty, True)
+    printer = WordPrinter(console)
+    console.status("level    1.0 s system rms  -20.0 dBFS")
+    for u in updates:
+        printer.update(u)
+    console.status("level    2.0 s system rms  -21.0 dBFS")
+    console.close()
+    out = tty.getvalue()
+    assert "[00:00.00] Hello there.\n" in out  # the phrase is final once "How" commits after it
+    last_region = out.rsplit("\x1b[J", 2)[-2]
+    assert last_region == "How are \x1b[2myou\x1b[0m\nlevel    2.0 s system rms  -21.0 dBFS\r\x1b[1A"
+    assert out.endswith("\x1b[J")  # closed: the region is gone
+
+    pipe, err = io.StringIO(), io.StringIO()
+    console = Console(pipe, False, status_out=err)
+    printer = WordPrinter(console)
+    console.status("level 1.0 s")
+    for u in updates:
+        printer.update(u)
+    printer.update(EngineUpdate(), final=True)
+    assert pipe.getvalue() == "[00:00.00] Hello there.\n[00:00.80] How are\n"
+    assert err.getvalue() == "level 1.0 s\n" and "\x1b" not in pipe.getvalue() + err.getvalue()
