@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import sys
 from pathlib import Path
 
@@ -65,14 +66,19 @@ class DownloadProgress:
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
         self._last_tenth = -1
+        self._finished = ""  # the download whose last line was printed (a repeated 100 % adds nothing)
 
     def __call__(self, done: int, total: int, what: str) -> None:
         if total <= 0 or (self.tty and what.endswith("Hugging Face Hub")):
             return  # on a terminal huggingface_hub draws its own bars
+        if done >= total and what == self._finished:
+            return
+        self._finished = what if done >= total else ""
         tenth = done * 10 // total
         line = f"{what}: {done / 1e6:.1f}/{total / 1e6:.1f} MB ({100 * done // total} %)"
         if self.tty:
-            print(f"\r{line:<100}", end="\n" if done >= total else "", file=sys.stderr, flush=True)
+            width = shutil.get_terminal_size((100, 24)).columns - 1  # one line, redrawn in place: never wrap
+            print(f"\r\033[K{line[-width:]}", end="\n" if done >= total else "", file=sys.stderr, flush=True)
         elif tenth != self._last_tenth:
             print(line, file=sys.stderr, flush=True)
         self._last_tenth = tenth

@@ -23,3 +23,17 @@ def test_list_and_doctor_describe_an_int8_pack_the_same_way(real_tiny_en_int8_pa
         line = next(line for line in doctor.splitlines() if line.strip().startswith(f"{name}: OK"))
         assert described in line and "English-only" in line and "MB on disk" in line, line
     assert "fp32/matmul" not in doctor and not any("fp32/matmul" in v for v in listing.values())
+
+
+def test_a_download_ends_in_one_line_on_a_terminal(capsys) -> None:
+    """The install's byte progress is redrawn in place and ends once, even when the 100 % comes twice
+    (seen installing base from PyPI: the wheel's last line printed two times)."""
+    from captioner.commands.models import DownloadProgress
+
+    progress = DownloadProgress()
+    progress.tty = True
+    for done in (0, 40_000_000, 133_300_000, 133_300_000):
+        progress(done, 133_300_000, "downloading part2.whl from PyPI")
+    progress(12_000_000, 12_000_000, "downloading part1.whl from PyPI")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and err.count("part2.whl from PyPI: 133.3/133.3 MB (100 %)") == 1, repr(err)
