@@ -98,8 +98,6 @@ class GlobalHotkeys(QObject):
         self._thread.start()
         ready.wait(5.0)
         self.active = {a: bindings[a] for a in backend.registered}
-        for action, text in self.active.items():
-            logger.info("global shortcut %s: %s", text, action)
         return "; ".join(problems)
 
     def stop(self) -> None:
