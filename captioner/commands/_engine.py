@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,10 +114,19 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
         config = dataclasses.replace(config, language="en")  # an English-only pack hears English
     try:
         transcriber.check(config)  # an unknown language fails here, clearly
+        # the NPU's graphs are compiled now, once per pack and plugin version, never in a round
+        transcriber.runtime.prepare(progress=_npu_progress)
     except CaptionerError:
         transcriber.close()
         raise
     return EngineSetup(transcriber, config)
+
+
+def _npu_progress(done: int, total: int) -> None:
+    """``Preparing the NPU … 12/35`` on stderr (none in the windowed app: the log has the summary)."""
+    if sys.stderr is not None:
+        end = "\n" if done == total else "\r"
+        print(f"Preparing the NPU (once for this model) … {done}/{total}", end=end, file=sys.stderr, flush=True)
 
 
 def open_engine(args: argparse.Namespace, paths: AppPaths, *, install_missing: bool = False) -> EngineSetup:

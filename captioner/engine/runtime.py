@@ -64,9 +64,30 @@ The caller's state lives in host arrays (the decoder's KV cache, the encoder out
 dispatch continues the round and the stream never sees the failure; ``RoundStats.provider`` names
 the new provider from that round on. Only when the last provider fails is a ProviderError raised.
 
-On QNN each graph is compiled into an EP context; contexts are cached under the user cache dir,
-keyed by pack hash, provider and options, and ``ep.share_ep_contexts`` lets the sessions of a pack
-share one QNN backend.
+NPU contexts, compiled ahead (docs/NPU.md): on QNN every graph is compiled into an EP context, cached
+under the user cache dir, keyed by pack hash, provider, options and the ORT and plugin versions.
+:meth:`Runtime.prepare` compiles every graph the pack's rounds can need on the NPU
+(:meth:`Runtime.npu_units`: each bucket's encoder, and its decoder chunks and verifier with the
+bucket's frame count fixed, as QNN needs static shapes) before the first round, with progress, through
+ONNX Runtime's ``ModelCompiler`` (no inference session is created to compile), and marks the set
+complete (``prepared.json``); the app and the CLI call it when they open the engine, so a round never
+waits for a compile (a graph outside the prepared set is still compiled when first needed, with a
+warning). Two layouts:
+
+* one context per graph (the default): each ``*_ctx.onnx`` with its own ``.bin``, every graph's
+  weights stored in its own binary;
+* one shared context for the pack (``shared_context=True``): the graphs are compiled as one session
+  group (``ep.share_ep_contexts`` on each, ``ep.stop_share_ep_contexts`` on the last), so QNN builds
+  one context holding every graph, written as one ``.bin`` that every ``*_ctx.onnx`` points to. Where
+  the context is generated on x86-64 the plugin also turns on HTP weight sharing (a weight used by
+  several graphs is stored once; the plugin says weight sharing "only available with offline
+  generation on x64 platform, not work on real device"); QNN's x86-64 backend (the emulator) cannot
+  load such a binary (QNN_COMMON_ERROR_NOT_SUPPORTED), so loading it is for the device. Each graph is
+  compiled from a copy named for its frame count (a chunk graph compiled for two buckets would give
+  two QNN graphs of one name), beside a hard link of the weight file. A shared context is loaded
+  whole: the first session deserialises every graph, so the runtime opens the sessions of every
+  graph in the set at once (the plugin keeps the graphs no session took in a process-wide list). If
+  it does not load, the runtime compiles one context per graph instead.
 """
 
 from __future__ import annotations
@@ -100,7 +121,7 @@ except ImportError:  # pragma: no cover - every supported onnxruntime has it
 _INPUT_ERRORS: tuple[type[BaseException], ...] = (_InvalidArgument, TypeError, ValueError)
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from captioner.models.pack import Pack
 
@@ -329,10 +350,14 @@ class Runtime:
         provider: ``"auto"``, ``"qnn"``, ``"gpu"`` or ``"cpu"``.
         cache_dir: user cache directory (EP-context caches go under ``ep-context/``); None: no cache.
         threads: intra-op threads; default :func:`default_threads`.
+        npu_buckets: the buckets whose graphs :meth:`prepare` compiles for the NPU (default: all).
+        shared_context: compile the prepared graphs into one shared QNN context (module docstring);
+            default: no (one context per graph).
     """
 
     def __init__(self, pack: Pack, provider: Provider = "auto", *, cache_dir: Path | None = None,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, npu_buckets: Iterable[int] | None = None,
+                 shared_context: bool = False) -> None:
         if provider not in PROVIDERS:
             raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
         self.pack = pack
@@ -358,6 +383,10 @@ class Runtime:
         self._recoveries: list[Attempt] = []
         self._good_runs = 0  # runs that succeeded since the last recovery
         self._recovered: str | None = None  # label of the provider whose recovery is spent
+        self.npu_buckets = tuple(npu_buckets) if npu_buckets is not None else tuple(pack.buckets)
+        self.shared_context = shared_context
+        self._prepared: set[str] = set()  # context folders known complete in this process
+        self._group_open = False  # the sessions of a shared context are open
 
     @property
     def provider(self) -> str:
@@ -410,6 +439,8 @@ class Runtime:
                 sess = self._create(graph, fixed)
                 fixed = frames if frames is not None and self._current.static_shapes else None  # after a fallback
                 self._sessions[(graph, fixed)] = sess
+                if self._shared_now(self._current) and not self._group_open:
+                    self._open_group()
             return sess, self._current, self._generation
 
     def run(self, graph: Path, outputs: Sequence[str], feeds: Mapping[str, Any], *,
@@ -466,6 +497,112 @@ class Runtime:
             del self._sessions[key]
         self._placement.clear()
         self._generation += 1
+        self._group_open = False
+
+    # -- NPU contexts compiled ahead ----------------------------------------------------------
+    def npu_units(self, buckets: Iterable[int] | None = None) -> list[tuple[Path, int | None]]:
+        """Every (graph, fixed frames) a static-shape provider compiles for ``buckets`` (default
+        :attr:`npu_buckets`): each bucket's encoder (``None``), then its decoder chunk graphs and its
+        verifier with the bucket's frames (50 per second) fixed; each pair once, in that order."""
+        units: dict[tuple[Path, int | None], None] = {}
+        for bucket in self.npu_buckets if buckets is None else buckets:
+            units[(self.pack.encoder_file(bucket), None)] = None
+            for start, size in self.pack.decoder_chunks(bucket):
+                units[(self.pack.decoder_file(bucket, start, size), 50 * bucket)] = None
+            verifier = self.pack.verifier(bucket)
+            if verifier:
+                units[(verifier[0], 50 * bucket)] = None
+        return list(units)
+
+    def prepare(self, progress: Callable[[int, int], None] | None = None) -> None:
+        """Compile every graph of :meth:`npu_units` for the current provider now, before any round
+        (EP-context providers with a cache dir; elsewhere nothing is done), then open the first one's
+        session (a compile that fails falls back to the next provider as any session would).
+        ``progress(done, total)`` is called after each graph compiled; nothing is called when the
+        cache already holds them all.
+
+        Raises:
+            ProviderError: no provider, not even the CPU, could run the pack's first graph.
+        """
+        with self._lock:
+            if not (self._current.uses_ep_context and self.cache_dir is not None):
+                return  # the CPU (and DirectML) create their sessions as rounds need them, in ms
+            self._progress, self._preparing = progress, True
+        try:
+            graph, frames = self.npu_units()[0]
+            self.session(graph, frames)
+        finally:
+            with self._lock:
+                self._progress, self._preparing = None, False
+
+    _progress: Callable[[int, int], None] | None = None
+    _preparing = False  # prepare() is running: the first session compiles the whole set
+
+    def _shared_now(self, cand: Candidate) -> bool:
+        return self.shared_context and cand.uses_ep_context and self.cache_dir is not None
+
+    def _compile_ahead(self, cand: Candidate) -> None:
+        """Compile what the cache lacks of :meth:`npu_units` for ``cand`` (module docstring); under the lock."""
+        folder = self._context_dir(cand)
+        if str(folder) in self._prepared:
+            return
+        units = self.npu_units()
+        ctxs = [self._context_path(g, cand, f) for g, f in units]
+        marker = folder / "prepared.json"
+        names = [c.name for c in ctxs]
+        try:
+            done = json.loads(marker.read_text())["contexts"] == names and all(c.is_file() for c in ctxs)
+        except (OSError, ValueError, KeyError, TypeError):
+            done = False
+        if not done:
+            shared = self._shared_now(cand)
+            todo = list(zip(units, ctxs, strict=True))
+            if shared:  # one session group writes the one binary: all of it again
+                for old in folder.glob("*"):
+                    if old.is_file():
+                        old.unlink()
+            else:
+                todo = [(u, c) for u, c in todo if not c.is_file()]
+            folder.mkdir(parents=True, exist_ok=True)
+            t0 = time.perf_counter()
+            logger.info("preparing the NPU: compiling %d graphs of %s on %s", len(todo), self.pack.root.name,
+                        cand.label)
+            for i, ((graph, frames), ctx) in enumerate(todo):
+                self._compile(graph, frames, ctx, cand, group=(i == len(todo) - 1) if shared else None)
+                if self._progress is not None:
+                    self._progress(i + 1, len(todo))
+            nbytes = sum(f.stat().st_size for f in folder.glob("*") if f.is_file())
+            marker.write_text(json.dumps({"contexts": names, "shared": shared,
+                                          "compile_s": round(time.perf_counter() - t0, 1), "bytes": nbytes}))
+            logger.info("prepared the NPU: %d graphs in %.0f s, %.1f MB of contexts", len(todo),
+                        time.perf_counter() - t0, nbytes / 1e6)
+        self._prepared.add(str(folder))
+
+    def _compile(self, graph: Path, frames: int | None, ctx: Path, cand: Candidate, group: bool | None) -> None:
+        """Compile ``graph`` (``frames`` fixed) into the EP-context model ``ctx`` with ``ModelCompiler``;
+        ``group``: None alone, else a member of the shared session group (True: its last)."""
+        so = self._options(cand, frames)
+        source = graph
+        if group is not None:
+            so.add_session_config_entry("ep.share_ep_contexts", "1")
+            if group:
+                so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
+            source = _unique_source(graph, frames, ctx.parent / "src", self.pack.weights_file())
+        inits = self.pack.graph_weights(graph)
+        if inits is None:
+            inits = _external_initializers(graph, self.pack.weights_file().name)
+        for ref in inits:
+            so.add_initializer(ref.name, self.weights.ortvalue(ref))
+        compiler = ort.ModelCompiler(so, str(source), embed_compiled_data_into_model=False,
+                                     graph_optimization_level=so.graph_optimization_level)
+        compiler.compile_to_file(str(ctx))
+
+    def _open_group(self) -> None:
+        """Open the session of every prepared graph now (a shared context is loaded whole); under the lock."""
+        self._group_open = True
+        for graph, frames in self.npu_units():
+            if (graph, frames) not in self._sessions:
+                self._sessions[(graph, frames)] = self._create(graph, frames)
 
     def fail_over(self, cand: Candidate, graph: Path, exc: BaseException) -> None:
         """Give up ``cand`` after a run of ``graph`` failed with ``exc``: drop every session, record
@@ -594,16 +731,31 @@ class Runtime:
             if cand.uses_ep_context:
                 so.add_session_config_entry("ep.share_ep_contexts", "1")
             return self._session(graph, so, cand, inits)
+        if self._preparing or self._shared_now(cand):
+            self._compile_ahead(cand)
         ctx = self._context_path(graph, cand, frames)
         if ctx.is_file():
             so = self._options(cand)  # a compiled context is static already
             so.add_session_config_entry("ep.share_ep_contexts", "1")  # one QNN backend for the pack
             try:
                 return self._session(ctx, so, cand, [])  # a compiled context holds its own weights
-            except Exception as exc:  # a stale or half-written cache entry: compile again
+            except Exception as exc:
+                if self._shared_now(cand):  # the platform cannot load it (the emulator): one per graph
+                    logger.warning("the shared NPU context of %s did not load (%s); compiling one context "
+                                   "per graph", self.pack.root.name, _one_line(exc))
+                    self.shared_context = False
+                    preparing, self._preparing = self._preparing, True  # the whole set, one context per graph
+                    try:
+                        return self._open(graph, cand, inits, frames)
+                    finally:
+                        self._preparing = preparing
+                # a stale or half-written cache entry: compile again
                 logger.warning("EP-context cache %s unusable (%s); recompiling", ctx, _one_line(exc))
                 for stale in ctx.parent.glob(f"{ctx.stem}*"):
                     stale.unlink(missing_ok=True)
+                self._prepared.discard(str(ctx.parent))
+        logger.warning("compiling %s%s for %s while captioning (not among the prepared graphs)", graph.name,
+                       "" if frames is None else f" for {frames} frames", cand.label)
         ctx.parent.mkdir(parents=True, exist_ok=True)
         so = self._options(cand, frames)
         so.add_session_config_entry("ep.context_enable", "1")
@@ -626,17 +778,39 @@ class Runtime:
                 raise ProviderError(f"nodes placed on {', '.join(sorted(foreign))}")
         return sess
 
-    def _context_path(self, graph: Path, cand: Candidate, frames: int | None = None) -> Path:
-        """``<cache>/ep-context/<key>/<graph>[_f<frames>]_ctx.onnx``, key = hash of pack, provider,
-        options, versions."""
-        key_src = json.dumps({
+    def _context_dir(self, cand: Candidate) -> Path:
+        """``<cache>/ep-context/<key>``, key = hash of pack, provider, options, versions (and, for a
+        shared context, the set of buckets compiled into it)."""
+        key: dict[str, Any] = {
             "pack": self.pack.pack_hash, "provider": cand.label, "options": cand.options,
             "ort": ort.__version__, "plugin": cand.version, "platform": sys.platform,
-        }, sort_keys=True)
-        key = hashlib.sha256(key_src.encode()).hexdigest()[:20]
-        stem = graph.stem if frames is None else f"{graph.stem}_f{frames}"
+        }
+        if self._shared_now(cand):
+            key["shared"] = list(self.npu_buckets)
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
         assert self.cache_dir is not None  # only called with a cache dir
-        return self.cache_dir / "ep-context" / key / f"{stem}_ctx.onnx"
+        return self.cache_dir / "ep-context" / digest
+
+    def _context_path(self, graph: Path, cand: Candidate, frames: int | None = None) -> Path:
+        """``<cache>/ep-context/<key>/<graph>[_f<frames>]_ctx.onnx`` (:meth:`_context_dir`)."""
+        stem = graph.stem if frames is None else f"{graph.stem}_f{frames}"
+        return self._context_dir(cand) / f"{stem}_ctx.onnx"
+
+
+def _unique_source(graph: Path, frames: int | None, folder: Path, weights: Path) -> Path:
+    """A copy of ``graph`` named for ``frames`` in ``folder``, beside a link to the pack's weight file
+    (ONNX Runtime resolves external data next to the graph, and names a compiled QNN graph after its
+    model's path: the same file compiled for two frame counts would give two graphs of one name)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / weights.name
+    if not link.exists():
+        try:
+            os.link(weights, link)  # no copy of the weights; NTFS allows it without privileges
+        except OSError:
+            os.symlink(weights, link)
+    copy = folder / (graph.name if frames is None else f"{graph.stem}_f{frames}{graph.suffix}")
+    copy.write_bytes(graph.read_bytes())  # a few kB: the weights are external
+    return copy
 
 
 def _fit_for_pack(cand: Candidate | Attempt, pack: Pack) -> Candidate | Attempt:

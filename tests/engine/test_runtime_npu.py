@@ -1,0 +1,101 @@
+"""NPU contexts compiled ahead of time (issue 24): :meth:`Runtime.prepare` compiles every graph the
+pack's rounds can need on QNN HTP (the x86-64 emulator here) before the first round, with progress,
+caches them per pack + plugin version, and a warm start compiles nothing. The shared layout (one
+session group, one ``.bin`` with HTP weight sharing) is generated here too; QNN's x86-64 backend cannot
+load it, so the runtime goes on with one context per graph, as it must wherever that happens.
+
+A 1-layer, d_model 32 random pack keeps the emulator's compiles under a second per graph.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+from checkpoints import make_checkpoint
+
+from captioner.engine.providers import Host
+from captioner.engine.runtime import Runtime
+from captioner.models.build import BuildOptions, build_pack
+
+pytest.importorskip("onnxruntime_qnn")
+pytestmark = [pytest.mark.qnn]
+
+
+@pytest.fixture(scope="module")
+def npu_pack(tmp_path_factory):
+    if not Host.current().qnn_emulated and not Host.current().snapdragon_windows:
+        pytest.skip("no QNN HTP backend on this platform")
+    root = tmp_path_factory.mktemp("npu")
+    ckpt = make_checkpoint(root / "ckpt", d_model=32, layers=1, heads=2, ffn=64, seed=3, alignment_heads=[(0, 1)])
+    return build_pack(ckpt, root / "pack", BuildOptions(vocab="fp32", layers="fp32"))
+
+
+def _encode(rt: Runtime, pack) -> list[np.ndarray]:
+    mel = np.random.default_rng(5).standard_normal((1, pack.dims.n_mels, 300)).astype(np.float32)
+    return rt.run(pack.encoder_file(3), ["cross_k", "cross_v"], {"mel": mel, "n_frames": np.array([100], np.int64)})
+
+
+def test_prepare_compiles_every_npu_graph_ahead_and_a_warm_start_compiles_none(npu_pack, tmp_path, caplog) -> None:
+    rt = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3, 10))
+    units = rt.npu_units()
+    # each bucket: its encoder, its chunk graphs with its frames fixed; 10 s also its verifier
+    assert units[0] == (npu_pack.encoder_file(3), None) and (npu_pack.encoder_file(10), None) in units
+    assert {f for _, f in units} == {None, 150, 500}
+    assert (npu_pack.verifier(10)[0], 500) in units and len(units) == len(set(units))
+    calls: list[tuple[int, int]] = []
+    with caplog.at_level(logging.WARNING, logger="captioner.engine.runtime"):
+        rt.prepare(progress=lambda done, total: calls.append((done, total)))
+        first = _encode(rt, npu_pack)
+        for graph, frames in units:  # every prepared graph opens from the cache
+            rt.session(graph, frames)
+    assert calls == [(i, len(units)) for i in range(1, len(units) + 1)]
+    assert not [r for r in caplog.records if "while captioning" in r.getMessage()]  # nothing compiled late
+    info = rt.info()
+    assert info.chosen == "QNN-HTP" and all(set(p) == {"QNNExecutionProvider"} for p in info.placement.values())
+    (marker,) = tmp_path.glob("ep-context/*/prepared.json")
+    prepared = json.loads(marker.read_text())
+    assert len(prepared["contexts"]) == len(units) and prepared["shared"] is False
+    assert len(list(marker.parent.glob("*_ctx.onnx"))) == len(units) == len(list(marker.parent.glob("*.bin")))
+    rt.close()
+    warm = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3, 10))
+    calls.clear()
+    warm.prepare(progress=lambda done, total: calls.append((done, total)))
+    assert calls == []  # the cache had it all
+    for a, b in zip(_encode(warm, npu_pack), first, strict=True):
+        np.testing.assert_array_equal(a, b)
+    warm.close()
+
+
+def test_a_shared_context_is_one_binary_and_where_it_cannot_load_one_per_graph_runs(npu_pack, tmp_path, caplog) -> None:
+    rt = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,), shared_context=True)
+    units = rt.npu_units()
+    folder = rt._context_dir(rt._current)
+    rt._compile_ahead(rt._current)  # the group alone, to look at it before the runtime loads it
+    bins = list(folder.glob("*.bin"))
+    ctxs = sorted(folder.glob("*_ctx.onnx"))
+    assert len(bins) == 1 and len(ctxs) == len(units) >= 5
+    import onnx
+
+    for ctx in ctxs:  # every compiled graph points into the one binary
+        (node,) = onnx.load(str(ctx), load_external_data=False).graph.node
+        attrs = {a.name: a for a in node.attribute}
+        assert node.op_type == "EPContext" and attrs["ep_cache_context"].s.decode() == bins[0].name
+    shared_bytes = bins[0].stat().st_size
+    with caplog.at_level(logging.WARNING, logger="captioner.engine.runtime"):
+        out = _encode(rt, npu_pack)
+    info = rt.info()
+    if Host.current().qnn_emulated:  # x86-64 QNN cannot load a weight-shared binary: one context per graph
+        assert any("shared NPU context" in r.getMessage() and "did not load" in r.getMessage()
+                   for r in caplog.records)
+        assert rt.shared_context is False
+        per_graph = [b.stat().st_size for b in tmp_path.glob("ep-context/*/*.bin") if b.parent != folder]
+        assert len(per_graph) == len(units)
+        print(f"contexts of {len(units)} graphs: one shared {shared_bytes / 1e6:.1f} MB, "
+              f"one per graph {sum(per_graph) / 1e6:.1f} MB")
+        assert shared_bytes < sum(per_graph) / 2  # each chunk graph's vocabulary projection stored once
+    assert info.chosen == "QNN-HTP" and info.fallbacks == ()
+    assert len(out) == 2 and np.isfinite(out[0]).all()
+    rt.close()
