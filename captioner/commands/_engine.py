@@ -91,10 +91,12 @@ def _ensure_pack(name: str | None, paths: AppPaths) -> Path:
 def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str | None = None,
                            provider: Provider | None = None, step_s: float | None = None,
                            language: str | None = None, task: str | None = None,
-                           install_missing: bool = False) -> EngineSetup:
+                           install_missing: bool = False, prepare_npu: bool = True) -> EngineSetup:
     """Open the engine the settings (``engine``) describe, each given override winning.
 
-    ``install_missing``: see :func:`resolve_pack_path`.
+    ``install_missing``: see :func:`resolve_pack_path`. ``prepare_npu``: compile the NPU's graphs
+    now (``Runtime.prepare``, progress on stderr); the app passes False and prepares on a thread of
+    its own, so that its window stays responsive.
 
     Raises:
         CaptionerError: a missing or corrupt pack, an invalid step/language/task.
@@ -114,8 +116,8 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
         config = dataclasses.replace(config, language="en")  # an English-only pack hears English
     try:
         transcriber.check(config)  # an unknown language fails here, clearly
-        # the NPU's graphs are compiled now, once per pack and plugin version, never in a round
-        transcriber.runtime.prepare(progress=_npu_progress)
+        if prepare_npu:  # the NPU's graphs are compiled now, once per pack and plugin version, never in a round
+            transcriber.runtime.prepare(progress=_npu_progress)
     except CaptionerError:
         transcriber.close()
         raise

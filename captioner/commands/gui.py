@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -124,7 +125,9 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     from captioner.app import EngineRun
     from captioner.commands._engine import open_configured_engine
 
-    setup = open_configured_engine(settings.engine, paths)
+    setup = open_configured_engine(settings.engine, paths, prepare_npu=False)
+    # the NPU's graphs compile off the UI thread (minutes on a first start); rounds wait for them
+    threading.Thread(target=setup.engine.runtime.prepare, name="captioner-npu-prepare", daemon=True).start()
     t0 = time.monotonic()
     clock: Callable[[], float] = lambda: time.monotonic() - t0  # noqa: E731 - seconds since session start
     streams = {src: setup.engine.stream(setup.config, source=src, clock=clock) for src in sources}
