@@ -181,8 +181,8 @@ class CaptionerApp(QObject):
         self.hotkeys.triggered.connect(self._on_hotkey)
 
         self.bar = CaptionBar(self.settings.captions, self._labels())
-        self.tray = TrayIcon(app_icon(), paused_icon(), ask_save_path=ask_save_path,
-                             export_dir=self._export_dir())
+        self.tray = TrayIcon(app_icon(), paused_icon(), ask_save_path=ask_save_path, export_dir=self._export_dir(),
+                             dialogs_without_tray=QGuiApplication.platformName() not in ("offscreen", "minimal"))
         self.bar.set_menu(self.tray.menu)  # right click on the bar: the tray's menu (there may be no tray)
         self.tray.status_changed.connect(lambda text: self.bar.setToolTip(f"captioner — {text}"))
         self._connect_ui()

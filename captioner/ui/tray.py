@@ -11,9 +11,9 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QAction, QActionGroup, QIcon
-from PySide6.QtWidgets import QFileDialog, QMenu, QSystemTrayIcon
+from PySide6.QtWidgets import QFileDialog, QMenu, QMessageBox, QSystemTrayIcon
 
 __all__ = ["EXPORT_FORMATS", "PROVIDERS", "SOURCES", "TrayIcon"]
 
@@ -44,6 +44,8 @@ class TrayIcon(QObject):
         ask_save_path: asks where to save an export (``(fmt, suggested) -> path | None``); the
             default shows a file dialog.
         export_dir: folder suggested by the save dialog.
+        dialogs_without_tray: where the desktop has no tray, show errors in dialogs (the app on a
+            real display; not on Qt's offscreen platform, where nobody would close them).
 
     Signals (intents; the app decides what they do):
         toggle_captions_requested(), pause_toggled(bool paused), source_chosen(str),
@@ -75,9 +77,12 @@ class TrayIcon(QObject):
         *,
         ask_save_path: AskSavePath = ask_save_path_dialog,
         export_dir: Path | str = "",
+        dialogs_without_tray: bool = False,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
+        self._dialogs_without_tray = dialogs_without_tray
+        self._boxes: list[QMessageBox] = []  # error dialogs open now (held until closed)
         self._icon = icon
         self._paused_icon = paused_icon or icon
         self._ask = ask_save_path
@@ -275,9 +280,22 @@ class TrayIcon(QObject):
         self.status_changed.emit(text)
 
     def show_error(self, title: str, message: str) -> None:
-        """Show an error as a tray message (and log it)."""
+        """Show an error as a tray message (and log it); without a tray, in a dialog that does not
+        block the app (``dialogs_without_tray``), since a tray message would be shown nowhere."""
         logger.warning("%s: %s", title, message)
+        if self._dialogs_without_tray and not self.available:
+            box = QMessageBox(QMessageBox.Icon.Warning, title, message, QMessageBox.StandardButton.Ok)
+            box.setWindowModality(Qt.WindowModality.NonModal)
+            box.finished.connect(lambda _r, b=box: self._close_box(b))
+            self._boxes.append(box)
+            box.show()
+            return
         self.tray.showMessage(title, message, QSystemTrayIcon.MessageIcon.Warning, 8000)
+
+    def _close_box(self, box: QMessageBox) -> None:
+        if box in self._boxes:
+            self._boxes.remove(box)
+        box.deleteLater()
 
     def show_info(self, title: str, message: str) -> None:
         """Show an informational tray message."""

@@ -115,3 +115,33 @@ def test_without_a_tray_the_bar_has_the_menu_and_shortcuts_show_and_hide_it(bare
         (info,) = store.list_sessions()
         assert info.title == clip.name and info.language == "en" and info.ended_at is not None
         assert store.session_words(info.id)
+
+
+def test_without_a_tray_an_error_is_a_dialog_not_a_message_nobody_sees(bare_xserver, tmp_path) -> None:
+    """A tray message needs a tray: without one, "Model problem" (a pack that does not exist) is a
+    dialog on screen, and the app goes on (quit from a second start)."""
+    home = tmp_path / "home"
+    env = bare_xserver.env(CAPTIONER_HOME=str(home), PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "captioner", "--model", str(tmp_path / "no-such-pack"),
+                             "--quit-after", "120"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+    def dialog() -> list[str]:
+        return subprocess.run(["xdotool", "search", "--onlyvisible", "--name", "^Model problem$"], env=env,
+                              capture_output=True, text=True, timeout=30).stdout.split()
+
+    try:
+        deadline = time.monotonic() + 60
+        while not dialog():
+            assert time.monotonic() < deadline and proc.poll() is None, "no dialog for the model problem"
+            time.sleep(0.2)  # waiting for another process
+        stop = subprocess.run([sys.executable, "-m", "captioner", "--quit"], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert "asked it to quit" in stop.stdout, stop.stderr
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "Model problem" in err and "no-such-pack" in err  # and in the log on stderr
