@@ -127,7 +127,7 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
 def _npu_progress(done: int, total: int) -> None:
     """``Preparing the NPU … 12/35`` on stderr (none in the windowed app: the log has the summary)."""
     if sys.stderr is not None:
-        end = "\n" if done == total else "\r"
+        end = "\r" if done < total and sys.stderr.isatty() else "\n"  # one line in a terminal
         print(f"Preparing the NPU (once for this model) … {done}/{total}", end=end, file=sys.stderr, flush=True)
 
 
