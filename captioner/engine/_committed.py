@@ -149,9 +149,9 @@ class CommittedLog:
         new_words, new_firsts = self._derive(t_from, self.words[w0 - 1] if w0 > 0 else None)
         old = self.words[w0:]
         common = 0
-        while common < min(len(old), len(new_words)) and old[common] == new_words[common]:
+        while common < min(len(old), len(new_words)) and _same_word(old[common], new_words[common]):
             common += 1
-        self.words[w0:] = new_words
+        self.words[w0:] = old[:common] + new_words[common:]  # a word already shown keeps its first-shown time
         self._firsts[w0:] = new_firsts
         self._mark = len(self.tokens)
         return len(old) - common, tuple(new_words[common:])
@@ -184,6 +184,17 @@ class CommittedLog:
             firsts.append(t_from + f)
             prev_end = end
         return words, firsts
+
+
+def _same_word(shown: Word, derived: Word) -> bool:
+    """The same word to a reader: text, place, source and state; not ``emitted_at``.
+
+    A word's emission time is a measurement (the clock of the round that made its tokens, wall
+    time in a fast replay), so it must not decide what an update retracts: two runs of the same
+    audio give the same updates whatever the machine's load, and a word shown once keeps the
+    time it was first shown (:meth:`CommittedLog.publish`)."""
+    return (shown.text, shown.start, shown.end, shown.source, shown.speculative) == (
+        derived.text, derived.start, derived.end, derived.source, derived.speculative)
 
 
 def token_spans(words: Sequence[WordSpan], n_tokens: int, start: int, end: int | None = None) -> list[tuple[int, int]]:

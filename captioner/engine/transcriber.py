@@ -125,21 +125,28 @@ class TranscriptionInfo:
 
 
 class _SimClock:
-    """Fast-mode clock: audio seconds fed + wall time spent in the current engine call.
+    """Fast-mode clock: when the current engine call would run live, plus the wall time spent in it.
 
-    ``emitted_at`` then reads what a live session on this machine would show (the reference
-    harness's computation-aware replay).
+    A live engine call starts once its audio has arrived (``audio_s``) and the previous call is
+    done, so the clock never runs backwards (a slow first round then delays the next ones, as it
+    would live). ``emitted_at`` then reads what a live session on this machine would show (the
+    reference harness's computation-aware replay). It is a measurement only: no decision of the
+    engine reads it, so the words and updates do not depend on the machine's speed.
     """
 
     def __init__(self) -> None:
         self.audio_s = 0.0
+        self._start = 0.0
+        self._last = 0.0
         self._since = time.perf_counter()
 
     def enter(self) -> None:
+        self._start = max(self.audio_s, self._last)
         self._since = time.perf_counter()
 
     def __call__(self) -> float:
-        return self.audio_s + (time.perf_counter() - self._since)
+        self._last = max(self._last, self._start + (time.perf_counter() - self._since))
+        return self._last
 
 
 class Transcriber:
