@@ -172,6 +172,10 @@ class WordPrinter:
         else:
             self.console.draft(self.label, self.label, _text(self.held + committed), _text(speculative))
 
+    def finish(self) -> None:
+        """The stream has ended: print every word held or open, clear the draft (safe to call twice)."""
+        self.update(EngineUpdate(), final=True)
+
     def _print_phrases(self, *, flush: bool) -> None:
         limit = max(20, min(self.console.width, 120) - STAMP_CHARS - len(self.label) - 1)
         while self.held:

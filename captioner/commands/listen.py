@@ -202,6 +202,8 @@ class _Captioner:
         self.run_rounds()
         for stream in self.streams.values():
             self._handle(stream.finish(), final=True)
+        for printer in self.printers.values():
+            printer.finish()  # the last update may be empty (or None): the held words are printed now
         self.console.close()
         for source, governor in self.governors.items():
             label = f"{source}: " if len(self.governors) > 1 else ""

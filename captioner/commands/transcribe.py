@@ -211,6 +211,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     try:
         try:
             words, result = engine.transcribe(counted(), setup.config, realtime=args.realtime, on_update=on_update)
+            printer.finish()  # the engine's last update may be empty: the words held for a phrase end
         except KeyboardInterrupt:
             interrupted = True
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the saving

@@ -151,3 +151,15 @@ def test_console_status_line_and_pipe_mode() -> None:
     printer.update(EngineUpdate(), final=True)
     assert pipe.getvalue() == "[00:00.00] Hello there.\n[00:00.80] How are\n"
     assert err.getvalue() == "level 1.0 s\n" and "\x1b" not in pipe.getvalue() + err.getvalue()
+
+
+def test_held_words_are_printed_when_the_stream_ends_even_without_a_last_update() -> None:
+    """A phrase still open when the stream ends (the engine's last update empty or None) is printed by
+    ``finish`` (``listen`` lost such words once: nothing was printed for a random pack's gibberish)."""
+    pipe = io.StringIO()
+    printer = WordPrinter(Console(pipe, False))
+    printer.update(EngineUpdate(0, tuple(Word(t, i * 0.4, i * 0.4 + 0.3) for i, t in enumerate(("so", "we", "went")))))
+    assert pipe.getvalue() == ""  # no phrase end yet: held (on a terminal they lead the draft line)
+    printer.finish()
+    printer.finish()
+    assert pipe.getvalue() == "[00:00.00] so we went\n"
