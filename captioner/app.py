@@ -380,8 +380,10 @@ class CaptionerApp(QObject):
         t = self.settings.transcripts
         live_path = self._live_path(t.live_export) if t.live_export != "none" and store is self.disk_store else None
         self._live_warnings_shown = 0
+        snapshot = to_dict(self.settings)
+        snapshot["engine"]["language"] = language  # what ran: "en" for "auto" on an English-only pack
         recorder = SessionRecorder.start(store, sources=sources, model=model, provider=provider,
-                                         language=language, settings=to_dict(self.settings), title=title,
+                                         language=language, settings=snapshot, title=title,
                                          live_path=live_path, options=CueOptions.from_config(t),
                                          fallback_dirs=[self._export_dir()])
         if recorder.live is not None:

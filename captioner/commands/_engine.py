@@ -26,8 +26,8 @@ from captioner.models.install import DEFAULT_MODEL, first_installed_pack, resolv
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import EngineConfig, load_settings
 
-__all__ = ["EngineSetup", "add_engine_options", "language_summary", "open_configured_engine", "open_engine",
-           "resolve_pack_path", "spoken_languages"]
+__all__ = ["EngineSetup", "add_engine_options", "engine_snapshot", "language_summary", "open_configured_engine",
+           "open_engine", "resolve_pack_path", "spoken_languages"]
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +140,12 @@ def open_engine(args: argparse.Namespace, paths: AppPaths, *, install_missing: b
     return open_configured_engine(_engine_settings(paths), paths, model=args.model, provider=args.provider,
                                   step_s=args.step, language=args.language, task=args.task,
                                   install_missing=install_missing)
+
+
+def engine_snapshot(config: StreamConfig) -> dict[str, dict[str, object]]:
+    """The engine part of a session's settings snapshot (the layout of ``settings.json``): what the
+    CLI ran with, e.g. ``language: "auto"`` for a language that was detected."""
+    return {"engine": {"language": config.language, "task": config.task, "step_s": config.step_s}}
 
 
 def spoken_languages(rounds: Sequence[RoundStats]) -> list[str]:

@@ -26,6 +26,7 @@ from captioner.audio import AudioCapture, CaptureConfig, WavWriter
 from captioner.commands._engine import (
     EngineSetup,
     add_engine_options,
+    engine_snapshot,
     language_summary,
     open_engine,
     spoken_languages,
@@ -168,7 +169,7 @@ class _Captioner:
             self.recorder = SessionRecorder.start(
                 SessionStore.open(paths.sessions_db), sources=sources, model=setup.engine.name,
                 provider=setup.engine.info().chosen, language=setup.config.language,
-                title=f"listen ({'+'.join(sources)})")
+                title=f"listen ({'+'.join(sources)})", settings=engine_snapshot(setup.config))
 
     def _handle(self, update: EngineUpdate | None, final: bool = False) -> None:
         if update is None or update.is_empty:

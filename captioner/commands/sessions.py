@@ -103,13 +103,20 @@ def _list(store: SessionStore, limit: int | None) -> int:
     return 0
 
 
+def _language(s: SessionInfo) -> str:
+    """``de``, or ``de (detected)`` when the session ran with ``auto`` (its settings snapshot says so)."""
+    asked = s.to_json()["settings"].get("engine", {}).get("language")
+    detected = asked == "auto" and s.language not in ("", "auto")
+    return f"{s.language or '-'}{' (detected)' if detected else ''}"
+
+
 def _describe(s: SessionInfo) -> str:
     return "\n".join(
         [
             f"session {s.id}" + (f": {s.title}" if s.title else ""),
             f"  started   {_local(s.started_at)}   ended {_local(s.ended_at)}   length {_duration(s.duration_ms)}",
             f"  sources   {', '.join(s.sources)}   words {s.word_count}",
-            f"  model     {s.model or '-'}   provider {s.provider or '-'}   language {s.language or '-'}",
+            f"  model     {s.model or '-'}   provider {s.provider or '-'}   language {_language(s)}",
         ]
     )
 

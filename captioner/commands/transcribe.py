@@ -37,7 +37,13 @@ import numpy as np
 
 from captioner.audio.files import AudioFileReader
 from captioner.commands import described
-from captioner.commands._engine import add_engine_options, language_summary, open_engine, spoken_languages
+from captioner.commands._engine import (
+    add_engine_options,
+    engine_snapshot,
+    language_summary,
+    open_engine,
+    spoken_languages,
+)
 from captioner.commands._printer import Console, WordPrinter
 from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
 from captioner.engine import TranscriptionInfo
@@ -186,7 +192,8 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     recorder = None
     if not args.no_save:  # recorded as it happens: an interrupted run keeps what was shown
         recorder = SessionRecorder.start(SessionStore.open(paths.sessions_db), model=engine.name,
-                                         provider=info.chosen, language=language, title=args.audio.name)
+                                         provider=info.chosen, language=language, title=args.audio.name,
+                                         settings=engine_snapshot(setup.config))
     rounds: list[RoundStats] = []
     gaps: list[tuple[float, float]] = []
 

@@ -32,7 +32,7 @@ def test_a_multilingual_pack_detects_german_by_default(base_pack: Path, tmp_path
         (session,) = store.list_sessions()
         assert session.language == "de"
     assert cli.run(["sessions", "show", str(session.id)], home) == 0
-    assert "language de" in capsys.readouterr().out
+    assert "language de (detected)" in capsys.readouterr().out
 
 
 def test_an_english_only_pack_stays_english(real_tiny_en_pack, tmp_path: Path, capsys) -> None:
@@ -43,3 +43,6 @@ def test_an_english_only_pack_stays_english(real_tiny_en_pack, tmp_path: Path, c
     assert "language en" in err and "(detected)" not in _summary(err), err
     with SessionStore.open(home.sessions_db) as store:
         assert [s.language for s in store.list_sessions()] == ["en"]
+    assert cli.run(["sessions", "show", "1"], home) == 0
+    shown = capsys.readouterr().out
+    assert "language en" in shown and "(detected)" not in shown

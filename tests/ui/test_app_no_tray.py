@@ -54,7 +54,8 @@ def test_the_detected_language_is_in_the_tooltips_and_kept_with_the_session(qtbo
     sid = app.session_id
     quit_and_wait(qtbot, app)
     with SessionStore.open(app.paths.sessions_db) as store:
-        assert store.get_session(sid).language == "de"
+        info = store.get_session(sid)
+        assert info.language == "de" and info.to_json()["settings"]["engine"]["language"] == "auto"
 
 
 def test_a_fixed_language_is_shown_as_it_is(qtbot, tmp_path) -> None:
@@ -62,7 +63,10 @@ def test_a_fixed_language_is_shown_as_it_is(qtbot, tmp_path) -> None:
     app.start()
     qtbot.waitUntil(lambda: "language en" in app.bar.toolTip(), timeout=10_000)
     assert "detected" not in app.bar.toolTip()
+    sid = app.session_id
     quit_and_wait(qtbot, app)
+    with SessionStore.open(app.paths.sessions_db) as store:  # what ran, not the setting's "auto"
+        assert store.get_session(sid).to_json()["settings"]["engine"]["language"] == "en"
 
 
 def test_a_replayed_file_names_its_session(qtbot, tmp_path) -> None:
