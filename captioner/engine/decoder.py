@@ -43,6 +43,7 @@ __all__ = ["DecodeResult", "NativeValidator", "TokenValidator", "decode_round", 
 
 logger = logging.getLogger(__name__)
 
+_PREFIXED_HEAD = 5  # the prefixed schedule's first chunk batches this many given tokens
 _TOKENS_PER_S_FLOOR = 1.5  # re-inference: EOT is refused before floor(1.5 × seconds) tokens (§11.3)
 
 
@@ -149,6 +150,7 @@ def decode_round(
     validator: TokenValidator,
     max_tokens: int = 224,
     draft: Sequence[int] = (),
+    context: Sequence[int] = (),
 ) -> DecodeResult:
     """Run the chunk plan over ``encoding`` until ``validator`` stops it or the plan ends.
 
@@ -161,14 +163,19 @@ def decode_round(
         max_tokens: generated-token limit of a round (the reference's 224); the plan may end sooner.
         draft: the tokens the round is expected to decode (after the prefix), checked by the
             pack's verifier where it has one (module docstring); empty: plain greedy chunks.
+        context: Whisper's previous context before the prompt (``<|startofprev|>`` and the user's
+            vocabulary, :mod:`~captioner.engine.vocabulary`): forced like the prompt, run with the
+            prefixed schedule (its head batches 5 given tokens) and, where the bucket has a
+            verifier, 5 given tokens per dispatch; empty: exactly the decode without one.
 
     Returns:
         The validated tokens, their alignment attention, the stop and the costs.
     """
-    seq = [int(t) for t in (*prompt, *prefix)]
+    seq = [int(t) for t in (*context, *prompt, *prefix)]
     n_forced = len(seq)
     runner = model.decoder(encoding)
-    plan = model.chunk_plan(encoding.bucket, prefixed=bool(prefix))
+    plan = model.chunk_plan(encoding.bucket, prefixed=bool(prefix) or len(seq) >= _PREFIXED_HEAD)
+    batcher = runner if context and isinstance(runner, VerifyingRunner) and runner.verify_size > 1 else None
     align_rows: list[np.ndarray] = []
     chunks = 0
     decoder_ms = validation_ms = 0.0
@@ -187,7 +194,10 @@ def decode_round(
             logger.warning("chunk plan skips position %d; ending the round", len(seq))
             break
         forced = np.array([seq[q] if q < n_forced else -1 for q in range(start + 1, start + size)], dtype=np.int64)
-        out = runner.run(start, size, seq[start], forced)
+        if batcher is not None and start > 0 and size == batcher.verify_size and start + size <= n_forced:
+            out = batcher.verify(start, seq[start], forced)  # given tokens only: one batched dispatch
+        else:
+            out = runner.run(start, size, seq[start], forced)
         chunks += 1
         decoder_ms += out.elapsed_ms
         t0 = time.perf_counter()

@@ -95,6 +95,7 @@ from captioner.engine.rounds import RoundPlan, RoundPolicy, StreamState, plan_ro
 from captioner.engine.tokens import TASKS, normalize_word
 from captioner.engine.vad import SpeechDetector
 from captioner.engine.validate import RoundValidator
+from captioner.engine.vocabulary import VocabularyPrompt
 from captioner.errors import CaptionerError
 
 __all__ = ["Stream", "StreamConfig"]
@@ -127,6 +128,8 @@ class StreamConfig:
         language: Whisper language code, or "auto": detected on multilingual models from the
             first decoder step (deviation 19); English-only models are always English.
         task: "transcribe" or "translate".
+        vocabulary: names and terms Whisper is told about before every round, as its previous
+            context (:mod:`~captioner.engine.vocabulary`); empty: none.
         silence_floor_dbfs: inputs with an RMS below this (dB re full scale 1.0) are not decoded
             but handled as a round that decoded nothing (deviation 2); ``None`` disables the gate.
         vad: gate and trim rounds with the speech detector (deviation 15); False = the paper's
@@ -164,6 +167,7 @@ class StreamConfig:
     reinfer_after: int = 2
     language: str = "en"
     task: str = "transcribe"
+    vocabulary: tuple[str, ...] = ()
     silence_floor_dbfs: float | None = -70.0
     vad: bool = True
     vad_threshold: float = 0.5
@@ -230,6 +234,7 @@ class Stream:
         self._clock = clock
         self._t0 = clock()
         self._prompt = self.vocab.prompt(self.config.language, self.config.task)
+        self._vocabulary = VocabularyPrompt(self.config.vocabulary, self.vocab)
         # deviation 19: language detection ("auto" on a multilingual model)
         self._auto = self.config.language == "auto" and self.vocab.multilingual
         self.language = "en" if self.config.language == "auto" else self.config.language
@@ -464,7 +469,8 @@ class Stream:
         )
         # words decoded again are proposed to the verifier (draft decoding)
         draft = [t.id for t in self._log.tokens[plan.redo_from:]] if plan.redo_from is not None else []
-        result = decode_round(self.model, encoding, self._prompt, prefix, validator, cfg.max_tokens, draft)
+        result = decode_round(self.model, encoding, self._prompt, prefix, validator, cfg.max_tokens, draft,
+                              self._previous(encoding, len(prefix), eff_s))
         stats.update(
             tokens=len(result.tokens),
             chunks=result.chunks,
@@ -592,6 +598,14 @@ class Stream:
         stats.update(speculative=speculative)
         return self._update(stats, t_round)
 
+    def _previous(self, encoding, n_prefix: int, input_s: float) -> tuple[int, ...]:
+        """The vocabulary's previous-context tokens for a round over ``encoding`` (cut to the room
+        its chunk plan leaves, :meth:`VocabularyPrompt.for_round`); ``()`` without a vocabulary."""
+        if not self._vocabulary.entries:
+            return ()
+        start, size = self.model.chunk_plan(encoding.bucket, prefixed=True)[-1]
+        return self._vocabulary.for_round(start + size, len(self._prompt) + n_prefix, input_s)
+
     def _with_history(self, begin: int, start: int, audio: np.ndarray) -> np.ndarray:
         """``audio`` (from absolute sample ``start``) with the taken audio ``[begin, start)`` before it."""
         return np.concatenate([self._history[begin - self._history_start : start - self._history_start], audio])
@@ -697,7 +711,8 @@ class Stream:
         cfg = self.config
         retracted = self._undo_speculative()
         encoding = self.model.encode(audio, native_30s=True)
-        result = decode_round(self.model, encoding, self._prompt, (), NativeValidator(audio.size / SAMPLE_RATE, self.vocab), cfg.max_tokens)
+        result = decode_round(self.model, encoding, self._prompt, (), NativeValidator(audio.size / SAMPLE_RATE, self.vocab),
+                              cfg.max_tokens, context=self._previous(encoding, 0, audio.size / SAMPLE_RATE))
         tokens = [t for t in result.tokens if t < self.vocab.eot]
         t_dtw = time.perf_counter()
         alignment = align_words(tokens, result.attn_align[: len(tokens)], self.vocab, cfg.dtw_median) if tokens else None

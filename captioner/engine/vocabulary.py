@@ -1,0 +1,181 @@
+"""The user's vocabulary: names and terms Whisper is told about as its previous context.
+
+Whisper reads text given before ``<|startoftranscript|>`` after ``<|startofprev|>`` as what was said
+before (openai-whisper's ``initial_prompt``, faster-whisper's ``hotwords``), and that biases its
+decoding toward those spellings: "Schoeffer" instead of "chauffeur". A round's decoder sequence is
+then ``[<|startofprev|>, ␣Name1, ",", ␣Name2, ".", SOT, lang, task, notimestamps, prefix…,
+generated…]``: the context tokens are forced positions like the prompt
+(:func:`~captioner.engine.decoder.decode_round`), so they never reach the output, the validator or
+the word timing (DTW reads the rows of generated tokens only).
+
+Room: the pack's chunk graphs have a fixed number of positions per round (30 in the short buckets,
+225 in the 10–30 s ones, ``AcousticModel.chunk_plan``), and every context token takes one of them.
+:meth:`VocabularyPrompt.for_round` keeps the listed entries, first ones first, that fit in what the
+round leaves: the plan's positions minus the prompt and the prefix minus what the round's audio
+may need (:data:`TOKENS_PER_S` per second of input, and the end-of-text). A cut is logged as a
+warning once per size, with the entries left out; it is never silent. Whole entries only: half a
+name would teach a wrong spelling.
+
+Tokens: Whisper's byte-level BPE, as tiktoken runs it (the ranks are the token ids; the pair whose
+merged bytes have the lowest rank is merged first), after GPT-2's pre-tokenisation (words with
+their leading space, numbers, punctuation runs). :func:`encode_text` is checked against the
+Hugging Face tokenizer in the tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from captioner.engine.tokens import Vocabulary, normalize_word
+from captioner.errors import CaptionerError
+
+__all__ = ["MAX_ENTRIES", "TOKENS_PER_S", "VocabularyPrompt", "encode_text", "parse_vocabulary", "read_vocabulary"]
+
+logger = logging.getLogger(__name__)
+
+TOKENS_PER_S = 5.0  # room kept for the round's own words: fast speech is ~4 tokens/s with punctuation
+MAX_ENTRIES = 200  # a longer list is an error, not a vocabulary (and could never fit a round)
+_MAX_ENTRY_CHARS = 60
+
+# GPT-2's pre-tokeniser with Python's ``re``: [^\W\d_] is a Unicode letter, \d a digit
+_PRE = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:[^\s\w]|_)+|\s+(?!\S)|\s+""")
+_SPLIT = re.compile(r"[,;\n\r]+")
+
+
+def parse_vocabulary(text: str) -> tuple[str, ...]:
+    """The entries of a comma-, semicolon- or line-separated list: stripped, inner whitespace
+    collapsed, empty ones dropped, repeats (ignoring case) kept once, in the user's order.
+
+    Raises:
+        CaptionerError: an entry longer than 60 characters or more than :data:`MAX_ENTRIES` entries.
+    """
+    seen: set[str] = set()
+    entries: list[str] = []
+    for raw in _SPLIT.split(text or ""):
+        entry = " ".join(raw.split())
+        if not entry or entry.casefold() in seen:
+            continue
+        if len(entry) > _MAX_ENTRY_CHARS:
+            raise CaptionerError(f"vocabulary entry too long ({len(entry)} characters, at most "
+                                 f"{_MAX_ENTRY_CHARS}): {entry[:40]!r}…; separate entries with commas or lines")
+        seen.add(entry.casefold())
+        entries.append(entry)
+    if len(entries) > MAX_ENTRIES:
+        raise CaptionerError(f"the vocabulary has {len(entries)} entries; at most {MAX_ENTRIES} are allowed")
+    return tuple(entries)
+
+
+def read_vocabulary(path: Path | str) -> tuple[str, ...]:
+    """The entries of a vocabulary file (UTF-8, comma- or line-separated; ``#`` starts a comment line).
+
+    Raises:
+        CaptionerError: the file cannot be read or its entries are invalid (:func:`parse_vocabulary`).
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CaptionerError(f"cannot read the vocabulary file {path}: {exc}") from exc
+    return parse_vocabulary("\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
+
+
+def encode_text(text: str, vocab: Vocabulary, _ranks: dict[bytes, int] | None = None) -> list[int]:
+    """Whisper's tokens for ``text`` (byte-level BPE; module docstring)."""
+    ranks = _ranks if _ranks is not None else _bpe_ranks(vocab)
+    tokens: list[int] = []
+    for piece in _PRE.findall(text):
+        tokens.extend(_bpe(piece.encode("utf-8"), ranks))
+    return tokens
+
+
+def _bpe_ranks(vocab: Vocabulary) -> dict[bytes, int]:
+    """Merge rank of every ordinary token's bytes (its id)."""
+    return {b: i for i, b in enumerate(vocab.token_bytes[: vocab.eot]) if b}
+
+
+def _bpe(piece: bytes, ranks: dict[bytes, int]) -> list[int]:
+    """tiktoken's merge loop on one pre-token: merge the adjacent pair of lowest rank until none is
+    a token."""
+    parts = [piece[i : i + 1] for i in range(len(piece))]
+    while len(parts) > 1:
+        best, at = None, -1
+        for i in range(len(parts) - 1):
+            rank = ranks.get(parts[i] + parts[i + 1])
+            if rank is not None and (best is None or rank < best):
+                best, at = rank, i
+        if best is None:
+            break
+        parts[at : at + 2] = [parts[at] + parts[at + 1]]
+    try:
+        return [ranks[p] for p in parts]
+    except KeyError as exc:  # every single byte is a token of a byte-level vocabulary
+        raise CaptionerError(f"the model's vocabulary has no token for the byte {exc.args[0]!r}") from exc
+
+
+class VocabularyPrompt:
+    """The previous-context tokens of a vocabulary, cut per round to the room the chunk plan has.
+
+    Args:
+        entries: the vocabulary (:func:`parse_vocabulary`); empty: no context at all.
+        vocab: the model's vocabulary.
+
+    Attributes:
+        entries: the entries, in order.
+        pieces: per entry its tokens (``" Name,"``; the last entry ends with ``"."``).
+        words: the normalised words of the entries (what :meth:`listed` matches).
+    """
+
+    def __init__(self, entries: Sequence[str], vocab: Vocabulary) -> None:
+        self.entries = tuple(entries)
+        self._start = vocab.special.startofprev
+        if self.entries and self._start is None:
+            raise CaptionerError("this model has no <|startofprev|> token and cannot take a vocabulary")
+        ranks = _bpe_ranks(vocab)
+        n = len(self.entries)
+        self.pieces = tuple(tuple(encode_text(f" {e}{'.' if i == n - 1 else ','}", vocab, ranks))
+                            for i, e in enumerate(self.entries))
+        self.words = frozenset(w for e in self.entries for w in (normalize_word(x.encode()) for x in e.split()) if w)
+        self._warned: set[int] = set()
+
+    @property
+    def size(self) -> int:
+        """Tokens of the whole context: ``<|startofprev|>`` and every entry."""
+        return 1 + sum(map(len, self.pieces)) if self.entries else 0
+
+    def tokens(self, room: int) -> tuple[int, ...]:
+        """The context of at most ``room`` tokens: the first entries that fit whole; ``()`` when not
+        even one fits."""
+        if not self.entries:
+            return ()
+        out = [int(self._start)] if self._start is not None else []
+        kept = 0
+        for piece in self.pieces:
+            if len(out) + len(piece) > room:
+                break
+            out.extend(piece)
+            kept += 1
+        if kept < len(self.entries):
+            self._warn_cut(kept, room)
+        return tuple(out) if kept else ()
+
+    def for_round(self, positions: int, forced: int, input_s: float) -> tuple[int, ...]:
+        """The context of a round whose chunk plan has ``positions`` positions, ``forced`` of them
+        taken by the prompt and the prefix, decoding ``input_s`` seconds of audio: the room left
+        after :data:`TOKENS_PER_S` tokens per second and the end-of-text (module docstring)."""
+        need = math.ceil(TOKENS_PER_S * input_s) + 1
+        return self.tokens(positions - forced - need)
+
+    def listed(self, words: Iterable[bytes]) -> list[bool]:
+        """Per word (raw bytes): its normalised form is one of the vocabulary's words."""
+        return [bool(w) and w in self.words for w in (normalize_word(x) for x in words)]
+
+    def _warn_cut(self, kept: int, room: int) -> None:
+        if kept in self._warned:
+            return
+        self._warned.add(kept)
+        left = ", ".join(self.entries[kept:])
+        logger.warning("vocabulary: %d of %d entries fit the %d positions a round has left for them (of %d "
+                       "tokens); left out of such rounds: %s", kept, len(self.entries), max(0, room), self.size, left)
