@@ -1,7 +1,8 @@
 """The engine as the settings and the command line configure it: the app, ``transcribe``, ``listen``.
 
-``--model``, ``--provider``, ``--step``, ``--language``, ``--task`` default to the user's settings
-(``settings.json``), which default to the first installed pack, ``auto``, 2 s, ``auto``, transcribe.
+``--model``, ``--provider``, ``--step``, ``--language``, ``--task``, ``--vocabulary`` default to the
+user's settings (``settings.json``), which default to the first installed pack, ``auto``, 2 s,
+``auto``, transcribe, no vocabulary (``--vocabulary-file`` reads the list from a file).
 The language ``auto`` is detected by a multilingual pack (and shown: :func:`language_summary`); an
 English-only pack runs as ``en``.
 :func:`open_configured_engine` turns those into a :class:`~captioner.engine.Transcriber` (the
@@ -21,19 +22,21 @@ from pathlib import Path
 
 from captioner.core import PROVIDERS, Provider, RoundStats
 from captioner.engine import StreamConfig, Transcriber
+from captioner.engine.vocabulary import parse_vocabulary, read_vocabulary
 from captioner.errors import CaptionerError, ModelError
 from captioner.models.install import DEFAULT_MODEL, first_installed_pack, resolve_pack
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import EngineConfig, load_settings
 
-__all__ = ["EngineSetup", "add_engine_options", "engine_snapshot", "language_summary", "open_configured_engine",
+__all__ = ["EngineSetup", "add_engine_options", "command_vocabulary", "engine_snapshot", "language_summary", "open_configured_engine",
            "open_engine", "resolve_pack_path", "spoken_languages"]
 
 logger = logging.getLogger(__name__)
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
-    """Add ``--model --provider --step --language --task`` (defaults from the settings)."""
+    """Add ``--model --provider --step --language --task --vocabulary --vocabulary-file`` (defaults
+    from the settings)."""
     parser.add_argument("--model", metavar="PACK", help="installed pack name or pack directory "
                         "(default: the settings' model, else the first installed pack)")
     parser.add_argument("--provider", choices=PROVIDERS,
@@ -42,6 +45,11 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--language", metavar="L", help="Whisper language code, e.g. en, de, or auto to detect it "
                         "(default: settings, auto; an English-only model always uses en)")
     parser.add_argument("--task", choices=("transcribe", "translate"), help="transcribe, or translate to English")
+    words = parser.add_mutually_exclusive_group()
+    words.add_argument("--vocabulary", metavar="WORDS", help="names and terms to spell right, comma-separated, "
+                       "e.g. \"Schoeffer, Gutenberg, missal\" (default: the settings' vocabulary; \"\" = none)")
+    words.add_argument("--vocabulary-file", metavar="FILE", type=Path,
+                       help="read the vocabulary from FILE (comma- or line-separated, # comments)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,16 +99,19 @@ def _ensure_pack(name: str | None, paths: AppPaths) -> Path:
 def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str | None = None,
                            provider: Provider | None = None, step_s: float | None = None,
                            language: str | None = None, task: str | None = None,
+                           vocabulary: Sequence[str] | None = None,
                            install_missing: bool = False, prepare_npu: bool = True) -> EngineSetup:
     """Open the engine the settings (``engine``) describe, each given override winning.
 
+    ``vocabulary``: the entries to use instead of the settings' list (``()``: none).
     ``install_missing``: see :func:`resolve_pack_path`. ``prepare_npu``: compile the NPU's graphs
     now (``Runtime.prepare``, progress on stderr); the app passes False and prepares on a thread of
     its own, so that its window stays responsive.
 
     Raises:
-        CaptionerError: a missing or corrupt pack, an invalid step/language/task.
+        CaptionerError: a missing or corrupt pack, an invalid step/language/task/vocabulary.
     """
+    words = parse_vocabulary(engine.vocabulary) if vocabulary is None else tuple(vocabulary)
     root = resolve_pack_path(model or engine.model, paths, install_missing=install_missing)
     try:
         config = StreamConfig(
@@ -108,6 +119,7 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
             language=language or engine.language,
             task=task or engine.task,
             silence_floor_dbfs=engine.silence_floor_dbfs,
+            vocabulary=words,
         )
     except (TypeError, ValueError) as exc:
         raise CaptionerError(f"invalid engine option: {exc}") from exc
@@ -139,13 +151,27 @@ def open_engine(args: argparse.Namespace, paths: AppPaths, *, install_missing: b
     """
     return open_configured_engine(_engine_settings(paths), paths, model=args.model, provider=args.provider,
                                   step_s=args.step, language=args.language, task=args.task,
-                                  install_missing=install_missing)
+                                  vocabulary=command_vocabulary(args), install_missing=install_missing)
+
+
+def command_vocabulary(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """The entries of ``--vocabulary`` or ``--vocabulary-file``; None when neither was given.
+
+    Raises:
+        CaptionerError: an unreadable file or an invalid list.
+    """
+    if getattr(args, "vocabulary_file", None) is not None:
+        return read_vocabulary(args.vocabulary_file)
+    if getattr(args, "vocabulary", None) is not None:
+        return parse_vocabulary(args.vocabulary)
+    return None
 
 
 def engine_snapshot(config: StreamConfig) -> dict[str, dict[str, object]]:
     """The engine part of a session's settings snapshot (the layout of ``settings.json``): what the
     CLI ran with, e.g. ``language: "auto"`` for a language that was detected."""
-    return {"engine": {"language": config.language, "task": config.task, "step_s": config.step_s}}
+    return {"engine": {"language": config.language, "task": config.task, "step_s": config.step_s,
+                       "vocabulary": ", ".join(config.vocabulary)}}
 
 
 def spoken_languages(rounds: Sequence[RoundStats]) -> list[str]:

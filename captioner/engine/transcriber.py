@@ -34,6 +34,7 @@ from captioner.engine.onnx_model import OnnxAcousticModel
 from captioner.engine.overload import LagGovernor, LagReport
 from captioner.engine.runtime import EngineInfo, Runtime
 from captioner.engine.stream import Stream, StreamConfig
+from captioner.engine.vocabulary import VocabularyPrompt
 from captioner.models.pack import Pack
 
 __all__ = ["Transcriber", "TranscriptionInfo", "real_time_factor"]
@@ -193,6 +194,7 @@ class Transcriber:
             CaptionerError: an unknown language or task, or translation asked of an English-only model.
         """
         self.model.vocab.prompt(config.language, config.task)
+        VocabularyPrompt(config.vocabulary, self.model.vocab)  # a model without <|startofprev|> says so
         return config
 
     def stream(self, config: StreamConfig, *, source: Source = "system",

@@ -63,9 +63,11 @@ def _num(default: float, lo: float, hi: float) -> Any:
     return field(default=default, metadata={"range": (lo, hi)})
 
 
-def _str(default: str, pattern: re.Pattern[str] | None = None, *, nonempty: bool = False) -> Any:
-    """A string field, optionally matched against ``pattern`` or required to be non-blank."""
-    return field(default=default, metadata={"pattern": pattern, "nonempty": nonempty})
+def _str(default: str, pattern: re.Pattern[str] | None = None, *, nonempty: bool = False,
+         max_len: int | None = None) -> Any:
+    """A string field, optionally matched against ``pattern``, required to be non-blank or at most
+    ``max_len`` characters long."""
+    return field(default=default, metadata={"pattern": pattern, "nonempty": nonempty, "max_len": max_len})
 
 
 def _post_init(obj: Any) -> None:
@@ -151,6 +153,8 @@ class EngineConfig:
         task: "transcribe", or "translate" into English (Whisper's own task).
         step_s: seconds of new audio per engine round, 0.5..3.0.
         silence_floor_dbfs: blocks quieter than this are not sent to the model, -120..0 dBFS.
+        vocabulary: names and terms Whisper is told about (comma- or line-separated; the engine
+            parses it: ``engine/vocabulary.py``); "" = none.
     """
 
     model: str = ""
@@ -159,6 +163,7 @@ class EngineConfig:
     task: Literal["transcribe", "translate"] = "transcribe"
     step_s: float = _num(2.0, 0.5, 3.0)
     silence_floor_dbfs: float = _num(-70.0, -120.0, 0.0)
+    vocabulary: str = _str("", max_len=4000)
 
     def __post_init__(self) -> None:
         _post_init(self)
@@ -280,6 +285,8 @@ def _problem(cls: type, name: str, value: Any) -> str | None:
             return f"{value!r} does not match {pattern.pattern}"
         if meta.get("nonempty") and not value.strip():
             return "must not be empty"
+        if meta.get("max_len") is not None and len(value) > meta["max_len"]:
+            return f"is {len(value)} characters long; at most {meta['max_len']} are allowed"
         return None
     raise TypeError(f"no validation for {cls.__name__}.{name}: {hint!r}")  # programming error
 

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QPlainTextEdit,
     QPushButton,
     QSpinBox,
     QTabWidget,
@@ -70,6 +71,7 @@ LABELS = {
     "task": "Task",
     "step_s": "Step (s of audio per round)",
     "silence_floor_dbfs": "Silence floor (dBFS)",
+    "vocabulary": "Vocabulary (names, terms)",
     "save_sessions": "Save sessions",
     "retention_days": "Keep sessions for (days, 0 = forever)",
     "export_dir": "Export folder (empty = default)",
@@ -79,6 +81,11 @@ LABELS = {
     "max_line_chars": "Characters per subtitle line",
     "max_lines": "Lines per subtitle cue",
 }
+
+
+VOCABULARY_HELP = ("Names, products and terms that are said in your meetings, separated by commas or lines. "
+                   "Whisper is told about them before it listens, so that it spells them right. "
+                   "Leave empty when there are none: a long list makes every round slower.")
 
 
 class SettingsDialog(QDialog):
@@ -179,6 +186,8 @@ class SettingsDialog(QDialog):
             dspin.setValue(float(value))
             dspin.valueChanged.connect(changed)
             return dspin, dspin.value
+        if name == "vocabulary":
+            return self._vocabulary_editor(value, changed)
         if name == "font_family":
             font = QFontComboBox()
             font.setEditable(True)
@@ -192,6 +201,24 @@ class SettingsDialog(QDialog):
         if name.endswith("_dir"):
             return self._with_button(line, "Browse…", lambda: self._pick_dir(line)), line.text
         return line, line.text
+
+    def _vocabulary_editor(self, value: str, changed: typing.Callable[..., None]) -> tuple[QWidget, Any]:
+        """A few lines of text for the vocabulary, with what it is for."""
+        text = QPlainTextEdit(value)
+        text.setPlaceholderText("Schoeffer, Gutenberg, missal")
+        text.setToolTip(VOCABULARY_HELP)
+        text.setFixedHeight(4 * text.fontMetrics().lineSpacing() + 12)
+        text.textChanged.connect(changed)
+        box = QWidget()
+        column = QVBoxLayout(box)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(text)
+        help_label = QLabel(VOCABULARY_HELP)
+        help_label.setWordWrap(True)
+        help_label.setStyleSheet("color: palette(mid);")
+        column.addWidget(help_label)
+        box.text_edit = text  # type: ignore[attr-defined]  # for tests and accessibility
+        return box, text.toPlainText
 
     def _with_button(self, line: QLineEdit, text: str, slot: typing.Callable[[], None]) -> QWidget:
         box = QWidget()

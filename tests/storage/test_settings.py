@@ -53,6 +53,7 @@ def test_defaults_are_the_documented_ones() -> None:
         "none",
     )
     assert s.window == {}
+    assert s.engine.vocabulary == ""  # no vocabulary: the engine decodes exactly as without the feature
 
 
 def test_missing_file_gives_defaults_without_warning(path: Path) -> None:
@@ -102,6 +103,8 @@ def test_unknown_and_missing_keys(path: Path) -> None:
         ("engine", "step_s", 0.1),
         ("engine", "language", "English"),
         ("engine", "provider", "npu"),
+        ("engine", "vocabulary", "x, " * 1400),
+        ("engine", "vocabulary", ["Gutenberg"]),
         ("transcripts", "retention_days", -1),
         ("transcripts", "label_mic", "  "),
         ("transcripts", "live_export", None),
@@ -207,7 +210,8 @@ _settings_strategy = st.builds(
         font_family=st.text(max_size=20),
         dock=st.sampled_from(["bottom", "top", "float"]),
     ),
-    engine=st.builds(EngineConfig, step_s=st.floats(0.5, 3.0), model=st.text(max_size=30)),
+    engine=st.builds(EngineConfig, step_s=st.floats(0.5, 3.0), model=st.text(max_size=30),
+                     vocabulary=st.text(max_size=60)),
     transcripts=st.builds(TranscriptConfig, label_mic=st.text(min_size=1).filter(str.strip)),
     window=st.dictionaries(
         st.text(max_size=10),

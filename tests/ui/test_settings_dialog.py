@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from PySide6.QtWidgets import QDialogButtonBox
+from PySide6.QtWidgets import QDialogButtonBox, QLabel
 
 from captioner.storage.settings import (
     AudioConfig,
@@ -86,3 +86,17 @@ def test_spin_boxes_carry_the_setting_ranges(qtbot):
     assert (lines.minimum(), lines.maximum()) == (1, 6)
     step = d.editors[("engine", "step_s")]
     assert (step.minimum(), step.maximum()) == (0.5, 3.0)
+
+
+def test_the_vocabulary_is_a_few_lines_of_text_with_what_it_is_for(qtbot):
+    d = SettingsDialog(Settings())
+    qtbot.addWidget(d)
+    box = d.editors[("engine", "vocabulary")]
+    assert "separated by commas or lines" in box.text_edit.toolTip()
+    assert "spells them right" in " ".join(label.text() for label in box.findChildren(QLabel))
+    with qtbot.waitSignal(d.settings_changed) as changed:
+        box.text_edit.setPlainText("Schoeffer, Gutenberg\nmissal")
+    assert changed.args[0].engine.vocabulary == "Schoeffer, Gutenberg\nmissal"
+    box.text_edit.setPlainText("x" * 4001)
+    assert not d.valid and "Vocabulary (names, terms)" in d.message.text()
+    assert d.current_settings().engine.vocabulary == "Schoeffer, Gutenberg\nmissal"

@@ -1,0 +1,114 @@
+"""The user's vocabulary (issue 27): the list, Whisper's tokens for it, the cut to a round's room,
+and the real tiny.en told about a name it otherwise misspells, which never shows the context."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+from captioner.audio import load_audio_file
+from captioner.engine import StreamConfig, Transcriber
+from captioner.engine.decoder import decode_round
+from captioner.engine.model import SAMPLES_PER_FRAME
+from captioner.engine.tokens import Vocabulary
+from captioner.engine.validate import RoundValidator
+from captioner.engine.vocabulary import VocabularyPrompt, encode_text, parse_vocabulary, read_vocabulary
+from captioner.errors import CaptionerError
+
+SPEECH = Path(__file__).resolve().parents[1] / "data" / "speech"
+HESTER = SPEECH / "1221-135766-0002.wav"  # "Yet these thoughts affected Hester Prynne less with hope than apprehension."
+
+
+def test_the_list_is_split_on_commas_semicolons_and_lines_trimmed_and_kept_once():
+    text = " Schoeffer,Gutenberg ;\n\n missal  type, gutenberg,,\r\nNPUsper "
+    assert parse_vocabulary(text) == ("Schoeffer", "Gutenberg", "missal type", "NPUsper")
+    assert parse_vocabulary("") == () and parse_vocabulary(" , \n") == ()
+    with pytest.raises(CaptionerError, match="too long"):
+        parse_vocabulary("x" * 61)
+    with pytest.raises(CaptionerError, match="at most 200"):
+        parse_vocabulary(",".join(f"w{i}" for i in range(201)))
+
+
+def test_a_vocabulary_file_has_comment_lines(tmp_path: Path):
+    path = tmp_path / "words.txt"
+    path.write_text("# people\nAda Lovelace\nGrace Hopper, ENIAC\n", encoding="utf-8")
+    assert read_vocabulary(path) == ("Ada Lovelace", "Grace Hopper", "ENIAC")
+    with pytest.raises(CaptionerError, match="cannot read the vocabulary file"):
+        read_vocabulary(tmp_path / "missing.txt")
+
+
+def test_tokens_are_whisper_tokenizers(real_tiny_en_pack, real_tiny_en_dir: Path):
+    vocab = Vocabulary.from_pack(real_tiny_en_pack)
+    reference = Tokenizer.from_file(str(real_tiny_en_dir / "tokenizer.json"))
+    for text in (" Schoeffer, Gutenberg, Strassburg, missal, Sweynheim and Pannartz.",
+                 " ONNX, QNN; Snapdragon X Elite's NPU_v2!! 1234 café Zürich", "  two  spaces\nand a line",
+                 " Łódź, Москва, 東京"):
+        ids = encode_text(text, vocab)
+        assert ids == reference.encode(text, add_special_tokens=False).ids, text
+        assert vocab.decode(ids) == text
+
+
+def test_the_context_is_startofprev_and_whole_entries_cut_to_the_room_with_one_warning(real_tiny_en_pack, caplog):
+    vocab = Vocabulary.from_pack(real_tiny_en_pack)
+    prompt = VocabularyPrompt(("Schoeffer", "Gutenberg", "missal"), vocab)
+    pieces = [vocab.decode(p) for p in prompt.pieces]
+    assert pieces == [" Schoeffer,", " Gutenberg,", " missal."]
+    whole = prompt.tokens(prompt.size)
+    assert whole[0] == vocab.special.startofprev and vocab.decode(whole[1:]) == " Schoeffer, Gutenberg, missal."
+    assert len(whole) == prompt.size
+    with caplog.at_level(logging.WARNING, logger="captioner.engine.vocabulary"):
+        cut = prompt.tokens(prompt.size - 1)  # the last entry no longer fits: left out whole
+        again = prompt.tokens(prompt.size - 1)
+    assert cut == again and vocab.decode(cut[1:]) == " Schoeffer, Gutenberg,"
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "2 of 3 entries" in warnings[0] and "missal" in warnings[0]
+    assert prompt.tokens(len(prompt.pieces[0])) == ()  # not even the first entry and <|startofprev|>
+    # a round's room: the plan's positions - prompt and prefix - 5 tokens/s of input - the end of text
+    assert prompt.for_round(30, 2, 2.0) == prompt.tokens(30 - 2 - 11)
+    assert prompt.for_round(30, 2, 6.0) == ()
+    assert prompt.for_round(225, 4, 30.0) == whole
+    assert VocabularyPrompt((), vocab).tokens(100) == () and VocabularyPrompt((), vocab).size == 0
+    assert prompt.listed([b" gutenberg.", b" Gutenberg's", b"type"]) == [True, False, False]
+
+
+def _clip(path: Path):
+    audio = load_audio_file(path)
+    return audio[: audio.size // SAMPLES_PER_FRAME * SAMPLES_PER_FRAME]
+
+
+@pytest.fixture(scope="module")
+def tiny_en(real_tiny_en_pack):
+    engine = Transcriber.open(real_tiny_en_pack.root, "cpu")
+    yield engine
+    engine.close()
+
+
+def test_the_context_is_forced_before_the_prompt_and_never_decoded(tiny_en):
+    model, vocab = tiny_en.model, tiny_en.model.vocab
+    encoding = model.encode(_clip(HESTER), native_30s=True)  # a 30 s bucket: a verifier batches the context
+    prompt = vocab.prompt("en")
+    context = VocabularyPrompt(("Hester Prynne", "apprehension"), vocab).tokens(50)
+    plain = decode_round(model, encoding, prompt, (), RoundValidator(vocab, input_s=5.0, closing=True))
+    told = decode_round(model, encoding, prompt, (), RoundValidator(vocab, input_s=5.0, closing=True),
+                        context=context)
+    for result in (plain, told):
+        assert not set(result.tokens) & {vocab.special.startofprev, vocab.special.sot}
+        assert result.attn_align.shape == (len(result.tokens), encoding.n_frames)
+    assert "Prynne" not in vocab.decode(plain.candidates)
+    assert "Hester Prynne less with hope" in vocab.decode(told.candidates)
+    # its len(context) + 2 forced positions cost a few batched dispatches, not a step each
+    assert told.chunks <= plain.chunks + -(-len(context) // 5)
+
+
+def test_a_stream_told_a_name_spells_it_and_never_shows_the_list(tiny_en):
+    audio = _clip(HESTER)
+    plain, _ = tiny_en.transcribe(audio, StreamConfig(language="en"))
+    told, _ = tiny_en.transcribe(audio, StreamConfig(language="en", vocabulary=("Prynne", "Zanzibar", "Quetzalcoatl")))
+    plain_text, told_text = " ".join(w.text for w in plain), " ".join(w.text for w in told)
+    assert "Prynne" not in plain_text, plain_text
+    assert "Prynne" in told_text, told_text
+    assert "Zanzibar" not in told_text and "Quetzalcoatl" not in told_text
+    assert len(told) == len(plain)  # the same words, one spelled right
