@@ -59,6 +59,7 @@ from captioner.engine import Stream, StreamConfig
 from captioner.engine.align import align_words
 from captioner.engine.decoder import decode_round
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
+from captioner.engine.tokens import normalize_word
 from captioner.engine.validate import Stop
 from captioner.errors import CaptionerError
 
@@ -148,6 +149,8 @@ class AccuracyOptions:
         nonspeech_kinds: which signals (:data:`captioner.bench.nonspeech.KINDS`).
         reference_ct2: a CTranslate2 Whisper folder for the faster-whisper reference, or None.
         fw_threads: CPU threads of the faster-whisper reference.
+        vocabulary: the live engine's vocabulary (``--vocabulary``; :mod:`captioner.engine.vocabulary`):
+            each live mode also reports its listed words, recalled and invented (:func:`listed_words`).
     """
 
     steps: tuple[float, ...] = (1.0, 2.0)
@@ -155,6 +158,7 @@ class AccuracyOptions:
     nonspeech_kinds: tuple[str, ...] = nonspeech.KINDS
     reference_ct2: Path | None = None
     fw_threads: int = 2
+    vocabulary: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -298,11 +302,24 @@ class _RoundClock:
         return self.value
 
 
+def listed_words(reference: str, hypothesis: str, vocabulary: Sequence[str]) -> dict[str, int]:
+    """The vocabulary's words in a hypothesis: ``in_reference`` (occurrences in the reference),
+    ``recalled`` (of those, found in the hypothesis) and ``invented`` (found beyond the reference's
+    count), each word compared in the overlap-dedup form (:func:`~captioner.engine.tokens.normalize_word`)."""
+    listed = {normalize_word(w.encode()) for e in vocabulary for w in e.split()} - {b""}
+    ref = [normalize_word(w.encode()) for w in reference.split()]
+    hyp = [normalize_word(w.encode()) for w in hypothesis.split()]
+    return {"in_reference": sum(ref.count(w) for w in listed),
+            "recalled": sum(min(ref.count(w), hyp.count(w)) for w in listed),
+            "invented": sum(max(0, hyp.count(w) - ref.count(w)) for w in listed)}
+
+
 def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: str = "en",
-             task: str = "transcribe") -> ModeRun:
+             task: str = "transcribe", vocabulary: Sequence[str] = ()) -> ModeRun:
     """The live engine over ``audio`` one step at a time, then ``finish()`` (module docstring)."""
     clock = _RoundClock()
-    stream = Stream(model, StreamConfig(step_s=step_s, language=language, task=task), clock=clock)
+    stream = Stream(model, StreamConfig(step_s=step_s, language=language, task=task, vocabulary=tuple(vocabulary)),
+                    clock=clock)
     step_n = round(step_s * SAMPLE_RATE)
     arrival: list[float] = [0.0]  # per round number: audio time at which its input had arrived
     compute: list[float] = [0.0]
@@ -456,9 +473,11 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
                "offline_words": [[w.text, round(w.start, 3), round(w.end, 3)] for w in offline.words], "modes": {}}
         row["modes"]["offline"] = _score(item.text, item.language, offline, None, sc, latency=False, onset_s=onset)
         for step in options.steps:
-            live = run_live(model, audio, step, item.language)
+            live = run_live(model, audio, step, item.language, vocabulary=options.vocabulary)
             row["modes"][f"live_{step:g}s"] = _score(item.text, item.language, live, offline, sc, latency=True,
                                                      onset_s=onset)
+            if options.vocabulary:
+                row["modes"][f"live_{step:g}s"]["listed"] = listed_words(item.text, live.text, options.vocabulary)
         if fw is not None:
             for mode, run in fw.transcribe(audio, item.language).items():
                 row["modes"][mode] = _score(item.text, item.language, run, None, sc, latency=False)
@@ -469,7 +488,7 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
     return {
         "settings": {"steps": list(options.steps), "modes": modes, "nonspeech_s": options.nonspeech_s,
                      "reference_ct2": str(options.reference_ct2) if options.reference_ct2 else None,
-                     "window_s": WINDOW_S, "max_tokens": MAX_TOKENS},
+                     "window_s": WINDOW_S, "max_tokens": MAX_TOKENS, "vocabulary": list(options.vocabulary)},
         "items": results,
         "skipped": skipped,
         "summary": summarise(results, modes),
@@ -488,7 +507,7 @@ def _nonspeech(model: AcousticModel, options: AccuracyOptions, fw, progress: Cal
         audio = nonspeech.generate(kind, options.nonspeech_s)
         runs = {"offline": run_offline(model, audio)}
         for step in options.steps:
-            runs[f"live_{step:g}s"] = run_live(model, audio, step)
+            runs[f"live_{step:g}s"] = run_live(model, audio, step, vocabulary=options.vocabulary)
         if fw is not None:
             runs.update(fw.transcribe(audio, "en"))
         out[kind] = {"seconds": options.nonspeech_s, "level_dbfs": nonspeech.LEVEL_DBFS[kind],

@@ -28,7 +28,7 @@ from captioner.bench.random_pack import RANDOM_DIMS, cached_random_pack
 from captioner.bench.report import markdown
 from captioner.bench.run import BenchOptions, run_bench
 from captioner.commands import described
-from captioner.commands._engine import resolve_pack_path
+from captioner.commands._engine import command_vocabulary, resolve_pack_path
 from captioner.core import PROVIDERS
 from captioner.errors import CaptionerError
 from captioner.models.pack import Pack
@@ -75,6 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     acc.add_argument("--reference-ct2", type=Path, metavar="DIR",
                      help="CTranslate2 Whisper folder of the same weights: add faster-whisper's scores "
                           "(dev extra)")
+    words = acc.add_mutually_exclusive_group()
+    words.add_argument("--vocabulary", metavar="WORDS", help="the live engine's vocabulary (comma-separated); "
+                       "each live mode also reports its listed words recalled and invented")
+    words.add_argument("--vocabulary-file", metavar="FILE", type=Path, help="the vocabulary from FILE")
     soak = p.add_argument_group("soak section (a long session through the worker; needs --model)")
     soak.add_argument("--soak-minutes", type=float, default=120.0, metavar="M",
                       help="minutes of speech: --manifest's clips joined, or --audio repeated (default: 120)")
@@ -129,7 +133,8 @@ def _accuracy_options(args: argparse.Namespace):
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()] if args.kinds else None
     items = load_manifest(args.manifest, kinds, args.limit, args.half, args.rotate_halves)
     steps = tuple(sorted(set(args.step))) if args.step else (1.0, 2.0)
-    return items, AccuracyOptions(steps=steps, nonspeech_s=args.nonspeech_s, reference_ct2=args.reference_ct2)
+    return items, AccuracyOptions(steps=steps, nonspeech_s=args.nonspeech_s, reference_ct2=args.reference_ct2,
+                                  vocabulary=command_vocabulary(args) or ())
 
 
 def _run(args: argparse.Namespace, paths: AppPaths) -> int:
