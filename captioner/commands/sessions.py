@@ -111,12 +111,14 @@ def _language(s: SessionInfo) -> str:
 
 
 def _describe(s: SessionInfo) -> str:
+    vocabulary = str(s.to_json()["settings"].get("engine", {}).get("vocabulary") or "")
     return "\n".join(
         [
             f"session {s.id}" + (f": {s.title}" if s.title else ""),
             f"  started   {_local(s.started_at)}   ended {_local(s.ended_at)}   length {_duration(s.duration_ms)}",
             f"  sources   {', '.join(s.sources)}   words {s.word_count}",
             f"  model     {s.model or '-'}   provider {s.provider or '-'}   language {_language(s)}",
+            *([f"  vocabulary {' '.join(vocabulary.split())}"] if vocabulary.strip() else []),
         ]
     )
 

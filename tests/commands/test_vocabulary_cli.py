@@ -31,6 +31,8 @@ def test_transcribe_spells_a_listed_name_and_keeps_the_list_with_the_session(rea
     assert session["settings"]["engine"]["vocabulary"] == "Prynne, Zanzibar"
     with SessionStore.open(home.sessions_db) as store:
         assert len(store.list_sessions()) == 1
+    assert cli.run(["sessions", "show", "1"], home) == 0
+    assert "  vocabulary Prynne, Zanzibar\n" in capsys.readouterr().out
 
 
 def test_a_bad_vocabulary_fails_before_any_work(real_tiny_en_pack, tmp_path: Path, capsys) -> None:
