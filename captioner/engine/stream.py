@@ -95,7 +95,7 @@ from captioner.engine.rounds import RoundPlan, RoundPolicy, StreamState, plan_ro
 from captioner.engine.tokens import TASKS, normalize_word
 from captioner.engine.vad import SpeechDetector
 from captioner.engine.validate import RoundValidator
-from captioner.engine.vocabulary import VocabularyPrompt
+from captioner.engine.vocabulary import VocabularyPrompt, speech_frames
 from captioner.errors import CaptionerError
 
 __all__ = ["Stream", "StreamConfig"]
@@ -467,9 +467,10 @@ class Stream:
             context=context,
             closing=plan.closes,
         )
+        guarded = self._vocabulary.guard(validator, self._speech(start, audio.size))  # a listed word must be heard
         # words decoded again are proposed to the verifier (draft decoding)
         draft = [t.id for t in self._log.tokens[plan.redo_from:]] if plan.redo_from is not None else []
-        result = decode_round(self.model, encoding, self._prompt, prefix, validator, cfg.max_tokens, draft,
+        result = decode_round(self.model, encoding, self._prompt, prefix, guarded, cfg.max_tokens, draft,
                               self._previous(encoding, len(prefix), eff_s))
         stats.update(
             tokens=len(result.tokens),
@@ -605,6 +606,13 @@ class Stream:
             return ()
         start, size = self.model.chunk_plan(encoding.bucket, prefixed=True)[-1]
         return self._vocabulary.for_round(start + size, len(self._prompt) + n_prefix, input_s)
+
+    def _speech(self, start: int, n: int) -> np.ndarray | None:
+        """bool [frames] of the input ``[start, start + n)`` that hold speech; None without a
+        vocabulary or a speech detector (only the vocabulary's guard reads it)."""
+        if not self._vocabulary.entries or self._vad is None:
+            return None
+        return speech_frames(self._vad.probabilities(start, start + n), start, n, self._vad.threshold)
 
     def _with_history(self, begin: int, start: int, audio: np.ndarray) -> np.ndarray:
         """``audio`` (from absolute sample ``start``) with the taken audio ``[begin, start)`` before it."""

@@ -29,11 +29,21 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
+
+from captioner.engine.model import SAMPLES_PER_FRAME
 from captioner.engine.tokens import Vocabulary, normalize_word
+from captioner.engine.vad import VAD_WINDOW
+from captioner.engine.validate import Stop
 from captioner.errors import CaptionerError
 
-__all__ = ["MAX_ENTRIES", "TOKENS_PER_S", "VocabularyPrompt", "encode_text", "parse_vocabulary", "read_vocabulary"]
+if TYPE_CHECKING:
+    from captioner.engine.decoder import TokenValidator
+
+__all__ = ["MAX_ENTRIES", "TOKENS_PER_S", "ListedWordGuard", "VocabularyPrompt", "encode_text", "parse_vocabulary",
+           "read_vocabulary", "speech_frames"]
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +148,8 @@ class VocabularyPrompt:
         self.pieces = tuple(tuple(encode_text(f" {e}{'.' if i == n - 1 else ','}", vocab, ranks))
                             for i, e in enumerate(self.entries))
         self.words = frozenset(w for e in self.entries for w in (normalize_word(x.encode()) for x in e.split()) if w)
+        self.vocab_bytes = vocab.text_bytes
+        self.word_starts = vocab.starts_word
         self._warned: set[int] = set()
 
     @property
@@ -172,6 +184,13 @@ class VocabularyPrompt:
         """Per word (raw bytes): its normalised form is one of the vocabulary's words."""
         return [bool(w) and w in self.words for w in (normalize_word(x) for x in words)]
 
+    def guard(self, validator: TokenValidator, speech: np.ndarray | None) -> TokenValidator:
+        """``validator`` behind a :class:`ListedWordGuard` over ``speech``; ``validator`` itself
+        without a vocabulary or a speech mask."""
+        if not self.words or speech is None:
+            return validator
+        return ListedWordGuard(validator, self, speech)
+
     def _warn_cut(self, kept: int, room: int) -> None:
         if kept in self._warned:
             return
@@ -179,3 +198,104 @@ class VocabularyPrompt:
         left = ", ".join(self.entries[kept:])
         logger.warning("vocabulary: %d of %d entries fit the %d positions a round has left for them (of %d "
                        "tokens); left out of such rounds: %s", kept, len(self.entries), max(0, room), self.size, left)
+
+
+GUARD_REACH_FRAMES = 10  # a listed word's attention may peak this close to speech (0.2 s)
+
+
+class ListedWordGuard:
+    """A round's validator that also checks every listed word it decodes against the speech detector:
+    a word of the vocabulary whose tokens' cross-attention (the final layer's, as the validator
+    sees it) all peak more than :data:`GUARD_REACH_FRAMES` frames away from speech was not heard,
+    it was read from the context: the round stops before it, as at a sound annotation
+    (``"nonspeech"``). Everything else is the wrapped validator's.
+
+    Args:
+        inner: the round's validator (:class:`~captioner.engine.decoder.TokenValidator`).
+        prompt: the vocabulary (its :attr:`VocabularyPrompt.words`).
+        speech: bool [frames]: the round's input frames (20 ms) that hold speech.
+    """
+
+    def __init__(self, inner: TokenValidator, prompt: VocabularyPrompt, speech: np.ndarray) -> None:
+        self._inner = inner
+        self._prompt = prompt
+        self._vocab_bytes = prompt.vocab_bytes
+        self._starts = prompt.word_starts
+        self._near = _dilate(np.asarray(speech, dtype=bool), GUARD_REACH_FRAMES)
+        self._peaks: list[int] = []  # per consumed token: its attention's peak frame
+        self.heard_stops = 0
+
+    @property
+    def decoded(self) -> list[int]:
+        return self._inner.decoded
+
+    @decoded.setter
+    def decoded(self, value: list[int]) -> None:
+        self._inner.decoded = value
+
+    @property
+    def checked(self) -> int:
+        return self._inner.checked
+
+    @checked.setter
+    def checked(self, value: int) -> None:
+        self._inner.checked = value
+
+    @property
+    def last_peak_s(self) -> float:
+        return self._inner.last_peak_s
+
+    @last_peak_s.setter
+    def last_peak_s(self, value: float) -> None:
+        self._inner.last_peak_s = value
+
+    def on_attention(self, attn_last: np.ndarray) -> Stop | None:
+        self._peaks.append(int(np.argmax(attn_last)) if attn_last.size else -1)
+        return self._inner.on_attention(attn_last)
+
+    def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:
+        stop = self._inner.on_prediction(token, token_logit, eot_logit)
+        decoded = self._inner.decoded
+        if stop is None and decoded and self._starts(decoded[-1]):  # the token just predicted starts a word
+            end = len(decoded) - 1
+        elif stop is not None and stop.reason == "eot":
+            end = len(decoded)
+        else:
+            return stop
+        unheard = self._unheard(decoded, end)
+        return Stop("nonspeech", unheard) if unheard is not None else stop
+
+    def close(self) -> Stop | None:
+        return self._inner.close()
+
+    def _unheard(self, decoded: list[int], end: int) -> int | None:
+        """The first token of the word that ends at ``end`` when it is listed and not heard, else None."""
+        if end <= 0 or end > len(self._peaks):
+            return None
+        begin = end - 1
+        while begin > 0 and not self._starts(decoded[begin]):
+            begin -= 1
+        word = self._vocab_bytes(decoded[begin:end])
+        if not self._prompt.listed([word])[0]:
+            return None
+        peaks = [p for p in self._peaks[begin:end] if 0 <= p < self._near.size]
+        return None if any(self._near[p] for p in peaks) else begin
+
+
+def speech_frames(probabilities: np.ndarray, start: int, n_samples: int, threshold: float) -> np.ndarray:
+    """bool [frames]: the 20 ms frames of the input ``[start, start + n_samples)`` that the speech
+    detector's 32 ms windows (``probabilities`` from the window holding ``start`` on) call speech."""
+    frames = np.arange(n_samples // SAMPLES_PER_FRAME)
+    windows = (start + frames * SAMPLES_PER_FRAME) // VAD_WINDOW - start // VAD_WINDOW
+    speech = np.zeros(frames.size, dtype=bool)
+    known = windows < probabilities.size
+    speech[known] = probabilities[windows[known]] >= threshold
+    return speech
+
+
+def _dilate(mask: np.ndarray, reach: int) -> np.ndarray:
+    """``mask`` with every True spread ``reach`` entries both ways."""
+    if not mask.any() or reach <= 0:
+        return mask
+    kernel = np.ones(2 * reach + 1, dtype=int)
+    return np.convolve(mask.astype(int), kernel, mode="same") > 0

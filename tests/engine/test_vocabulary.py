@@ -6,16 +6,23 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
 from captioner.audio import load_audio_file
 from captioner.engine import StreamConfig, Transcriber
-from captioner.engine.decoder import decode_round
+from captioner.engine.decoder import NativeValidator, decode_round
 from captioner.engine.model import SAMPLES_PER_FRAME
 from captioner.engine.tokens import Vocabulary
 from captioner.engine.validate import RoundValidator
-from captioner.engine.vocabulary import VocabularyPrompt, encode_text, parse_vocabulary, read_vocabulary
+from captioner.engine.vocabulary import (
+    VocabularyPrompt,
+    encode_text,
+    parse_vocabulary,
+    read_vocabulary,
+    speech_frames,
+)
 from captioner.errors import CaptionerError
 
 SPEECH = Path(__file__).resolve().parents[1] / "data" / "speech"
@@ -112,3 +119,39 @@ def test_a_stream_told_a_name_spells_it_and_never_shows_the_list(tiny_en):
     assert "Prynne" in told_text, told_text
     assert "Zanzibar" not in told_text and "Quetzalcoatl" not in told_text
     assert len(told) == len(plain)  # the same words, one spelled right
+
+
+def test_a_listed_word_whose_attention_is_not_on_speech_stops_the_round_before_it(real_tiny_en_pack):
+    vocab = Vocabulary.from_pack(real_tiny_en_pack)
+    prompt = VocabularyPrompt(("Prynne",), vocab)
+    said = encode_text(" Hester Prynne less", vocab)  # " Hester", " Pr", "yn", "ne", " less" (or so)
+    speech = np.zeros(100, dtype=bool)
+    speech[:40] = True  # speech in the first 0.8 s; the guard reaches 10 frames (0.2 s) beyond it
+
+    def run(peak_of_name: int):
+        guard = prompt.guard(NativeValidator(0.0), speech)
+        stop = None
+        for i, token in enumerate([*said, vocab.eot]):
+            if i:  # the attention of the token consumed in this step (the previous one) comes first
+                attn = np.zeros(100, np.float32)
+                attn[5 * i if vocab.decode([said[i - 1]]).strip() not in "Prynne" else peak_of_name] = 1.0
+                guard.on_attention(attn)
+            stop = guard.on_prediction(token, 1.0, 2.0 if token == vocab.eot else 0.0)
+            if stop is not None:
+                break
+        return stop, guard
+
+    heard, _ = run(peak_of_name=45)  # within reach of speech
+    assert heard is not None and heard.reason == "eot"
+    unheard, guard = run(peak_of_name=70)  # on silence: read from the context, not heard
+    name_start = len(encode_text(" Hester", vocab))
+    assert unheard is not None and unheard.reason == "nonspeech" and unheard.index == name_start
+    assert vocab.decode(guard.decoded[: unheard.index]) == " Hester"
+    assert prompt.guard(NativeValidator(0.0), None).__class__ is NativeValidator  # no detector: no guard
+    assert VocabularyPrompt((), vocab).guard(NativeValidator(0.0), speech).__class__ is NativeValidator
+
+
+def test_speech_frames_follow_the_detectors_windows():
+    probs = np.array([0.1, 0.9, 0.9, 0.2], np.float32)  # 32 ms windows from sample 0
+    frames = speech_frames(probs, 0, 8 * SAMPLES_PER_FRAME, 0.5)  # 20 ms frames: 0, 320, 640, ...
+    assert frames.tolist() == [False, False, True, True, True, False, False, False]
