@@ -27,9 +27,13 @@ speech:
   stops at the repeat (``"repetition"``), the words before it kept. The committed words before the
   round's audio are the context, so a loop across rounds is caught too. A lone word said twice
   counts too: Whisper doubles short words far more often than speakers do ("No. No. No." for a
-  single "no"; no reference of the development corpus repeats a word), so a real "no, no" loses
-  its second word — one error, where the invented double was one as well. The same single token
-  twice is left to the reference's id rule (three copies stop the round and are all dropped). Greedy Whisper also
+  single "no"). But a repeat whose tokens' cross-attention peaks lie :data:`_REPEAT_AFTER_S` or more
+  after its first time's, token by token (median; the round's first token, whose attention is
+  spread, and peaks in the silence after the input left out), and before the input's last
+  :data:`_RESTART_END_S`, was heard in later
+  speech: a speaker's real repetition ("… tell you, you have …", "words, words, words"), which is
+  kept; stopping there lost the rest of the sentence. The same single token twice is left to the
+  reference's id rule (three copies stop the round and are all dropped). Greedy Whisper also
   restarts its whole sentence after the last word; the round's first five words said again stop it
   at once, before the plan runs out (real speech repeats 3–4-word phrases, "it was here that", but
   five-word restarts of a round's opening were not seen in the corpus). A closing round, which
@@ -77,6 +81,7 @@ _MAX_BLOCK = 24  # longest repeated word block the repetition guard looks for
 _RESTART = 5  # the round's first words said again: greedy Whisper restarting its sentence
 _RESTART_LATER_S = 1.0  # ... unless they attend this much later than the first time (a real repeat)
 _RESTART_END_S = 0.3  # ... and not to the input's end (the silence after the speech)
+_REPEAT_AFTER_S = 0.2  # a repeat whose tokens attend this much later than its first time's (median) is speech
 _ANNOTATION_OPENERS = (b"(", b"[", "\u266a".encode(), "\u266b".encode(), b"*")
 
 
@@ -212,8 +217,8 @@ class WordGuard:
                 n = repeated_tail(self._words)
                 if n == 1 and len(self._firsts) >= 2 and self._single_token_double(decoded):
                     n = 0  # one token said twice: the id rule (three copies, all dropped) decides
-                if n:
-                    at = len(self._words) - n - self._context
+                at = len(self._words) - n - self._context
+                if n and not self._heard_after(at, n, len(decoded)):
                     return Stop("repetition", self._firsts[at] if at >= 0 else 0)
                 own = self._words[self._context :]
                 if (len(own) >= 2 * _RESTART and own[-_RESTART:] == own[:_RESTART]
@@ -233,6 +238,22 @@ class WordGuard:
             return False
         later = float(np.median(again)) * FRAME_S
         return later >= float(np.median(first)) * FRAME_S + _RESTART_LATER_S and later <= self._input_s - _RESTART_END_S
+
+    def _heard_after(self, at: int, n: int, n_decoded: int) -> bool:
+        """The repeat (own words ``[at, at + n)``, the round's last) attends to later speech than its
+        first time (own words ``[at − n, at)``), token by token: a real repetition ("words, words"),
+        not a loop, which attends back to the first time's audio, creeps on by a frame or two, or
+        attends to the silence after the speech."""
+        if at - n < 0 or len(self._peaks) < n_decoded:  # the first time is committed context: no attention
+            return False
+        end = self._input_s / FRAME_S  # peaks past the input (the silence it is heard with) say nothing
+        lo, mid = self._firsts[at - n], self._firsts[at]
+        pairs = zip(self._peaks[lo:mid], self._peaks[mid:n_decoded], strict=False)  # token by token
+        moves = [(b - a) * FRAME_S for i, (a, b) in enumerate(pairs)
+                 if lo + i > 0 and a < end and b < end]  # the round's first token attends everywhere
+        later = self._peaks[mid:n_decoded]
+        return (bool(moves) and float(np.median(moves)) >= _REPEAT_AFTER_S
+                and float(np.median(later)) * FRAME_S <= self._input_s - _RESTART_END_S)
 
     def _single_token_double(self, decoded: list[int]) -> bool:
         """The last two completed words are the same single token (left to the id rule)."""
@@ -328,7 +349,9 @@ class RoundValidator:
             self.stop = Stop("repetition", i - (_REPEAT - 1))
             return self.stop
         block = _token_loop(self.decoded[: i + 1])
-        if block:  # a loop inside one word, which the word guards cannot see: the first copy stays
+        if block and not any(self.vocab.starts_word(t) for t in self.decoded[i + 1 - block : i + 1]):
+            # a loop inside one word, which the word guards cannot see: the first copy stays (a
+            # block that starts a word is words, "words, words, words": the word guards judge it)
             self.stop = Stop("repetition", i + 1 - 2 * block)
             return self.stop
         if self.closing or not self.vocab.is_content(token):

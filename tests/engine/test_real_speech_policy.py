@@ -191,3 +191,34 @@ def test_live_rounds_revise_the_drafts_at_small_steps_only(model) -> None:
     assert jiwer.wer(reference, NORMALISE(text)) <= jiwer.wer(reference, NORMALISE(paper_text)) + 0.05
     live2, _ = rounds(2.0)
     assert all(s.bucket == 6 or s.revised_s == 0 for s in live2)
+
+
+def test_a_real_repeated_phrase_keeps_the_rest_of_the_sentence(model) -> None:
+    """Real speech said again (issue 25): "… up and down, waiting, but" with its last second
+    (2.68–3.68 s of the real recording: "down, waiting, but") spliced in once more. The repeat's
+    cross-attention lies after the first time's, so the repetition guard lets it stand; before, it
+    stopped every round there and "he could wait no longer" (6 words) was never shown."""
+    clip = next(c for c in CLIPS if c["id"] == "1089-134691-0001")
+    speech = load_audio_file(DATA / clip["audio"])
+    a, b = round(2.68 * SR), round(3.68 * SR)
+    audio = np.concatenate([speech[:b], speech[a:b], speech[b:]])
+    for step_s in (1.0, 2.0):
+        text = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s)))
+        assert text.endswith("he could wait no longer"), (step_s, text)
+        assert text.count("waiting") == 2, (step_s, text)
+
+
+def test_a_spoken_no_no_keeps_the_sentence_after_it(model, tmp_path) -> None:
+    """The control flow on synthetic speech (espeak-ng): "No, no, I said …" lost everything after
+    the first "no" (the lone-word rule stopped every round at the second); the second "no" attends
+    to later audio, so the sentence stands."""
+    import shutil
+    import subprocess
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("needs espeak-ng (scripts/setup --dev installs it)")
+    wav = tmp_path / "no-no.wav"
+    subprocess.run(["espeak-ng", "-w", str(wav), "No, no, I said it was the red one, not the blue one on the table."],
+                   check=True, capture_output=True)
+    text = NORMALISE(" ".join(w.text for w in stream_words(model, load_audio_file(wav), 2.0)))
+    assert text.startswith("no no i said it was the red one") and text.endswith("table"), text

@@ -242,3 +242,27 @@ def test_a_syllable_loop_inside_one_word_stops_keeping_its_first_copy() -> None:
     tokens = [A, hyphen, chi, hyphen, chi, hyphen, chi, hyphen]
     stop = feed(v, tokens, [10 + 5 * k for k in range(len(tokens))])
     assert stop is not None and stop.reason == "repetition" and stop.index == 3  # A, -, Chi kept
+
+
+@pytest.mark.parametrize("closing", [False, True])
+def test_a_repeat_heard_in_later_audio_is_speech_not_a_loop(closing) -> None:
+    """Issue 25: a phrase said again whose attention moves on through the audio ("tell you, you
+    have …") is kept; one that attends back to its first time's audio is a loop and stops. The
+    round's first token (spread attention) and peaks in the silence after the input do not count."""
+    later = feed(validator(closing=closing), [A, B, A, B, C], [90, 20, 30, 40, 50])  # first token's peak ignored
+    assert later is None
+    back = validator(closing=True)  # (a live round's backward-shift test may stop a jump back first)
+    stop = feed(back, [A, B, A, B, C], [10, 20, 12, 18, 50])
+    assert stop is not None and (stop.reason, stop.index) == ("repetition", 2)
+    past_the_input = validator(closing=True)
+    stop = feed(past_the_input, [A, B, A, B, C], [10, 20, N + 5, N + 9, 50])
+    assert stop is not None and stop.reason == "repetition"
+
+
+def test_words_said_three_times_are_judged_as_words_not_as_a_token_loop() -> None:
+    """ "words, words, words": a two-token block three times in a row that starts a word is left to
+    the word guards, which keep it when it moves on through the audio."""
+    hyphen = V.subword[0]
+    v = validator(closing=True)
+    assert feed(v, [A, hyphen, A, hyphen, A, hyphen, C], [5, 10, 20, 25, 35, 40, 50]) is None
+    assert v.decoded == [A, hyphen, A, hyphen, A, hyphen, C]
