@@ -72,7 +72,7 @@ from __future__ import annotations
 import difflib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -88,7 +88,7 @@ from captioner.engine._committed import (
     token_spans,
 )
 from captioner.engine.align import Alignment, align_words, split_words
-from captioner.engine.decoder import DecodeResult, NativeValidator, decode_round, max_prefix
+from captioner.engine.decoder import DecodeResult, NativeValidator, TokenValidator, decode_round, max_prefix
 from captioner.engine.language import detect_language
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
 from captioner.engine.rounds import RoundPlan, RoundPolicy, StreamState, plan_round
@@ -457,21 +457,16 @@ class Stream:
         context = self._log.words_before(start, _GUARD_CONTEXT_WORDS)
         if prefix:
             context += tuple(normalize_word(self.vocab.text_bytes(g)) for g in _word_groups(prefix, self.vocab))
-        validator = RoundValidator(
-            self.vocab,
-            input_s=eff_s,
-            peak_margin_s=0.0 if plan.closes else cfg.peak_margin_s,
-            exclude_s=cfg.exclude_s,
-            median=cfg.median,
-            average=cfg.average,
-            context=context,
-            closing=plan.closes,
-        )
-        guarded = self._vocabulary.guard(validator, self._speech(start, audio.size))  # a listed word must be heard
+
+        def validator() -> TokenValidator:
+            checks = RoundValidator(self.vocab, input_s=eff_s, peak_margin_s=0.0 if plan.closes else cfg.peak_margin_s,
+                                    exclude_s=cfg.exclude_s, median=cfg.median, average=cfg.average, context=context,
+                                    closing=plan.closes)
+            return self._vocabulary.guard(checks, self._speech(start, audio.size))  # a listed word must be heard
+
         # words decoded again are proposed to the verifier (draft decoding)
         draft = [t.id for t in self._log.tokens[plan.redo_from:]] if plan.redo_from is not None else []
-        result = decode_round(self.model, encoding, self._prompt, prefix, guarded, cfg.max_tokens, draft,
-                              self._previous(encoding, len(prefix), eff_s))
+        result = self._decode_told(encoding, prefix, validator, draft, eff_s)
         stats.update(
             tokens=len(result.tokens),
             chunks=result.chunks,
@@ -599,6 +594,21 @@ class Stream:
         stats.update(speculative=speculative)
         return self._update(stats, t_round)
 
+    def _decode_told(self, encoding, prefix: tuple[int, ...], validator: Callable[[], TokenValidator],
+                     draft: Sequence[int], input_s: float) -> DecodeResult:
+        """:func:`decode_round` with the vocabulary as the previous context (:meth:`_previous`); when
+        that puts none of its words into the round, the round is decoded again without it and that
+        decode is the result (the list changes only the rounds that hold its words: a list of names
+        that are not said otherwise costs words, docs/VOCABULARY.md). The costs are summed."""
+        context = self._previous(encoding, len(prefix), input_s)
+        told = decode_round(self.model, encoding, self._prompt, prefix, validator(), self.config.max_tokens, draft,
+                            context)
+        if not context or self._vocabulary.heard_in(told.candidates):
+            return told
+        plain = decode_round(self.model, encoding, self._prompt, prefix, validator(), self.config.max_tokens, draft)
+        return replace(plain, chunks=plain.chunks + told.chunks, decoder_ms=plain.decoder_ms + told.decoder_ms,
+                       validation_ms=plain.validation_ms + told.validation_ms)
+
     def _previous(self, encoding, n_prefix: int, input_s: float) -> tuple[int, ...]:
         """The vocabulary's previous-context tokens for a round over ``encoding`` (cut to the room
         its chunk plan leaves, :meth:`VocabularyPrompt.for_round`); ``()`` without a vocabulary."""
@@ -719,8 +729,8 @@ class Stream:
         cfg = self.config
         retracted = self._undo_speculative()
         encoding = self.model.encode(audio, native_30s=True)
-        result = decode_round(self.model, encoding, self._prompt, (), NativeValidator(audio.size / SAMPLE_RATE, self.vocab),
-                              cfg.max_tokens, context=self._previous(encoding, 0, audio.size / SAMPLE_RATE))
+        result = self._decode_told(encoding, (), lambda: NativeValidator(audio.size / SAMPLE_RATE, self.vocab), (),
+                                   audio.size / SAMPLE_RATE)
         tokens = [t for t in result.tokens if t < self.vocab.eot]
         t_dtw = time.perf_counter()
         alignment = align_words(tokens, result.attn_align[: len(tokens)], self.vocab, cfg.dtw_median) if tokens else None

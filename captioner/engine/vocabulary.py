@@ -180,6 +180,15 @@ class VocabularyPrompt:
         need = math.ceil(TOKENS_PER_S * input_s) + 1
         return self.tokens(positions - forced - need)
 
+    def heard_in(self, tokens: Sequence[int]) -> bool:
+        """Whether a round's decoded ``tokens`` hold one of the vocabulary's words."""
+        words: list[list[int]] = []
+        for token in tokens:
+            if not words or self.word_starts(token):
+                words.append([])
+            words[-1].append(token)
+        return any(self.listed(self.vocab_bytes(w) for w in words))
+
     def listed(self, words: Iterable[bytes]) -> list[bool]:
         """Per word (raw bytes): its normalised form is one of the vocabulary's words."""
         return [bool(w) and w in self.words for w in (normalize_word(x) for x in words)]

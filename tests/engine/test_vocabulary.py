@@ -155,3 +155,16 @@ def test_speech_frames_follow_the_detectors_windows():
     probs = np.array([0.1, 0.9, 0.9, 0.2], np.float32)  # 32 ms windows from sample 0
     frames = speech_frames(probs, 0, 8 * SAMPLES_PER_FRAME, 0.5)  # 20 ms frames: 0, 320, 640, ...
     assert frames.tolist() == [False, False, True, True, True, False, False, False]
+
+
+def test_a_list_whose_words_are_not_said_changes_nothing(tiny_en):
+    """Rounds the context gives no listed word are decoded again without it: a list of names that
+    are not said costs compute, never words (docs/VOCABULARY.md)."""
+    audio = _clip(SPEECH / "LJ001-0011.wav")
+    plain, _ = tiny_en.transcribe(audio, StreamConfig(language="en"))
+    told, _ = tiny_en.transcribe(audio, StreamConfig(language="en", vocabulary=("Zanzibar", "Quetzalcoatl",
+                                                                                 "Whittemore", "Apomorphine")))
+    assert [(w.text, w.start, w.end) for w in told] == [(w.text, w.start, w.end) for w in plain]
+    prompt = VocabularyPrompt(("Hester Prynne",), tiny_en.model.vocab)
+    assert prompt.heard_in(encode_text(" affected Hester Prynne.", tiny_en.model.vocab))
+    assert not prompt.heard_in(encode_text(" affected Hester's Prin", tiny_en.model.vocab))  # "hesters", "prin"
