@@ -26,6 +26,7 @@ __all__ = ["RoundKind", "RoundPlan", "RoundPolicy", "StreamState", "plan_round"]
 
 RoundKind = Literal["skip", "opening", "live", "closing"]
 
+FULL_N = 30 * SAMPLE_RATE  # Whisper's window, as offline Whisper hears every input
 _CLOSING_MIN_N = 10 * SAMPLE_RATE  # closing inputs are heard with silence to at least 10 s
 _REACH_BACK_BELOW_STEP_S = 2.0  # the minimum context applies to steps under 2 s only
 
@@ -99,6 +100,7 @@ class RoundPolicy:
     offset_n: int  # word-start offset of a reach-back's cut (the carry cut's)
     silence_floor_dbfs: float | None  # inputs quieter than this are digital silence
     reach_back: bool  # the minimum context applies (steps under 2 s)
+    full_n: int = 0  # a closing input shorter than this is heard in the 30 s window
 
     @classmethod
     def from_config(cls, cfg) -> RoundPolicy:
@@ -113,6 +115,7 @@ class RoundPolicy:
             offset_n=round(cfg.word_end_offset_s * SAMPLE_RATE),
             silence_floor_dbfs=cfg.silence_floor_dbfs,
             reach_back=cfg.step_s < _REACH_BACK_BELOW_STEP_S,
+            full_n=round(cfg.closing_full_s * SAMPLE_RATE),
         )
 
 
@@ -181,9 +184,9 @@ def plan_round(s: StreamState, p: RoundPolicy, model: AcousticModel, detector: S
                 begin = max(s.history[0], s.log.word_start_since(begin, start) - p.pad_n)
             begin = _frames(begin)
             if begin <= start <= s.history[1]:
-                return RoundPlan("closing", begin, end, _closing_window(model, end - begin), (),
+                return RoundPlan("closing", begin, end, _closing_window(model, end - begin, p.full_n), (),
                                  s.log.first_word_since(begin), own - begin, opens, draft_from)
-        return RoundPlan("closing", start, end, _closing_window(model, end - start), s.prefix,
+        return RoundPlan("closing", start, end, _closing_window(model, end - start, p.full_n), s.prefix,
                          opens=opens, draft_from=draft_from)
     if p.context_n and utterance is not None:  # an open utterance: its drafts may be decoded again
         revise = _reach_back(s, p, model, start, end, _frames(utterance or 0), draft_from or 0)
@@ -216,11 +219,14 @@ def _reach_back(s: StreamState, p: RoundPolicy, model: AcousticModel, start: int
     return begin, prefix, after
 
 
-def _closing_window(model: AcousticModel, n: int) -> int:
-    """Samples a closing input of ``n`` samples is heard as: the smallest of the model's buckets of
-    at least 10 s that holds it (10, 30 s; 20 s where the pack has it)."""
+def _closing_window(model: AcousticModel, n: int, full_n: int = 0) -> int:
+    """Samples a closing input of ``n`` samples is heard as: 30 s when it is shorter than ``full_n``
+    (a short utterance, heard as offline Whisper hears it), else the smallest of the model's buckets
+    of at least 10 s that holds it (10, 30 s; 20 s where the pack has it)."""
+    if n < full_n:
+        return FULL_N
     buckets = [b * SAMPLE_RATE for b in model.buckets if b * SAMPLE_RATE >= _CLOSING_MIN_N]
-    return next((b for b in sorted(buckets) if n <= b), 30 * SAMPLE_RATE)
+    return next((b for b in sorted(buckets) if n <= b), FULL_N)
 
 
 def _frames(samples: int) -> int:

@@ -56,7 +56,9 @@ After the decode, by kind:
   stock Whisper on a 30 s window (§11.3, [13]).
 * **opening / reaching back**: the same, except that the drafts after the prefix are replaced
   (unchanged words keep their first-shown time [10]) instead of deduplicated.
-* **closing**: its words replace the committed words of its input (``closing_replaces=False``: only
+* **closing**: a decode heard in a window under 30 s that looks wrong (a word guard or the token
+  limit stopped it, or its text compresses more than 2.4 times) is decoded again heard in the 30 s
+  window, and the retry is kept unless it looks wrong too [23]. Its words replace the committed words of its input (``closing_replaces=False``: only
   the words after them are added, aligned by text, else by time); one that finds no words keeps the
   drafts; nothing is carried and the utterance ends, except that a decode the chunk plan cuts short,
   or that a guard stops a second or more before the input's end, leaves the rest of the utterance to
@@ -72,6 +74,7 @@ from __future__ import annotations
 import difflib
 import logging
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -91,7 +94,7 @@ from captioner.engine.align import Alignment, align_words, split_words
 from captioner.engine.decoder import DecodeResult, NativeValidator, TokenValidator, decode_round, max_prefix
 from captioner.engine.language import detect_language
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
-from captioner.engine.rounds import RoundPlan, RoundPolicy, StreamState, plan_round
+from captioner.engine.rounds import FULL_N, RoundPlan, RoundPolicy, StreamState, plan_round
 from captioner.engine.tokens import TASKS, normalize_word
 from captioner.engine.vad import SpeechDetector
 from captioner.engine.validate import RoundValidator
@@ -143,6 +146,12 @@ class StreamConfig:
             follows the committed words (deviation 17); 0 = the carry only.
         closing_replaces: the closing round's words replace the committed words of its input
             (the live words were a draft; deviation 17); False = only what follows them is added.
+        closing_full_s: a closing input shorter than this is heard in the 30 s window, as offline
+            Whisper hears it (a short utterance is where the 10 s window lost words on unseen
+            speakers); 0 = by its length only (10, 20 or 30 s).
+        closing_retry: a closing decode in a window under 30 s that looks wrong (a word guard or
+            the token limit stopped it, or its text compresses more than 2.4 times) is decoded
+            again in the 30 s window, and the retry is kept unless it looks wrong too.
         opening_s: while an open utterance is at most this long (its start to the input's end), a
             live round decodes all of it from its start, heard with silence to ``opening_window_s``,
             and its words replace the utterance's drafts (deviation 20); 0 = off.
@@ -175,6 +184,8 @@ class StreamConfig:
     speech_pad_s: float = 0.2
     closing_context_s: float = 29.6
     closing_replaces: bool = True
+    closing_full_s: float = 0.0
+    closing_retry: bool = True
     opening_s: float = 4.0
     opening_window_s: float = 6.0
     min_context_s: float = 5.0
@@ -190,6 +201,8 @@ class StreamConfig:
             raise CaptionerError(f"maximum input must be in (2 × step, 30] seconds, got {self.max_input_s}")
         if self.median < 1 or self.average < 1 or self.dtw_median < 1 or self.reinfer_after < 1:
             raise CaptionerError("filter widths and the re-inference count must be at least 1")
+        if not 0.0 <= self.closing_full_s <= 30.0:
+            raise CaptionerError(f"closing full window length must be in [0, 30] seconds, got {self.closing_full_s}")
         if not 0.0 <= self.closing_context_s <= 30.0:
             raise CaptionerError(f"closing context must be in [0, 30] seconds, got {self.closing_context_s}")
         if not (0.0 <= self.opening_s <= self.opening_window_s <= 30.0 and 0.0 <= self.min_context_s <= 30.0):
@@ -467,11 +480,25 @@ class Stream:
         # words decoded again are proposed to the verifier (draft decoding)
         draft = [t.id for t in self._log.tokens[plan.redo_from:]] if plan.redo_from is not None else []
         result = self._decode_told(encoding, prefix, validator, draft, eff_s)
+        chunks, decoder_ms, validation_ms = result.chunks, result.decoder_ms, result.validation_ms
+        if plan.closes and cfg.closing_retry and plan.heard_n < FULL_N and self._looks_wrong(result):
+            # a short window's decode that looks wrong: heard again as offline Whisper hears it
+            again = self.model.encode(_heard_with_silence(audio, FULL_N))
+            retry = self._decode_told(again, prefix, validator, draft, eff_s)
+            logger.debug("round %d: closing decode (%s) heard again in 30 s: %r -> %r (%s)", stats["round_index"],
+                         result.stop_reason, self.vocab.decode(result.candidates), self.vocab.decode(retry.candidates),
+                         retry.stop_reason)
+            stats.update(bucket=again.bucket, mel_ms=stats["mel_ms"] + again.mel_ms,
+                         encoder_ms=stats["encoder_ms"] + again.encoder_ms)
+            chunks, decoder_ms, validation_ms = (chunks + retry.chunks, decoder_ms + retry.decoder_ms,
+                                                 validation_ms + retry.validation_ms)
+            if not self._looks_wrong(retry):
+                result = retry
         stats.update(
             tokens=len(result.tokens),
-            chunks=result.chunks,
-            decoder_ms=result.decoder_ms,
-            validation_ms=result.validation_ms,
+            chunks=chunks,
+            decoder_ms=decoder_ms,
+            validation_ms=validation_ms,
             drafted=result.drafted,
             stop_reason=result.stop_reason,
             closes=plan.closes,
@@ -489,6 +516,14 @@ class Stream:
             replaced = retracted_words(self._log.truncate(plan.redo_from or 0), self.vocab) + speculative
             self._prefix, self._memory = plan.prefix, None
         return self._end_of_round(start, audio, result, stats, t_round, last, plan.closes, replaced)
+
+    def _looks_wrong(self, result: DecodeResult) -> bool:
+        """Whisper's own signs of a failed decode: a word guard or the token limit stopped it, or its
+        text compresses more than faster-whisper's threshold (a loop the guards let through)."""
+        if result.stop_reason in _LOOKS_WRONG_STOPS:
+            return True
+        text = self.vocab.text_bytes(t for t in result.candidates if t < self.vocab.eot)
+        return len(text) > _COMPRESSION_RATIO * len(zlib.compress(text)) if text else False
 
     def _nothing_decoded(self, start: int, audio: np.ndarray, stats: dict, t_round: float, last: bool, reason: str):
         """§2.6: no emission, state untouched, the last ≤ 2 × step carried (final round: the
@@ -790,6 +825,8 @@ class Stream:
         return EngineUpdate(retract, words, round_stats, self.source)
 
 
+_LOOKS_WRONG_STOPS = ("limit", "repetition", "nonspeech")  # a closing decode so stopped is decoded again in 30 s
+_COMPRESSION_RATIO = 2.4  # ... and one whose text compresses more (faster-whisper's threshold)
 _DECODE_REST = ("limit", "repetition", "nonspeech")  # closing stops after which the rest is decoded again
 _REST_MIN_N = SAMPLE_RATE  # ... when a guard stopped it at least this long before the input's end
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance

@@ -156,3 +156,13 @@ def test_long_closing_inputs_are_heard_in_the_20_and_30_s_windows(vocab) -> None
                       Detector(0.5, 24.0))
     # 20 s before the end (4.2 s) falls inside the utterance: from the next committed word's start less the pad
     assert plan.start == round(7.8 * SR) and plan.redo_from == 1 and plan.heard_n == 20 * SR
+
+
+def test_a_short_closing_input_is_heard_in_the_30_s_window_when_asked(vocab) -> None:
+    """``closing_full_s``: a closing input shorter than it is heard as offline Whisper hears it."""
+    log = drafted(vocab, (" He", 10.5, 10.8), (" could", 10.8, 11.2))
+    short = state(log, 11, 2, utterance_s=10.3, history_s=5)
+    assert plan_round(short, policy(closing_full_s=3.0), MODEL, Detector(10.5, 12.0)).heard_n == 30 * SR
+    assert plan_round(short, policy(closing_full_s=0.0), MODEL, Detector(10.5, 12.0)).heard_n == 10 * SR
+    longer = state(log, 13, 2, utterance_s=10.3, history_s=5)  # 10.3 -> 14.2 s: 3.9 s
+    assert plan_round(longer, policy(closing_full_s=3.0), MODEL, Detector(10.5, 14.0)).heard_n == 10 * SR
