@@ -248,6 +248,9 @@ class Stream:
         self._t0 = clock()
         self._prompt = self.vocab.prompt(self.config.language, self.config.task)
         self._vocabulary = VocabularyPrompt(self.config.vocabulary, self.vocab)
+        if self._vocabulary.entries:  # a list longer than the roomiest round can take is said once
+            start, size = model.chunk_plan(model.buckets[-1], prefixed=True)[-1]
+            self._vocabulary.check_room(start + size, len(self._prompt))
         # deviation 19: language detection ("auto" on a multilingual model)
         self._auto = self.config.language == "auto" and self.vocab.multilingual
         self.language = "en" if self.config.language == "auto" else self.config.language

@@ -12,9 +12,11 @@ Room: the pack's chunk graphs have a fixed number of positions per round (30 in 
 225 in the 10–30 s ones, ``AcousticModel.chunk_plan``), and every context token takes one of them.
 :meth:`VocabularyPrompt.for_round` keeps the listed entries, first ones first, that fit in what the
 round leaves: the plan's positions minus the prompt and the prefix minus what the round's audio
-may need (:data:`TOKENS_PER_S` per second of input, and the end-of-text). A cut is logged as a
-warning once per size, with the entries left out; it is never silent. Whole entries only: half a
-name would teach a wrong spelling.
+may need (:data:`TOKENS_PER_S` per second of input, and the end-of-text). Whole entries only: half
+a name would teach a wrong spelling. The short live rounds (30 positions) take the first entries
+that fit, often none (logged at debug level; the closing rounds, which decide the final words,
+have room for ~200 tokens); a list longer than even the roomiest round can take is said once per
+stream as a warning naming the entries never used (:meth:`VocabularyPrompt.check_room`).
 
 Tokens: Whisper's byte-level BPE, as tiktoken runs it (the ranks are the token ids; the pair whose
 merged bytes have the lowest rank is merged first), after GPT-2's pre-tokenisation (words with
@@ -150,7 +152,7 @@ class VocabularyPrompt:
         self.words = frozenset(w for e in self.entries for w in (normalize_word(x.encode()) for x in e.split()) if w)
         self.vocab_bytes = vocab.text_bytes
         self.word_starts = vocab.starts_word
-        self._warned: set[int] = set()
+        self._noted: set[int] = set()
 
     @property
     def size(self) -> int:
@@ -160,25 +162,34 @@ class VocabularyPrompt:
     def tokens(self, room: int) -> tuple[int, ...]:
         """The context of at most ``room`` tokens: the first entries that fit whole; ``()`` when not
         even one fits."""
-        if not self.entries:
-            return ()
-        out = [int(self._start)] if self._start is not None else []
-        kept = 0
-        for piece in self.pieces:
-            if len(out) + len(piece) > room:
-                break
-            out.extend(piece)
-            kept += 1
+        kept = self._fitting(room)
         if kept < len(self.entries):
-            self._warn_cut(kept, room)
-        return tuple(out) if kept else ()
+            self._note_cut(kept, room)
+        return (int(self._start or 0), *(t for piece in self.pieces[:kept] for t in piece)) if kept else ()
 
     def for_round(self, positions: int, forced: int, input_s: float) -> tuple[int, ...]:
         """The context of a round whose chunk plan has ``positions`` positions, ``forced`` of them
-        taken by the prompt and the prefix, decoding ``input_s`` seconds of audio: the room left
-        after :data:`TOKENS_PER_S` tokens per second and the end-of-text (module docstring)."""
-        need = math.ceil(TOKENS_PER_S * input_s) + 1
-        return self.tokens(positions - forced - need)
+        taken by the prompt and the prefix, decoding ``input_s`` seconds of audio (module docstring)."""
+        return self.tokens(_room(positions, forced, input_s))
+
+    def check_room(self, positions: int, forced: int) -> None:
+        """Warn when even the roomiest round (a plan of ``positions``, ``forced`` of them taken, and a
+        second of audio) cannot take the whole list, naming the entries that are never used."""
+        room = _room(positions, forced, 1.0)
+        kept = self._fitting(room)
+        if kept < len(self.entries):
+            logger.warning("vocabulary: %d tokens, but a round has room for at most %d: the last %d of %d entries "
+                           "are never used: %s", self.size, room, len(self.entries) - kept, len(self.entries),
+                           ", ".join(self.entries[kept:]))
+
+    def _fitting(self, room: int) -> int:
+        """How many entries, first ones first, fit whole in ``room`` tokens after ``<|startofprev|>``."""
+        used = 1
+        for kept, piece in enumerate(self.pieces):
+            used += len(piece)
+            if used > room:
+                return kept
+        return len(self.pieces)
 
     def heard_in(self, tokens: Sequence[int]) -> bool:
         """Whether a round's decoded ``tokens`` hold one of the vocabulary's words."""
@@ -200,13 +211,15 @@ class VocabularyPrompt:
             return validator
         return ListedWordGuard(validator, self, speech)
 
-    def _warn_cut(self, kept: int, room: int) -> None:
-        if kept in self._warned:
+    def _note_cut(self, kept: int, room: int) -> None:
+        """Rounds with little room (the short live rounds: 30 positions for their prompt, prefix and
+        words) take the first entries that fit; said once per size at debug level."""
+        if kept in self._noted:
             return
-        self._warned.add(kept)
-        left = ", ".join(self.entries[kept:])
-        logger.warning("vocabulary: %d of %d entries fit the %d positions a round has left for them (of %d "
-                       "tokens); left out of such rounds: %s", kept, len(self.entries), max(0, room), self.size, left)
+        self._noted.add(kept)
+        logger.debug("vocabulary: %d of %d entries fit the %d positions a round has left for them (of %d tokens); "
+                     "left out of such rounds: %s", kept, len(self.entries), max(0, room), self.size,
+                     ", ".join(self.entries[kept:]))
 
 
 GUARD_REACH_FRAMES = 10  # a listed word's attention may peak this close to speech (0.2 s)
@@ -300,6 +313,12 @@ def speech_frames(probabilities: np.ndarray, start: int, n_samples: int, thresho
     known = windows < probabilities.size
     speech[known] = probabilities[windows[known]] >= threshold
     return speech
+
+
+def _room(positions: int, forced: int, input_s: float) -> int:
+    """Positions left for the context: the plan's, less the forced ones, :data:`TOKENS_PER_S` per
+    second of input and the end of text."""
+    return positions - forced - math.ceil(TOKENS_PER_S * input_s) - 1
 
 
 def _dilate(mask: np.ndarray, reach: int) -> np.ndarray:
