@@ -82,7 +82,8 @@ warning). Two layouts:
   the context is generated on x86-64 the plugin also turns on HTP weight sharing (a weight used by
   several graphs is stored once; the plugin says weight sharing "only available with offline
   generation on x64 platform, not work on real device"); QNN's x86-64 backend (the emulator) cannot
-  load such a binary (QNN_COMMON_ERROR_NOT_SUPPORTED), so loading it is for the device. Each graph is
+  load such a binary (QNN_COMMON_ERROR_NOT_SUPPORTED, or a crash with real tiny.en's), so the runtime
+  never loads it there: loading it is for the device. Each graph is
   compiled from a copy named for its frame count (a chunk graph compiled for two buckets would give
   two QNN graphs of one name), beside a hard link of the weight file. A shared context is loaded
   whole: the first session deserialises every graph, so the runtime opens the sessions of every
@@ -110,7 +111,7 @@ import numpy as np
 import onnxruntime as ort
 
 from captioner.core import PROVIDERS, Provider
-from captioner.engine.providers import QNN_EP, Attempt, Candidate, plan_candidates
+from captioner.engine.providers import QNN_EP, Attempt, Candidate, Host, plan_candidates
 from captioner.errors import ModelError, ProviderError
 from captioner.models.pack import FRAMES_DIM, WeightRef
 
@@ -734,21 +735,18 @@ class Runtime:
         if self._preparing or self._shared_now(cand):
             self._compile_ahead(cand)
         ctx = self._context_path(graph, cand, frames)
+        if ctx.is_file() and self._shared_now(cand) and Host.current().qnn_emulated:
+            # QNN's x86-64 backend refuses a weight-shared binary (QNN_COMMON_ERROR_NOT_SUPPORTED) or,
+            # with real tiny.en's, crashes loading it (SIGSEGV): generated here for the device, never loaded
+            return self._leave_shared(graph, cand, inits, frames, "the x86-64 HTP emulator cannot load it")
         if ctx.is_file():
             so = self._options(cand)  # a compiled context is static already
             so.add_session_config_entry("ep.share_ep_contexts", "1")  # one QNN backend for the pack
             try:
                 return self._session(ctx, so, cand, [])  # a compiled context holds its own weights
             except Exception as exc:
-                if self._shared_now(cand):  # the platform cannot load it (the emulator): one per graph
-                    logger.warning("the shared NPU context of %s did not load (%s); compiling one context "
-                                   "per graph", self.pack.root.name, _one_line(exc))
-                    self.shared_context = False
-                    preparing, self._preparing = self._preparing, True  # the whole set, one context per graph
-                    try:
-                        return self._open(graph, cand, inits, frames)
-                    finally:
-                        self._preparing = preparing
+                if self._shared_now(cand):
+                    return self._leave_shared(graph, cand, inits, frames, f"it did not load: {_one_line(exc)}")
                 # a stale or half-written cache entry: compile again
                 logger.warning("EP-context cache %s unusable (%s); recompiling", ctx, _one_line(exc))
                 for stale in ctx.parent.glob(f"{ctx.stem}*"):
@@ -765,6 +763,19 @@ class Runtime:
         # ep.stop_share_ep_contexts, which lazy creation cannot know in advance.
         so.add_session_config_entry("ep.share_ep_contexts", "0")
         return self._session(graph, so, cand, inits)
+
+    def _leave_shared(self, graph: Path, cand: Candidate, inits: Sequence[WeightRef], frames: int | None,
+                      why: str) -> ort.InferenceSession:
+        """Go on with one context per graph (the whole set compiled so) when the shared one cannot
+        be used; the session of ``graph`` from it. Under the lock."""
+        logger.warning("the shared NPU context of %s is not used (%s); compiling one context per graph",
+                       self.pack.root.name, why)
+        self.shared_context = False
+        preparing, self._preparing = self._preparing, True
+        try:
+            return self._open(graph, cand, inits, frames)
+        finally:
+            self._preparing = preparing
 
     def _session(self, path: Path, so: ort.SessionOptions, cand: Candidate,
                  inits: Sequence[WeightRef]) -> ort.InferenceSession:
