@@ -302,3 +302,39 @@ def test_list_devices_windows() -> None:
     assert [(d.index, d.name, d.is_default) for d in report.inputs] == [(1, "Microphone Array", True), (2, "Headset Mic", False)]
     assert [(d.name, d.host_api, d.is_default) for d in report.system] == [("Speakers (Realtek)", "WASAPI loopback", True)]
     assert report.notes == ()
+
+
+@pytest.mark.parametrize(("hresult", "balanced"), [(0, True), (1, True), (-2147417850, False)])
+def test_windows_com_balances_only_what_it_initialised(hresult: int, balanced: bool) -> None:
+    """S_OK and S_FALSE (already initialised in this apartment) are balanced by CoUninitialize;
+    RPC_E_CHANGED_MODE (the thread is in Qt's single-threaded apartment) may use COM as it is."""
+    from captioner.audio.backends import WindowsCom
+
+    calls: list[str] = []
+
+    class Ole32:
+        def CoInitializeEx(self, reserved: object, flags: int) -> int:
+            calls.append(f"init {flags}")
+            return hresult
+
+        def CoUninitialize(self) -> None:
+            calls.append("uninit")
+
+    com = WindowsCom()
+    com._ole32 = Ole32()  # ole32 itself exists on Windows only
+    with com.thread():
+        calls.append("work")
+    assert calls == ["init 0", "work", "uninit"] if balanced else ["init 0", "work"]
+
+
+def test_windows_com_failure_is_an_audio_device_error() -> None:
+    from captioner.audio.backends import WindowsCom
+
+    class Ole32:
+        def CoInitializeEx(self, reserved: object, flags: int) -> int:
+            return -2147024882  # E_OUTOFMEMORY
+
+    com = WindowsCom()
+    com._ole32 = Ole32()
+    with pytest.raises(AudioDeviceError, match=r"cannot initialise COM for system audio .*8007000E"), com.thread():
+        pass
