@@ -638,6 +638,7 @@ class Runtime:
             for key in reversed(list(self._sessions)):
                 del self._sessions[key]
             self._generation += 1
+            self._group_open = False
 
     def pack_changed(self, graph: Path) -> str:
         """Why ``graph`` (a file of the pack) or the weight file is no longer what the runtime opened
