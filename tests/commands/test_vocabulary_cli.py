@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from captioner import cli
-from captioner.commands._engine import open_configured_engine
+from captioner.commands._engine import command_vocabulary, open_configured_engine
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import EngineConfig
 from captioner.transcript.store import SessionStore
@@ -56,3 +56,14 @@ def test_the_settings_vocabulary_is_the_default_and_the_flag_wins(real_tiny_en_p
             assert setup.config.vocabulary == expected
         finally:
             setup.engine.close()
+
+
+def test_listen_takes_the_same_vocabulary_options(tmp_path: Path) -> None:
+    words = tmp_path / "words.txt"
+    words.write_text("Prynne\nZanzibar, Quetzalcoatl\n", encoding="utf-8")
+    parser = cli.build_parser()
+    args = parser.parse_args(["listen", "--vocabulary-file", str(words)])
+    assert command_vocabulary(args) == ("Prynne", "Zanzibar", "Quetzalcoatl")
+    assert command_vocabulary(parser.parse_args(["listen", "--vocabulary", "Gutenberg, missal"])) == ("Gutenberg",
+                                                                                                      "missal")
+    assert command_vocabulary(parser.parse_args(["listen"])) is None  # the settings' list applies
