@@ -29,6 +29,22 @@ def _clip(text: str) -> str:
     return text if len(text) <= _TEXT_CHARS else text[:_TEXT_CHARS] + " …"
 
 
+def _vocabulary_lines(acc: dict, modes: list[str]) -> list[str]:
+    """The listed words of a ``--vocabulary`` run, per live mode: recalled of those in the references,
+    and invented (said by the engine, not in the reference); nothing without a vocabulary."""
+    vocabulary = acc["settings"].get("vocabulary") or []
+    if not vocabulary:
+        return []
+    lines = [f"### Vocabulary ({len(vocabulary)} entries: {', '.join(vocabulary)})", "",
+             "| mode | listed words in the references | recalled | invented |", "|---|---|---|---|"]
+    for mode in modes:
+        counts = [row["modes"][mode]["listed"] for row in acc["items"] if "listed" in row["modes"].get(mode, {})]
+        if counts:
+            lines.append(f"| {mode} | {sum(c['in_reference'] for c in counts)} | "
+                         f"{sum(c['recalled'] for c in counts)} | {sum(c['invented'] for c in counts)} |")
+    return [*lines, ""]
+
+
 def markdown(acc: dict, header: str = "") -> str:
     """Summary per mode, WER by kind, non-speech words, stutters and the worst items."""
     modes = acc["settings"]["modes"]
@@ -63,6 +79,7 @@ def markdown(acc: dict, header: str = "") -> str:
               "Speech onset: Silero VAD (no padding); leading-silence words start > 0.1 s before it. "
               "RTF: compute ÷ audio seconds, same run.", ""]
 
+    lines += _vocabulary_lines(acc, modes)
     lines += ["### WER by kind", "", "| group | items | min | " + " | ".join(modes) + " | " +
               " | ".join(f"gap {m}" for m in modes if m.startswith("live")) + " |",
               "|---|---|---|" + "---|" * (len(modes) + sum(m.startswith("live") for m in modes))]

@@ -32,3 +32,16 @@ def test_the_bench_reads_the_vocabulary_option(tmp_path: Path):
     args = parser.parse_args([*base, "--vocabulary-file", str(tmp_path / "missing.txt")])
     with pytest.raises(CaptionerError, match="cannot read the vocabulary file"):
         bench._accuracy_options(args)
+
+
+def test_the_report_has_the_listed_words_per_live_mode():
+    from captioner.bench import accuracy_report
+
+    def row(listed):
+        return {"modes": {"offline": {}, "live_2s": {"listed": listed}}}
+
+    acc = {"settings": {"modes": ["offline", "live_2s"], "vocabulary": ["Hester Prynne", "Gutenberg"]},
+           "items": [row({"in_reference": 2, "recalled": 1, "invented": 0}),
+                     row({"in_reference": 3, "recalled": 3, "invented": 1})]}
+    assert accuracy_report._vocabulary_lines(acc, ["offline", "live_2s"])[4] == "| live_2s | 5 | 4 | 1 |"
+    assert accuracy_report._vocabulary_lines({"settings": {"vocabulary": []}, "items": []}, ["offline"]) == []
