@@ -7,9 +7,11 @@ the tests that run the real app in a subprocess on the ``xcb`` platform (ECOSYST
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -63,20 +65,41 @@ def _wait_for(check, timeout: float, what: str) -> None:
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-@pytest.fixture(scope="session")
-def xserver() -> Iterator[XServer]:
-    """Xvfb (1280x800x24) plus trayer; skipped with a reason where they are not installed."""
-    missing = [tool for tool in ("Xvfb", "trayer", "xwininfo") if shutil.which(tool) is None]
+@contextlib.contextmanager
+def running_xvfb(tools: tuple[str, ...] = ()) -> Iterator[dict[str, str]]:
+    """Xvfb (1280x800x24) on a free display until the block ends; yields the environment that uses
+    it. Skips the test with a reason when Xvfb, xwininfo or one of ``tools`` is not installed."""
+    missing = [tool for tool in ("Xvfb", "xwininfo", *tools) if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"needs {', '.join(missing)} (scripts/setup --dev installs them)")
-    n = _free_display()
-    display = f":{n}"
+    display = f":{_free_display()}"
     xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     env = {**os.environ, "DISPLAY": display}
     try:
         _wait_for(lambda: subprocess.run(["xwininfo", "-root"], env=env, capture_output=True).returncode == 0,
                   20, "Xvfb")
+        yield env
+    finally:
+        xvfb.terminate()
+        xvfb.wait(10)
+
+
+def quit_app(proc: subprocess.Popen, env: dict[str, str], timeout: float = 120) -> str:
+    """Ask the running app to quit from a second start (``captioner --quit``) and wait for it; returns
+    its stderr. A test that fails before this kills it (``finally``) instead."""
+    stop = subprocess.run([sys.executable, "-m", "captioner", "--quit"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert "asked it to quit" in stop.stdout, stop.stderr
+    _, err = proc.communicate(timeout=timeout)
+    return err
+
+
+@pytest.fixture(scope="session")
+def xserver() -> Iterator[XServer]:
+    """Xvfb (1280x800x24) plus trayer; skipped with a reason where they are not installed."""
+    with running_xvfb(("trayer",)) as env:
+        display = env["DISPLAY"]
         tray = subprocess.Popen(["trayer", "--edge", "top", "--align", "right", "--widthtype", "request",
                                  "--height", "24", "--SetDockType", "true"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -87,9 +110,6 @@ def xserver() -> Iterator[XServer]:
         finally:
             tray.terminate()
             tray.wait(10)
-    finally:
-        xvfb.terminate()
-        xvfb.wait(10)
 
 
 @pytest.fixture(autouse=True)

@@ -30,12 +30,15 @@ import srt
 from PySide6.QtGui import QImage
 
 from captioner.transcript.store import SessionStore
+from tests.ui.conftest import quit_app
 
 pytestmark = pytest.mark.gui
 
 REPO = Path(__file__).resolve().parents[2]
 SPEECH = ("Good morning everybody. Today we talk about live captions on the laptop, running on the "
           "neural processing unit. The words should flow onto the caption bar.")
+MORE_SPEECH = (" Every session is saved on the computer. Nothing you say leaves the room. Subtitles can be "
+               "exported at any time.")
 
 
 @pytest.fixture(scope="session")
@@ -50,12 +53,15 @@ def speech_wav(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def paused_speech_wav(tmp_path_factory) -> Path:
-    """The same speech with a 1 s pause after each sentence: the engine's words become final when an
-    utterance closes at a pause (stream.py deviation 17), so the live file grows sentence by sentence."""
+    """The same speech and three sentences more, with a 1.2 s pause after each: the engine's words become
+    final when an utterance closes at a pause, so the live file grows sentence by sentence. Six
+    sentences (~25 s), so that the file grows more than once even when a loaded machine's engine runs
+    seconds behind and closes two sentences in one go."""
     if shutil.which("espeak-ng") is None:
         pytest.skip("needs espeak-ng (scripts/setup --dev installs it)")
     out = tmp_path_factory.mktemp("speech") / "paused.wav"
-    ssml = "<speak>" + "".join(f"{s.strip()}.<break time=\"1200ms\"/>" for s in SPEECH.split(".") if s.strip()) + "</speak>"
+    ssml = "<speak>" + "".join(f"{s.strip()}.<break time=\"1200ms\"/>" for s in (SPEECH + MORE_SPEECH).split(".")
+                              if s.strip()) + "</speak>"
     subprocess.run(["espeak-ng", "-m", "-w", str(out), ssml], check=True, capture_output=True)
     return out
 
@@ -110,10 +116,7 @@ def test_captioner_command_runs_with_a_real_tray_and_saves_a_complete_session(xs
         assert "already running: showing it" in second.stdout
         tree = subprocess.run(["xwininfo", "-root", "-tree"], env=env, capture_output=True, text=True).stdout
         wait_in_log("captioning state: ended")  # the file ran out; the engine flushed its last words
-        stop = subprocess.run([sys.executable, "-m", "captioner", "--quit"], env=env, capture_output=True,
-                              text=True, timeout=60)
-        assert "asked it to quit" in stop.stdout, stop.stderr
-        _, err = proc.communicate(timeout=120)
+        err = quit_app(proc, env)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -158,7 +161,8 @@ def test_live_subtitle_file_grows_during_the_session_and_parses_after_a_kill(xse
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert len(sizes) >= 2 and sizes == sorted(sizes), f"the live file did not grow while the app ran: {sizes}"
+    assert len(sizes) >= 2 and sizes == sorted(sizes), \
+        f"the live file did not grow while the app ran: {sizes}; log:\n{log.read_text()[-4000:] if log.exists() else ''}"
     live, = exports.glob("live-*.srt")
     subs = list(srt.parse(live.read_text(encoding="utf-8")))  # whole cues only, even after SIGKILL
     assert subs

@@ -10,8 +10,6 @@ A screenshot of the desktop with the menu open is left in test-artifacts/ui.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from captioner.transcript.store import SessionStore
-from tests.ui.conftest import XServer, _free_display, _wait_for
+from tests.ui.conftest import XServer, quit_app, running_xvfb
 
 pytestmark = pytest.mark.gui
 
@@ -31,20 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def bare_xserver() -> Iterator[XServer]:
     """Xvfb without a tray host (as many Linux desktops are)."""
-    missing = [tool for tool in ("Xvfb", "xwininfo", "xdotool") if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)}")
-    display = f":{_free_display()}"
-    xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    env = {**os.environ, "DISPLAY": display}
-    try:
-        _wait_for(lambda: subprocess.run(["xwininfo", "-root"], env=env, capture_output=True).returncode == 0,
-                  20, "Xvfb")
-        yield XServer(display, 1280, 800)
-    finally:
-        xvfb.terminate()
-        xvfb.wait(10)
+    with running_xvfb(("xdotool",)) as env:
+        yield XServer(env["DISPLAY"], 1280, 800)
 
 
 def test_without_a_tray_the_bar_has_the_menu_and_shortcuts_show_and_hide_it(bare_xserver, real_tiny_en_pack,
@@ -102,10 +88,7 @@ def test_without_a_tray_the_bar_has_the_menu_and_shortcuts_show_and_hide_it(bare
         assert "already running: showing or hiding its captions" in second.stdout, second.stderr
         wait(bar_visible, "captioner --toggle to show the bar", 10)
         wait(lambda: logged("captioning state: ended"), "the end of the file")
-        stop = subprocess.run([sys.executable, "-m", "captioner", "--quit"], env=env, capture_output=True,
-                              text=True, timeout=60)
-        assert "asked it to quit" in stop.stdout, stop.stderr
-        _, err = proc.communicate(timeout=60)
+        err = quit_app(proc, env, timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -135,10 +118,7 @@ def test_without_a_tray_an_error_is_a_dialog_not_a_message_nobody_sees(bare_xser
         while not dialog():
             assert time.monotonic() < deadline and proc.poll() is None, "no dialog for the model problem"
             time.sleep(0.2)  # waiting for another process
-        stop = subprocess.run([sys.executable, "-m", "captioner", "--quit"], env=env, capture_output=True,
-                              text=True, timeout=60)
-        assert "asked it to quit" in stop.stdout, stop.stderr
-        _, err = proc.communicate(timeout=60)
+        err = quit_app(proc, env, timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
