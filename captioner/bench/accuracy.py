@@ -174,40 +174,49 @@ class ModeRun:
         return " ".join(w.text for w in self.words)
 
 
-def load_manifest(path: Path, kinds: Sequence[str] | None = None, limit: int | None = None,
+def load_manifest(path: Path | Sequence[Path], kinds: Sequence[str] | None = None, limit: int | None = None,
                   half: str = "both", rotate: bool = False) -> list[Item]:
-    """The items of a ``manifest.jsonl`` (audio paths relative to its folder), optionally only those
-    of ``kinds``, of one ``half`` (``"tune"``, ``"check"``; :func:`split_halves` over the whole
-    manifest, so the split does not depend on the filters) and at most ``limit`` per kind (manifest
-    order).
+    """The items of one or several ``manifest.jsonl`` files (each one's audio paths relative to its own
+    folder; several manifests' items in the order given), optionally only those of ``kinds``, of one
+    ``half`` (``"tune"``, ``"check"``; :func:`split_halves` over all the manifests' entries together,
+    so the split depends neither on the filters nor on which manifest holds a speaker) and at most
+    ``limit`` per kind (manifest order).
 
     Raises:
         CaptionerError: unreadable file, a line that is not a JSON object with the required fields,
-            a kind filter that matches nothing.
+            an id given twice, a kind filter that matches nothing.
     """
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise CaptionerError(f"cannot read the manifest {path}: {exc.strerror or exc}") from exc
+    paths = [Path(path)] if isinstance(path, (str, Path)) else [Path(p) for p in path]
+    if not paths:
+        raise CaptionerError("no manifest given")
     if half not in ("both", *HALVES):
         raise CaptionerError(f"unknown half {half!r}; choose tune, check or both")
-    entries: list[dict] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    entries: list[tuple[Path, dict]] = []
+    seen: dict[str, Path] = {}
+    for one in paths:
         try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CaptionerError(f"{path}:{n}: not JSON ({exc.msg})") from exc
-        missing = [f for f in _MANIFEST_FIELDS if not isinstance(entry, dict) or f not in entry]
-        if missing:
-            raise CaptionerError(f"{path}:{n}: missing field(s) {', '.join(missing)}")
-        entries.append(entry)
-    halves = split_halves(entries, rotate)
+            lines = one.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise CaptionerError(f"cannot read the manifest {one}: {exc.strerror or exc}") from exc
+        for n, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CaptionerError(f"{one}:{n}: not JSON ({exc.msg})") from exc
+            missing = [f for f in _MANIFEST_FIELDS if not isinstance(entry, dict) or f not in entry]
+            if missing:
+                raise CaptionerError(f"{one}:{n}: missing field(s) {', '.join(missing)}")
+            key = str(entry["id"])
+            if key in seen:
+                raise CaptionerError(f"{one}:{n}: id {key!r} is also in {seen[key]}")
+            seen[key] = one
+            entries.append((one, entry))
+    halves = split_halves([e for _, e in entries], rotate)
     items: list[Item] = []
     per_kind: dict[str, int] = {}
-    for entry in entries:
+    for one, entry in entries:
         speaker = speaker_of(entry)
         if half != "both" and halves[speaker] != half:
             continue
@@ -216,11 +225,11 @@ def load_manifest(path: Path, kinds: Sequence[str] | None = None, limit: int | N
         if limit is not None and per_kind.get(entry["kind"], 0) >= limit:
             continue
         per_kind[entry["kind"]] = per_kind.get(entry["kind"], 0) + 1
-        items.append(Item(str(entry["id"]), path.parent / entry["audio"], str(entry["text"]), str(entry["language"]),
+        items.append(Item(str(entry["id"]), one.parent / entry["audio"], str(entry["text"]), str(entry["language"]),
                           str(entry["kind"]), float(entry.get("seconds", 0.0)), speaker, halves[speaker]))
     if not items:
         what = (f" of kind {', '.join(kinds)}" if kinds else "") + (f" in the {half} half" if half != "both" else "")
-        raise CaptionerError(f"{path}: no items{what}")
+        raise CaptionerError(f"{', '.join(map(str, paths))}: no items{what}")
     return items
 
 

@@ -62,8 +62,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--sections", default="encoder,decoder,chunk_sizes,streaming",
                    help="comma-separated subset of encoder,decoder,chunk_sizes,streaming,accuracy,soak")
     acc = p.add_argument_group("accuracy section (real speech; needs --model)")
-    acc.add_argument("--manifest", type=Path, metavar="JSONL",
-                     help="speech items with references (the development corpus' manifest.jsonl format)")
+    acc.add_argument("--manifest", type=Path, action="append", metavar="JSONL",
+                     help="speech items with references (the development corpus' manifest.jsonl format); "
+                          "repeatable: the items of all manifests are split into halves together")
     acc.add_argument("--kinds", metavar="K,K", help="only items of these kinds (comma-separated)")
     acc.add_argument("--limit", type=int, metavar="N", help="at most N items of each kind")
     acc.add_argument("--half", choices=("tune", "check", "both"), default="both",
@@ -153,6 +154,8 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         raise CaptionerError("the soak section needs a real model: pass --model PACK")
     if soak and not (args.manifest or args.audio):
         raise CaptionerError("the soak section needs speech: --manifest JSONL (its clips are joined) or --audio FILE")
+    if soak and not args.audio and args.manifest and len(args.manifest) > 1:
+        raise CaptionerError("the soak section joins the clips of one --manifest; give it once")
     if soak and args.soak_minutes <= 0:
         raise CaptionerError("--soak-minutes must be positive")
     if not options.sections and acc_items is None:  # the soak alone: its session opens the pack
@@ -193,7 +196,7 @@ def _soak(args: argparse.Namespace, paths: AppPaths) -> tuple[dict, list[str]]:
     work.mkdir(parents=True, exist_ok=True)
     wav = work / "speech.wav"
     _progress(f"soak: writing {args.soak_minutes:g} min of speech to {wav}")
-    speech = soak.write_speech_wav(wav, args.soak_minutes * 60.0, manifest=None if args.audio else args.manifest,
+    speech = soak.write_speech_wav(wav, args.soak_minutes * 60.0, manifest=None if args.audio else args.manifest[0],
                                    audio=args.audio)
     try:
         step = args.step[0] if args.step else 2.0

@@ -1,0 +1,67 @@
+"""The accuracy bench reads several manifests at once (the development corpus and the repository's
+``corpus/``): each one's audio paths relative to its own folder, one speaker split into halves
+over all of them together."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from captioner import cli
+from captioner.bench.accuracy import load_manifest
+from captioner.errors import CaptionerError
+from captioner.storage.paths import AppPaths
+
+
+def write(folder: Path, entries: list[dict]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "manifest.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    return path
+
+
+def entry(id_: str, kind: str, speaker: str) -> dict:
+    return {"id": id_, "audio": f"audio/{id_}.flac", "text": "a b", "language": "en", "kind": kind,
+            "speaker": speaker}
+
+
+def test_items_of_several_manifests_keep_their_own_folders_and_split_into_halves_together(tmp_path) -> None:
+    first = write(tmp_path / "dev", [entry(f"{s[0]}{i}", "k", s) for s in ("anna", "ben") for i in range(2)])
+    second = write(tmp_path / "new", [entry("c0", "k", "carl"), entry("d0", "conv", "dora"),
+                                      entry("d1", "conv", "dora"), entry("a9", "conv", "anna")])
+    items = load_manifest([first, second])
+    assert [i.id for i in items] == ["a0", "a1", "b0", "b1", "c0", "d0", "d1", "a9"]
+    by_id = {i.id: i for i in items}
+    assert by_id["a0"].audio == tmp_path / "dev" / "audio" / "a0.flac"
+    assert by_id["c0"].audio == tmp_path / "new" / "audio" / "c0.flac"
+    assert by_id["a9"].half == by_id["a0"].half  # one speaker in two manifests stays in one half
+    halves = {i.speaker: i.half for i in items}
+    assert halves["dora"] != halves["anna"]  # the second kind balanced over both manifests
+    assert {i.half for i in items if i.kind == "k"} == {"tune", "check"}
+    # one manifest alone is split as before
+    assert {i.speaker: i.half for i in load_manifest(first)} == {"anna": "tune", "ben": "check"}
+    # a half and a kind filter apply across both
+    tune = load_manifest([first, second], half="tune", kinds=["conv"])
+    assert [i.id for i in tune] == [i.id for i in items if i.kind == "conv" and i.half == "tune"]
+    assert tune
+
+
+def test_an_id_in_two_manifests_is_an_error_naming_both(tmp_path) -> None:
+    first = write(tmp_path / "dev", [entry("x1", "k", "anna")])
+    second = write(tmp_path / "new", [entry("x1", "k", "ben")])
+    with pytest.raises(CaptionerError, match=r"'x1' is also in .*dev"):
+        load_manifest([first, second])
+    with pytest.raises(CaptionerError, match="cannot read the manifest"):
+        load_manifest([first, tmp_path / "missing.jsonl"])
+
+
+def test_the_bench_takes_manifest_more_than_once(tmp_path, capsys) -> None:
+    """Both manifests are read before any model is loaded: a bad second one fails the command."""
+    first = write(tmp_path / "dev", [entry("x1", "k", "anna")])
+    second = write(tmp_path / "new", [entry("x1", "k", "ben")])
+    argv = ["bench", "--sections", "accuracy", "--model", str(tmp_path), "--manifest", str(first),
+            "--manifest", str(second)]
+    assert cli.run(argv, AppPaths.default(tmp_path / "home")) == 2
+    assert "'x1' is also in" in capsys.readouterr().err
