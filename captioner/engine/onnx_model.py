@@ -3,7 +3,10 @@
 Per round: pick the smallest encoder bucket that holds the audio, compute the log-mel of the exact
 audio (no 30 s padding), pad it with 0.0 to the bucket, run the bucket's encoder with the real frame
 count (the graph masks the rest), then hand out a :class:`OnnxChunkRunner` that runs the bucket's
-decoder chunk graphs along the pack's schedule (ARCHITECTURE.md §5).
+decoder chunk graphs along the pack's schedule (ARCHITECTURE.md §5). On a static-shape provider (the
+NPU) a bucket's chunk graphs may be compiled for a longer bucket's frame count
+(:meth:`Runtime.static_decoder_frames <captioner.engine.runtime.Runtime.static_decoder_frames>`): the
+runner pads the cross-attention K/V and mask to it with masked frames, which changes no output.
 
 KV cache: a runner uses one [L, 1, H, S, D] array for K and one for V (S: the bucket's
 ``cache_slots``), which are the graphs' ``self_k``/``self_v`` inputs as they are, and the
@@ -142,7 +145,7 @@ class OnnxAcousticModel:
         encoder, *decoders = self.graphs(bucket)
         self.runtime.session(encoder)
         for graph in decoders:
-            self.runtime.session(graph, frames=50 * bucket)
+            self.runtime.session(graph, frames=self.runtime.decoder_frames(bucket))
 
     # -- encoder ------------------------------------------------------------------------------
     def encode(self, audio: np.ndarray, *, native_30s: bool = False) -> Encoding:
@@ -227,6 +230,14 @@ class OnnxChunkRunner:
         self._encoding = encoding
         payload = cast(tuple[np.ndarray, np.ndarray, np.ndarray], encoding.payload)  # written by encode()
         self._cross_k, self._cross_v, self._mask = payload
+        # a static-shape provider runs the chunk graphs of a group of buckets at one frame count
+        # (Runtime.static_decoder_frames): the frames past the bucket's are masked like its padding
+        self._frames = max(encoding.total_frames, model.runtime.decoder_frames(encoding.bucket))
+        extra = self._frames - encoding.total_frames
+        if extra:
+            pad = [(0, 0)] * (self._cross_k.ndim - 1) + [(0, extra)]
+            self._cross_k, self._cross_v = np.pad(self._cross_k, pad), np.pad(self._cross_v, pad)
+            self._mask = np.concatenate([self._mask, np.full(extra, MASKED, dtype=np.float32)])
         self._slots = slots
         self._cache = model._kv_cache(slots)
         self._generation = self._cache.take()
@@ -309,7 +320,7 @@ class OnnxChunkRunner:
             "positions": np.arange(start, start + size, dtype=np.int64),
             "self_mask": self._self_mask, "cross_mask": self._mask,
             **self._layer_feeds,
-        }, frames=enc.total_frames), strict=True))
+        }, frames=self._frames), strict=True))
         new_k, new_v = out["new_k"], out["new_v"]
         elapsed = (time.perf_counter() - t0) * 1000.0
         end = min(start + size, self._slots)  # the last chunk's keys are never read again

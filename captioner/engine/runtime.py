@@ -67,12 +67,15 @@ the new provider from that round on. Only when the last provider fails is a Prov
 NPU contexts, compiled ahead (docs/NPU.md): on QNN every graph is compiled into an EP context, cached
 under the user cache dir, keyed by pack hash, provider, options and the ORT and plugin versions.
 :meth:`Runtime.prepare` compiles every graph the pack's rounds can need on the NPU
-(:meth:`Runtime.npu_units`: each bucket's encoder, and its decoder chunks and verifier with the
-bucket's frame count fixed, as QNN needs static shapes) before the first round, with progress, through
+(:meth:`Runtime.npu_units`: each bucket's encoder, and its decoder chunks and verifier with a frame
+count fixed, as QNN needs static shapes) before the first round, with progress, through
 ONNX Runtime's ``ModelCompiler`` (no inference session is created to compile), and marks the set
 complete (``prepared.json``); the app and the CLI call it when they open the engine, so a round never
 waits for a compile (a graph outside the prepared set is still compiled when first needed, with a
-warning). Two layouts:
+warning). The chunk graphs of buckets up to twice as short share one frame count, the longest's
+(:meth:`Runtime.static_decoder_frames`; the host pads the cross-attention K/V with masked frames):
+21 compiled graphs instead of 38 for the default buckets, each chunk graph's context holding the
+decoder's weights and vocabulary projection again. Two layouts:
 
 * one context per graph (the default): each ``*_ctx.onnx`` with its own ``.bin``, every graph's
   weights stored in its own binary;
@@ -501,18 +504,47 @@ class Runtime:
         self._group_open = False
 
     # -- NPU contexts compiled ahead ----------------------------------------------------------
+    def decoder_frames(self, bucket: int) -> int:
+        """Encoder frames the decoder chunk graphs of ``bucket`` read on the current provider: the
+        bucket's own (50 per second) on the CPU, whose graphs take any count; on a static-shape
+        provider those of the bucket's frame group (:meth:`static_decoder_frames`). The caller pads
+        the cross-attention K/V and mask to this count with masked frames."""
+        return self.static_decoder_frames(bucket) if self._current.static_shapes else 50 * int(bucket)
+
+    def static_decoder_frames(self, bucket: int) -> int:
+        """The frame count a static-shape provider fixes in the decoder chunk graphs of ``bucket``.
+
+        A chunk graph compiled for one frame count serves every bucket up to it (the frames past a
+        bucket's are masked like its own padding: the -100 bias gives them no weight), so buckets
+        share compiled graphs: among the :attr:`npu_buckets` that use the same chunk graph files
+        (the same ``cache_slots``), the longest one serves every bucket at least half as long, the
+        longest left after them the next, and so on (default buckets: 3-6 s read 300 frames, 10 s
+        500, 20-30 s 1500). At most twice a bucket's frames: the NPU's cross-attention work and the
+        K/V it is sent per chunk at most double. A bucket outside :attr:`npu_buckets` is served by
+        one of them when one qualifies, else by its own frames."""
+        bucket = int(bucket)
+        slots = self.pack.cache_slots[bucket]
+        anchors: list[int] = []
+        for b in sorted((b for b in self.npu_buckets if self.pack.cache_slots[b] == slots), reverse=True):
+            if not anchors or 2 * b < anchors[-1]:
+                anchors.append(b)  # the longest bucket not yet served: it serves those down to half its length
+        served = [a for a in anchors if bucket <= a <= 2 * bucket]
+        return 50 * (min(served) if served else bucket)
+
     def npu_units(self, buckets: Iterable[int] | None = None) -> list[tuple[Path, int | None]]:
         """Every (graph, fixed frames) a static-shape provider compiles for ``buckets`` (default
         :attr:`npu_buckets`): each bucket's encoder (``None``), then its decoder chunk graphs and its
-        verifier with the bucket's frames (50 per second) fixed; each pair once, in that order."""
+        verifier with the frames of its group (:meth:`static_decoder_frames`) fixed; each pair once,
+        in that order."""
         units: dict[tuple[Path, int | None], None] = {}
         for bucket in self.npu_buckets if buckets is None else buckets:
             units[(self.pack.encoder_file(bucket), None)] = None
+            frames = self.static_decoder_frames(bucket)
             for start, size in self.pack.decoder_chunks(bucket):
-                units[(self.pack.decoder_file(bucket, start, size), 50 * bucket)] = None
+                units[(self.pack.decoder_file(bucket, start, size), frames)] = None
             verifier = self.pack.verifier(bucket)
             if verifier:
-                units[(verifier[0], 50 * bucket)] = None
+                units[(verifier[0], frames)] = None
         return list(units)
 
     def prepare(self, progress: Callable[[int, int], None] | None = None) -> None:

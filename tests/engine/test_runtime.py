@@ -228,8 +228,8 @@ def test_qnn_emulator_runs_the_pack_and_caches_contexts(tiny_fp32_pack, tmp_path
     assert info.chosen == "QNN-HTP" and info.fallbacks == ()
     assert all(set(p) == {"QNNExecutionProvider"} for p in info.placement.values())
     contexts = list(tmp_path.glob("ep-context/*/*_ctx.onnx"))
-    assert {c.name for c in contexts} == {"encoder_3s_ctx.onnx", "decoder_s25_k4_j4_f150_ctx.onnx",
-                                          "decoder_s25_k6_f150_ctx.onnx"}  # frames fixed per bucket
+    assert {c.name for c in contexts} == {"encoder_3s_ctx.onnx", "decoder_s25_k4_j4_f300_ctx.onnx",
+                                          "decoder_s25_k6_f300_ctx.onnx"}  # the 3-6 s buckets' frames fixed
     compiled_ms = info.session_ms["encoder_3s.onnx"]
     qnn.close()
     again = Runtime(tiny_fp32_pack, "qnn", cache_dir=tmp_path)
@@ -246,6 +246,50 @@ def test_qnn_emulator_runs_the_pack_and_caches_contexts(tiny_fp32_pack, tmp_path
     assert list(tmp_path.glob("ep-context/*/encoder_3s_ctx*.bin"))
     healed.close()
     cpu.close()
+
+
+def test_buckets_share_the_npus_decoder_graphs_and_the_padding_changes_no_output(tiny_fp32_pack) -> None:
+    """A static-shape provider runs the chunk graphs of buckets up to twice as short at the longest
+    one's frame count (fewer graphs to compile for the NPU); the runner pads the cross-attention K/V
+    with masked frames, which changes nothing: the same tokens and logits as the bucket's own frames."""
+    pack = tiny_fp32_pack
+    rt = Runtime(pack, "cpu")
+    assert {b: rt.static_decoder_frames(b) for b in pack.buckets} == {
+        3: 300, 4: 300, 5: 300, 6: 300, 10: 500, 20: 1500, 30: 1500}
+    assert [rt.decoder_frames(b) for b in pack.buckets] == [50 * b for b in pack.buckets]  # the CPU: its own
+    per_bucket = {(pack.encoder_file(b), None) for b in pack.buckets} | {
+        (pack.decoder_file(b, s, k), 50 * b) for b in pack.buckets for s, k in pack.decoder_chunks(b)} | {
+        (pack.verifier(b)[0], 50 * b) for b in pack.buckets if pack.verifier(b)}
+    units = rt.npu_units()
+    assert {f for _, f in units} == {None, 300, 500, 1500}
+    print(f"NPU graphs: {len(units)} with shared frame counts, {len(per_bucket)} with one per bucket")
+    assert len(units) == 21 and len(per_bucket) == 38
+    assert Runtime(pack, "cpu", npu_buckets=(3, 10)).static_decoder_frames(4) == 50 * 4  # no prepared bucket serves it
+
+    model = OnnxAcousticModel(pack, rt)
+    audio = (0.1 * np.random.default_rng(1).standard_normal(16000 * 4)).astype(np.float32)
+    enc = model.encode(audio)
+    assert enc.bucket == 4 and enc.total_frames == 200
+    sp = pack.special
+    prompt = [sp.sot, sp.languages["en"], sp.transcribe, sp.notimestamps]
+    outputs = []
+    for frames in (200, 300):
+        rt.decoder_frames = lambda bucket, frames=frames: frames  # type: ignore[method-assign]
+        run = model.decoder(enc)
+        seq, outs = list(prompt), []
+        for start, size in model.chunk_plan(enc.bucket, False)[:3]:
+            forced = np.array([seq[p] if p < len(seq) else -1 for p in range(start + 1, start + size)], np.int64)
+            out = run.run(start, size, seq[start], forced)
+            seq += [int(t) for t in out.tokens[len(seq) - start - 1:]]
+            outs.append(out)
+        outputs.append((seq, outs))
+    (seq_own, own), (seq_padded, padded) = outputs
+    assert seq_own == seq_padded
+    for a, b in zip(own, padded, strict=True):
+        assert a.attn_last.shape == b.attn_last.shape  # the real frames only
+        for name in ("token_logit", "eot_logit", "logsumexp", "attn_last", "attn_align"):
+            np.testing.assert_allclose(getattr(b, name), getattr(a, name), rtol=1e-5, atol=1e-5)
+    model.close()
 
 
 @pytest.mark.qnn

@@ -100,3 +100,30 @@ def test_a_shared_context_is_one_binary_and_where_it_cannot_load_one_per_graph_r
     assert info.chosen == "QNN-HTP" and info.fallbacks == ()
     assert len(out) == 2 and np.isfinite(out[0]).all()
     rt.close()
+
+
+def test_the_emulator_cannot_load_a_weight_shared_context_by_onnx_runtimes_own_recipe(tmp_path) -> None:
+    """Why the runtime never loads the shared layout on x86-64: ONNX Runtime's own recipe
+    (benchmarks/qnn_weight_sharing_repro.py: two 64x64 MatMul models, one shared context) generates
+    fine and dies loading (SIGSEGV in libQnnHtp.so), while the same models one context each load
+    and run. If this starts failing, the emulator can load it: measure the shared layout and drop the guard."""
+    if not Host.current().qnn_emulated:
+        pytest.skip("the limit is the x86-64 emulator's")
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "qnn_weight_sharing_repro.py"
+
+    def step(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+
+    for layout in ("shared", "pergraph"):
+        gen = step("gen", layout, str(tmp_path / layout))
+        assert gen.returncode == 0, gen.stderr[-2000:]
+    assert len(list((tmp_path / "shared").glob("*.bin"))) == 1 and len(list((tmp_path / "pergraph").glob("*.bin"))) == 2
+    per_graph = step("load", str(tmp_path / "pergraph"))
+    assert per_graph.returncode == 0 and "loaded and ran" in per_graph.stdout, per_graph.stderr[-2000:]
+    shared = step("load", str(tmp_path / "shared"))
+    assert shared.returncode != 0, "the x86-64 HTP emulator loaded a weight-shared context: drop the guard in Runtime._open"
+    assert "loaded and ran" not in shared.stdout
