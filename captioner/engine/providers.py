@@ -18,7 +18,7 @@ import onnxruntime as ort
 
 from captioner.core import Provider
 
-__all__ = ["QNN_EP", "Attempt", "Candidate", "Host", "plan_candidates", "qnn_devices"]
+__all__ = ["CPU_EP", "QNN_EP", "Attempt", "Candidate", "Host", "plan_candidates", "qnn_devices"]
 
 logger = logging.getLogger(__name__)
 

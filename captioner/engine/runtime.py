@@ -37,6 +37,10 @@ only a graph outside the pack (the bench's) is read with it. MatMul/Gemm weight 
 disabled on the CPU provider (``session.disable_prepacking``), because ORT prepacks a shared
 initializer into a private copy per session: measured with a 80 MB weight file and four sessions,
 +330 MB with prepacking against +0 MB without, and sessions are created ~8× faster.
+CPU variant: a pack may carry a second set of graphs for the CPU provider over the same
+``weights.bin`` (``Pack.cpu_file``; Windows ARM64 packs get int8 ones beside the NPU's fp32 graphs),
+so the CPU, chosen or fallen back to, keeps the int8 speed-up; every other provider runs the main
+graphs. The choice is made per session, so a fallback mid-session moves to the variant too.
 Host threads: numpy's BLAS (OpenBLAS in the numpy wheels, Windows ARM64 included) runs its own
 thread pool whose threads busy-wait after every call, so the log-mel matrix product just before the
 encoder left a spinning thread competing with ONNX Runtime's (whisper-base, 6 s encoder on 2 cores:
@@ -114,7 +118,7 @@ import numpy as np
 import onnxruntime as ort
 
 from captioner.core import PROVIDERS, Provider
-from captioner.engine.providers import QNN_EP, Attempt, Candidate, Host, plan_candidates
+from captioner.engine.providers import CPU_EP, QNN_EP, Attempt, Candidate, Host, plan_candidates
 from captioner.errors import ModelError, ProviderError
 from captioner.models.pack import FRAMES_DIM, WeightRef
 
@@ -691,11 +695,14 @@ class Runtime:
 
     # -- internals ----------------------------------------------------------------------------
     def _create(self, graph: Path, frames: int | None) -> ort.InferenceSession:
-        inits = self.pack.graph_weights(graph)
-        if inits is None:
-            inits = _external_initializers(graph, self.pack.weights_file().name)
+        requested = graph
         while True:
             cand = self._current
+            # the CPU runs the pack's CPU variant of the graph where it has one (int8 beside the NPU's fp32)
+            graph = self.pack.cpu_file(requested) if cand.ep_name == CPU_EP else requested
+            inits = self.pack.graph_weights(graph)
+            if inits is None:
+                inits = _external_initializers(graph, self.pack.weights_file().name)
             t0 = time.perf_counter()
             fixed = frames if cand.static_shapes else None
             try:
@@ -874,7 +881,7 @@ def _fit_for_pack(cand: Candidate | Attempt, pack: Pack) -> Candidate | Attempt:
 def _identities(pack: Pack) -> dict[Path, tuple[int, int]]:
     """(size, mtime in ns) of every graph file of ``pack`` now, to notice a pack changed later."""
     ids = {}
-    for graph in pack.graph_files():
+    for graph in [*pack.graph_files(), *pack.cpu_graph_files()]:
         try:
             st = graph.stat()
         except OSError:

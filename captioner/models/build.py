@@ -53,6 +53,7 @@ BUCKETS = (3, 4, 5, 6, 10, 20, 30)
 SHORT_MAX_S = 6  # buckets up to this decode the round's 30 positions; longer ones up to max_positions
 WEIGHTS_FILE = "weights.bin"
 VOCAB_FILE = "tokens.json"
+CPU_PREFIX = "cpu_"  # file names of the CPU variant's graphs (BuildOptions.cpu_variant)
 INT8_MIN_WIDTH = 512  # d_model from which ``layers="auto"`` gives int8 layers (base and up; tiny keeps fp32)
 
 
@@ -89,6 +90,13 @@ class BuildOptions:
             ``decoder_graph._Logits``), ``"fp32"``, or ``"auto"``: fp32 for the Conv lowering and
             on Windows ARM64 (the packs the NPU runs: QNN's HTP has no MatMulInteger, and a graph
             it cannot run whole would be split with the CPU), int8 otherwise.
+        cpu_variant: a second set of graphs for the CPU in the same pack (manifest ``cpu_variant``),
+            over the same ``weights.bin``: ``"int8"`` (int8 vocabulary ranking and int8 layers),
+            ``"none"``, or ``"auto"``: where the main graphs are the NPU's (Windows ARM64, fp32:
+            QNN has no int8 MatMul), the graphs a CPU pack gets there (``vocab``/``layers``
+            ``"auto"`` off the NPU host: int8 vocabulary, int8 layers from
+            :data:`INT8_MIN_WIDTH`), so a CPU fallback or ``--provider cpu`` keeps the int8
+            speed-up; none elsewhere. No variant is written when it would equal the main graphs.
         layers: the weights of the encoder's and decoder's linear layers: ``"int8"`` (one scale
             per output; each input row quantised on the fly, ``GraphBuilder.linear``), ``"fp32"``,
             or ``"auto"``: as ``vocab`` for models at least :data:`INT8_MIN_WIDTH` wide, fp32 for
@@ -109,6 +117,7 @@ class BuildOptions:
     vocab: str = "auto"
     verify_chunk: int = 5
     layers: str = "auto"
+    cpu_variant: str = "auto"
 
     @property
     def vocab_projection(self) -> str:
@@ -124,8 +133,18 @@ class BuildOptions:
     def _auto_int8(self) -> str:
         """int8 for the CPU packs; fp32 for the Conv lowering and on Windows ARM64, the packs the
         NPU runs (QNN's HTP has no MatMulInteger: a graph it cannot run whole is split with the CPU)."""
-        npu_host = sys.platform == "win32" and platform.machine().lower() in ("arm64", "aarch64")
-        return "fp32" if self.linear == "conv" or npu_host else "int8"
+        return "fp32" if self.linear == "conv" or _npu_host() else "int8"
+
+    def cpu_weights(self, d_model: int) -> tuple[str, str] | None:
+        """(vocab, layers) of the CPU variant for a model of width ``d_model``, or None when the pack
+        gets none (``cpu_variant`` resolved; the class docstring)."""
+        if self.cpu_variant == "none" or (self.cpu_variant == "auto" and not _npu_host()):
+            return None
+        vocab, layers = "int8", "int8"
+        if self.cpu_variant == "auto":  # what vocab/layers "auto" give a CPU pack off the NPU host
+            layers = "int8" if d_model >= INT8_MIN_WIDTH else "fp32"
+        main = (self.vocab_projection, self.layer_weights(d_model))
+        return None if (vocab, layers) == main and self.linear == "matmul" else (vocab, layers)
 
     def schedules(self) -> dict[str, tuple[int, ...]]:
         """Chunk sizes per schedule: head + ⌈tail_positions / tail_chunk⌉ × tail_chunk."""
@@ -144,6 +163,8 @@ class BuildOptions:
             raise PackBuildError(f"layers must be auto, fp32 or int8, not {self.layers!r}")
         if self.layers == "int8" and self.linear != "matmul":
             raise PackBuildError("int8 layers need the matmul lowering")
+        if self.cpu_variant not in ("auto", "none", "int8"):
+            raise PackBuildError(f"cpu_variant must be auto, none or int8, not {self.cpu_variant!r}")
         if not self.buckets or any(b <= 0 or 50 * b > n_audio_ctx for b in self.buckets):
             raise PackBuildError(f"buckets must be between 1 and {n_audio_ctx // 50} seconds, not {self.buckets}")
         if self.verify_chunk < 2:
@@ -155,6 +176,11 @@ class BuildOptions:
             raise PackBuildError(f"the schedule heads must cover the same positions to share the tail: {self.heads}")
         if self.max_positions + 1 > n_text_ctx:
             raise PackBuildError(f"max_positions {self.max_positions} exceeds the model's {n_text_ctx} positions")
+
+
+def _npu_host() -> bool:
+    """Windows ARM64: the packs built here are the NPU's (fp32 graphs, ``BuildOptions``)."""
+    return sys.platform == "win32" and platform.machine().lower() in ("arm64", "aarch64")
 
 
 def chunk_plan(options: BuildOptions) -> dict[int, list[tuple[int, int]]]:
@@ -281,11 +307,12 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
     graphs = sorted({(slots[str(b)], size, known.get((start, size), 1)) for b in plan for start, size in plan[b]})
     # a verifier per cache of the long buckets: closing rounds check their draft words with it
     verify_slots = sorted({slots[str(b)] for b in plan if b > SHORT_MAX_S})
-    total = len(plan) + len(graphs) + len(verify_slots)
+    cpu = options.cpu_weights(ckpt.dims.d_model)
+    per_set = len(plan) + len(graphs) + len(verify_slots)
+    total = per_set * (2 if cpu else 1)
     done = 0
     store = WeightStore(root / WEIGHTS_FILE, options.precision)
     layers = options.layer_weights(ckpt.dims.d_model)
-    int8 = layers == "int8"
     encoders: dict[str, str] = {}
     decoders: list[dict] = []
     verifiers: dict[str, dict] = {}
@@ -298,32 +325,41 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
         if progress:
             progress(done, total, file)
 
-    try:
+    def write_set(prefix: str, linear: str, vocab: str, int8: bool) -> dict[str, str]:
+        """Write one set of graphs (file names ``prefix`` + the main set's); main name -> file."""
+        names: dict[str, str] = {}
+
+        def save(model: onnx.ModelProto, name: str) -> None:
+            file = prefix + name
+            graph_weights[file] = _save(model, root / file)
+            names[name] = file
+            step(file)
+
         for bucket in sorted(plan):
-            file = f"encoder_{bucket}s.onnx"
-            graph_weights[file] = _save(build_encoder(ckpt, store, bucket, options.linear,
-                                                      int8), root / file)
-            encoders[str(bucket)] = file
-            step(file)
-            for start, size in plan[bucket]:
-                k = known.get((start, size), 1)
-                decoders.append({"bucket": bucket, "start": start, "size": size, "known": k,
-                                 "file": f"{graph_name(slots[str(bucket)], size, k)}.onnx"})
+            save(build_encoder(ckpt, store, bucket, linear, int8), f"encoder_{bucket}s.onnx")
         for n_slots, size, k in graphs:
-            file = f"{graph_name(n_slots, size, k)}.onnx"
-            graph_weights[file] = _save(build_decoder_chunk(ckpt, store, size, n_slots, options.linear, k,
-                                                                 options.vocab_projection, int8=int8), root / file)
-            step(file)
+            save(build_decoder_chunk(ckpt, store, size, n_slots, linear, k, vocab, int8=int8),
+                 f"{graph_name(n_slots, size, k)}.onnx")
         for n_slots in verify_slots:
             size = options.verify_chunk
-            file = f"{graph_name(n_slots, size, size, verify=True)}.onnx"
-            graph_weights[file] = _save(build_decoder_chunk(ckpt, store, size, n_slots, options.linear, size,
-                                                                 options.vocab_projection, verify=True,
-                                                                 int8=int8), root / file)
-            verifiers[str(n_slots)] = {"file": file, "size": size}
-            step(file)
+            save(build_decoder_chunk(ckpt, store, size, n_slots, linear, size, vocab, verify=True, int8=int8),
+                 f"{graph_name(n_slots, size, size, verify=True)}.onnx")
+        return names
+
+    try:
+        write_set("", options.linear, options.vocab_projection, layers == "int8")
+        cpu_graphs = write_set(CPU_PREFIX, "matmul", cpu[0], cpu[1] == "int8") if cpu else {}
     finally:
         store.close()
+    for bucket in sorted(plan):
+        encoders[str(bucket)] = f"encoder_{bucket}s.onnx"
+        for start, size in plan[bucket]:
+            k = known.get((start, size), 1)
+            decoders.append({"bucket": bucket, "start": start, "size": size, "known": k,
+                             "file": f"{graph_name(slots[str(bucket)], size, k)}.onnx"})
+    for n_slots in verify_slots:
+        verifiers[str(n_slots)] = {"file": f"{graph_name(n_slots, options.verify_chunk, options.verify_chunk, verify=True)}.onnx",
+                                   "size": options.verify_chunk}
     (root / VOCAB_FILE).write_text(json.dumps([t.hex() for t in ckpt.token_bytes]), encoding="utf-8")
     files = {p.name: file_sha256(p) for p in sorted(root.iterdir()) if p.is_file()}
     manifest = {
@@ -346,6 +382,7 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
         "vocab": options.vocab_projection,
         "layers": layers,
         "verifiers": verifiers,
+        **({"cpu_variant": {"vocab": cpu[0], "layers": cpu[1], "graphs": cpu_graphs}} if cpu else {}),
         "weights": WEIGHTS_FILE,
         "weights_index": store.index,
         "graph_weights": graph_weights,

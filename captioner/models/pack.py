@@ -12,6 +12,8 @@ engine never meets a half-formed pack. Layout of a pack directory::
     decoder_s25_k5.onnx ...    one decoder chunk graph per (cache slots, chunk size, known steps),
                                shared by the buckets with that cache (any number of encoder frames);
                                the manifest maps every (bucket, start, size) of the chunk plan to one
+    cpu_encoder_3s.onnx ...    optional: the CPU variant of every graph (manifest ``cpu_variant``),
+                               e.g. int8 beside the NPU's fp32 graphs, over the same weights.bin
 
 Weight sharing contract for the runtime: every initializer stored in ``weights.bin`` (the ONNX
 ``data_location == EXTERNAL`` ones) has the same name and the same bytes in every graph of the pack,
@@ -233,6 +235,10 @@ class Pack:
             packs without the field: fp32.
         token_bytes: id -> raw bytes of that single token (specials as their ``<|...|>`` text).
         pack_hash: hex sha256 of ``manifest.json`` (key of EP-context caches).
+        cpu_vocab, cpu_layers: the vocabulary projection and layer weights of the pack's CPU variant
+            (manifest ``cpu_variant``: a second set of graphs over the same ``weights.bin`` that the
+            CPU provider runs instead of the main ones, e.g. int8 beside the NPU's fp32;
+            ``BuildOptions.cpu_variant``); None when the pack has none (older packs too).
     """
 
     root: Path
@@ -252,10 +258,13 @@ class Pack:
     pack_hash: str
     vocab: str
     layers: str
+    cpu_vocab: str | None
+    cpu_layers: str | None
     _encoders: Mapping[int, str] = field(repr=False)
     _decoders: Mapping[tuple[int, int, int], tuple[str, int]] = field(repr=False)
     _verifiers: Mapping[int, tuple[str, int]] = field(repr=False)
     _graph_weights: Mapping[str, tuple[WeightRef, ...]] = field(repr=False)
+    _cpu_graphs: Mapping[str, str] = field(repr=False)
 
     def encoder_file(self, bucket: int) -> Path:
         """The encoder graph of ``bucket`` seconds; ModelError if the pack has no such bucket."""
@@ -337,6 +346,17 @@ class Pack:
         ver = [self.root / self._verifiers[s][0] for s in sorted(self._verifiers)]
         return enc + list(dec) + ver
 
+    def cpu_file(self, graph: Path | str) -> Path:
+        """The graph the CPU provider runs for ``graph`` (a main graph of this pack): its CPU
+        variant where the pack has one, else ``graph`` itself."""
+        graph = Path(graph)
+        variant = self._cpu_graphs.get(graph.name) if graph.parent == self.root else None
+        return self.root / variant if variant else graph
+
+    def cpu_graph_files(self) -> list[Path]:
+        """The CPU variant's graphs (none for a pack without one)."""
+        return [self.root / f for f in self._cpu_graphs.values()]
+
     @classmethod
     def load(cls, root: Path | str, *, verify: bool = False) -> Pack:
         """Read and validate the pack in ``root``.
@@ -396,8 +416,15 @@ class Pack:
         slots = {int(b): int(s) for b, s in manifest["cache_slots"].items()}
         if set(slots) != set(buckets):
             raise ModelError(f"{mpath}: cache_slots {sorted(slots)} do not match the buckets {buckets}")
-        graph_weights = _graph_weights(manifest, mpath, [*encoders.values(), *(f for f, _ in decoders.values()),
-                                                         *(f for f, _ in verifiers.values())])
+        main_graphs = {*encoders.values(), *(f for f, _ in decoders.values()), *(f for f, _ in verifiers.values())}
+        variant = manifest.get("cpu_variant")
+        cpu_graphs = {str(k): str(v) for k, v in variant["graphs"].items()} if variant else {}
+        if variant and set(cpu_graphs) != main_graphs:
+            raise ModelError(f"{mpath}: cpu_variant does not name a CPU graph for every graph of the pack")
+        for name in cpu_graphs.values():
+            if name not in files:
+                raise ModelError(f"{mpath} does not list {name} in 'files'")
+        graph_weights = _graph_weights(manifest, mpath, [*main_graphs, *cpu_graphs.values()])
         if verify:
             for name, digest in files.items():
                 if file_sha256(root / name) != digest:
@@ -421,10 +448,13 @@ class Pack:
             pack_hash=pack_hash,
             vocab=str(manifest.get("vocab", "fp32")),
             layers=str(manifest.get("layers", "fp32")),
+            cpu_vocab=str(variant["vocab"]) if variant else None,
+            cpu_layers=str(variant["layers"]) if variant else None,
             _encoders=MappingProxyType(encoders),
             _decoders=MappingProxyType(decoders),
             _verifiers=MappingProxyType(verifiers),
             _graph_weights=MappingProxyType(graph_weights),
+            _cpu_graphs=MappingProxyType(cpu_graphs),
         )
 
 
