@@ -113,12 +113,13 @@ def pack_problems(root: Path | str, *, checksums: bool = True) -> list[str]:
                     problems.append(f"{root / MANIFEST}: bucket {bucket} s lacks the chunk ({start}, {size})")
         if problems:
             return problems  # corrupt files make the graph checks below noisy
-        problems += _graph_problems(pack, pack.encoder_file(bucket), bucket, None)
-        graph_sizes = {pack.decoder_file(bucket, *chunk): chunk[1] for chunk in sorted(chunks)}
+        graph_sizes: dict[Path, int | None] = {pack.encoder_file(bucket): None}
+        graph_sizes |= {pack.decoder_file(bucket, *chunk): chunk[1] for chunk in sorted(chunks)}
         for path, size in graph_sizes.items():
-            if path not in checked:
-                checked.add(path)
-                problems += _graph_problems(pack, path, bucket, size)
+            for variant in dict.fromkeys((path, pack.cpu_file(path))):  # the CPU variant keeps the contract
+                if variant not in checked:
+                    checked.add(variant)
+                    problems += _graph_problems(pack, variant, bucket, size)
     return problems
 
 

@@ -20,6 +20,7 @@ from captioner.errors import ModelError
 from captioner.models import build
 from captioner.models.build import BuildOptions, build_pack
 from captioner.models.pack import Pack
+from captioner.models.verify import pack_problems
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,7 @@ def test_a_cpu_variant_is_a_second_graph_set_over_the_same_weights(packs) -> Non
     assert max(sizes["int8"], sizes["fp32"]) < sizes["both"] < sizes["int8"] + sizes["fp32"] and shared
     print("weights.bin: fp32 {fp32} B, int8 {int8} B, fp32 + int8 CPU variant {both} B".format(**sizes))
     assert Pack.load(both.root, verify=True).cpu_layers == "int8"  # every file listed with its sha256
+    assert pack_problems(both.root) == []  # the variant's graphs keep the graph contract too
 
 
 def test_the_cpu_runs_the_variant_and_gives_the_int8_packs_outputs(packs, tmp_path) -> None:
@@ -124,6 +126,12 @@ def test_a_variant_that_misses_a_graph_is_refused(packs, tmp_path) -> None:
     (copy / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ModelError, match="cpu_variant"):
         Pack.load(copy)
+    broken = tmp_path / "broken"
+    shutil.copytree(packs["both"].root, broken)
+    manifest = json.loads((broken / "manifest.json").read_text())
+    manifest["cpu_variant"]["graphs"]["encoder_3s.onnx"] = "cpu_encoder_4s.onnx"  # another bucket's encoder
+    (broken / "manifest.json").write_text(json.dumps(manifest))
+    assert any("cpu_encoder_4s.onnx" in p and "mel has shape" in p for p in pack_problems(broken, checksums=False))
 
 
 def test_an_npu_host_build_of_a_wide_model_gets_int8_cpu_graphs(tmp_path, monkeypatch) -> None:
