@@ -115,11 +115,11 @@ def pack_problems(root: Path | str, *, checksums: bool = True) -> list[str]:
             return problems  # corrupt files make the graph checks below noisy
         graph_sizes: dict[Path, int | None] = {pack.encoder_file(bucket): None}
         graph_sizes |= {pack.decoder_file(bucket, *chunk): chunk[1] for chunk in sorted(chunks)}
-        for path, size in graph_sizes.items():
+        for path, chunk_size in graph_sizes.items():
             for variant in dict.fromkeys((path, pack.cpu_file(path))):  # the CPU variant keeps the contract
                 if variant not in checked:
                     checked.add(variant)
-                    problems += _graph_problems(pack, variant, bucket, size)
+                    problems += _graph_problems(pack, variant, bucket, chunk_size)
     return problems
 
 
