@@ -178,9 +178,12 @@ def load_manifest(path: Path | Sequence[Path], kinds: Sequence[str] | None = Non
                   half: str = "both", rotate: bool = False) -> list[Item]:
     """The items of one or several ``manifest.jsonl`` files (each one's audio paths relative to its own
     folder; several manifests' items in the order given), optionally only those of ``kinds``, of one
-    ``half`` (``"tune"``, ``"check"``; :func:`split_halves` over all the manifests' entries together,
-    so the split depends neither on the filters nor on which manifest holds a speaker) and at most
-    ``limit`` per kind (manifest order).
+    ``half`` (``"tune"``, ``"check"``) and at most ``limit`` per kind (manifest order).
+
+    The halves are :func:`split_halves` of each manifest on its own, joined (a speaker already placed
+    by an earlier manifest keeps its half): a manifest's split does not depend on the filters nor on
+    the manifests given with it, so the development corpus keeps its halves when a corpus of new
+    speakers is added, and each added corpus has its kinds balanced over both halves.
 
     Raises:
         CaptionerError: unreadable file, a line that is not a JSON object with the required fields,
@@ -193,7 +196,9 @@ def load_manifest(path: Path | Sequence[Path], kinds: Sequence[str] | None = Non
         raise CaptionerError(f"unknown half {half!r}; choose tune, check or both")
     entries: list[tuple[Path, dict]] = []
     seen: dict[str, Path] = {}
+    halves: dict[str, str] = {}
     for one in paths:
+        first = len(entries)
         try:
             lines = one.read_text(encoding="utf-8").splitlines()
         except OSError as exc:
@@ -213,7 +218,8 @@ def load_manifest(path: Path | Sequence[Path], kinds: Sequence[str] | None = Non
                 raise CaptionerError(f"{one}:{n}: id {key!r} is also in {seen[key]}")
             seen[key] = one
             entries.append((one, entry))
-    halves = split_halves([e for _, e in entries], rotate)
+        for speaker, side in split_halves([e for _, e in entries[first:]], rotate).items():
+            halves.setdefault(speaker, side)
     items: list[Item] = []
     per_kind: dict[str, int] = {}
     for one, entry in entries:

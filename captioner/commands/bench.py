@@ -64,7 +64,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     acc = p.add_argument_group("accuracy section (real speech; needs --model)")
     acc.add_argument("--manifest", type=Path, action="append", metavar="JSONL",
                      help="speech items with references (the development corpus' manifest.jsonl format); "
-                          "repeatable: the items of all manifests are split into halves together")
+                          "repeatable: each manifest is split into the two halves on its own (a speaker keeps the half "
+                          "of the first manifest that has them)")
     acc.add_argument("--kinds", metavar="K,K", help="only items of these kinds (comma-separated)")
     acc.add_argument("--limit", type=int, metavar="N", help="at most N items of each kind")
     acc.add_argument("--half", choices=("tune", "check", "both"), default="both",

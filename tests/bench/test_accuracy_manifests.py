@@ -1,6 +1,6 @@
-"""The accuracy bench reads several manifests at once (the development corpus and the repository's
-``corpus/``): each one's audio paths relative to its own folder, one speaker split into halves
-over all of them together."""
+"""The accuracy bench reads several manifests at once (the development corpus and the new-speaker
+``corpus/``): each one's audio paths relative to its own folder, each manifest split into the two
+speaker halves on its own (adding a corpus leaves the others' halves as they were)."""
 
 from __future__ import annotations
 
@@ -27,25 +27,39 @@ def entry(id_: str, kind: str, speaker: str) -> dict:
             "speaker": speaker}
 
 
-def test_items_of_several_manifests_keep_their_own_folders_and_split_into_halves_together(tmp_path) -> None:
+def test_items_of_several_manifests_keep_their_own_folders_and_each_manifest_its_own_split(tmp_path) -> None:
     first = write(tmp_path / "dev", [entry(f"{s[0]}{i}", "k", s) for s in ("anna", "ben") for i in range(2)])
-    second = write(tmp_path / "new", [entry("c0", "k", "carl"), entry("d0", "conv", "dora"),
-                                      entry("d1", "conv", "dora"), entry("a9", "conv", "anna")])
+    second = write(tmp_path / "new", [entry("c0", "k", "carl"), entry("c1", "k", "carl"), entry("d0", "k", "dora"),
+                                      entry("e0", "conv", "eve"), entry("e1", "conv", "eve"),
+                                      entry("f0", "conv", "finn")])
     items = load_manifest([first, second])
-    assert [i.id for i in items] == ["a0", "a1", "b0", "b1", "c0", "d0", "d1", "a9"]
+    assert [i.id for i in items] == ["a0", "a1", "b0", "b1", "c0", "c1", "d0", "e0", "e1", "f0"]
     by_id = {i.id: i for i in items}
     assert by_id["a0"].audio == tmp_path / "dev" / "audio" / "a0.flac"
     assert by_id["c0"].audio == tmp_path / "new" / "audio" / "c0.flac"
-    assert by_id["a9"].half == by_id["a0"].half  # one speaker in two manifests stays in one half
     halves = {i.speaker: i.half for i in items}
-    assert halves["dora"] != halves["anna"]  # the second kind balanced over both manifests
-    assert {i.half for i in items if i.kind == "k"} == {"tune", "check"}
-    # one manifest alone is split as before
+    # the first manifest keeps the halves it has alone, the second gets its own balanced split
     assert {i.speaker: i.half for i in load_manifest(first)} == {"anna": "tune", "ben": "check"}
+    assert {i.speaker: i.half for i in load_manifest(second)} == {s: halves[s] for s in ("carl", "dora", "eve", "finn")}
+    for kind in ("k", "conv"):
+        assert {i.half for i in items if i.kind == kind and i.audio.parent.parent == tmp_path / "new"} == \
+            {"tune", "check"}
     # a half and a kind filter apply across both
     tune = load_manifest([first, second], half="tune", kinds=["conv"])
     assert [i.id for i in tune] == [i.id for i in items if i.kind == "conv" and i.half == "tune"]
     assert tune
+    # rotated, every speaker changes half
+    rotated = {i.speaker: i.half for i in load_manifest([first, second], rotate=True)}
+    assert all(rotated[s] != h for s, h in halves.items())
+
+
+def test_a_speaker_in_two_manifests_keeps_the_half_of_the_first(tmp_path) -> None:
+    first = write(tmp_path / "dev", [entry("a0", "k", "anna"), entry("b0", "k", "ben")])
+    second = write(tmp_path / "new", [entry("a9", "conv", "anna"), entry("g0", "conv", "gil"),
+                                      entry("g1", "conv", "gil")])
+    assert {i.speaker: i.half for i in load_manifest(second)}["anna"] == "check"
+    items = {i.id: i.half for i in load_manifest([first, second])}
+    assert items["a9"] == items["a0"] == "tune"
 
 
 def test_an_id_in_two_manifests_is_an_error_naming_both(tmp_path) -> None:
