@@ -36,7 +36,7 @@ from typing import Protocol
 
 import numpy as np
 
-from captioner.engine.model import AcousticModel, Encoding, VerifyingRunner
+from captioner.engine.model import AcousticModel, ChunkOutput, Encoding, VerifyingRunner
 from captioner.engine.validate import Stop, WordGuard
 
 __all__ = ["DecodeResult", "NativeValidator", "TokenValidator", "decode_round", "max_prefix"]
@@ -112,6 +112,9 @@ class DecodeResult:
         validation_ms: host time spent in the validator.
         last_peak_s: f+ of the last passed backward-shift test (seconds; 0 if none).
         drafted: tokens accepted from the draft by verifier dispatches.
+        logprobs: float [len(tokens)], each token's log-probability (its logit less the step's
+            log-sum-exp over the vocabulary); empty when the model reports no log-sum-exp.
+        eot_logprob: EOT's log-probability at the step where EOT ended the decode; None otherwise.
     """
 
     tokens: tuple[int, ...]
@@ -122,6 +125,8 @@ class DecodeResult:
     validation_ms: float
     last_peak_s: float = 0.0
     drafted: int = 0
+    logprobs: tuple[float, ...] = ()
+    eot_logprob: float | None = None
 
     @property
     def candidates(self) -> tuple[int, ...]:
@@ -132,6 +137,19 @@ class DecodeResult:
     def stop_reason(self) -> str:
         """The stop reason, ``"limit"`` when the plan ran out."""
         return "limit" if self.stop is None else self.stop.reason
+
+    @property
+    def avg_logprob(self) -> float | None:
+        """Whisper's average log-probability of the decode (openai/whisper and faster-whisper judge
+        a decode by it: below −1 it likely failed): the candidates' log-probabilities plus EOT's
+        when EOT ended it, over the candidates + 1. None when the log-probabilities are unknown.
+        With the int8 vocabulary projection the log-sum-exp is the int8 estimate (within ~0.5)."""
+        n = len(self.candidates)
+        if len(self.logprobs) < n or (n == 0 and self.eot_logprob is None):
+            return None
+        eot = self.eot_logprob if self.stop_reason == "eot" and self.eot_logprob is not None else 0.0
+        total = sum(self.logprobs[:n]) + eot
+        return total / (n + 1)
 
 
 def max_prefix(model: AcousticModel, bucket: int, prompt_len: int) -> int:
@@ -182,11 +200,12 @@ def decode_round(
     stop: Stop | None = None
     verifier = runner if draft and isinstance(runner, VerifyingRunner) and runner.verify_size > 1 else None
     drafted = 0
+    scores = _Scores()
     for start, size in plan:
         if verifier is not None and start >= n_forced and start == len(seq) - 1:
             limit = plan[-1][0] + plan[-1][1]
             d = _decode_with_draft(verifier, seq, start, limit, plan[-1][1], list(draft), n_forced, validator,
-                                   max_tokens, align_rows)
+                                   max_tokens, align_rows, scores)
             stop, chunks, decoder_ms, validation_ms, drafted = (d.stop, chunks + d.chunks, decoder_ms + d.decoder_ms,
                                                                 validation_ms + d.validation_ms, d.drafted)
             break
@@ -209,7 +228,7 @@ def decode_round(
                 if stop is not None:
                     break
             if consumed + 1 >= n_forced:
-                stop = validator.on_prediction(int(out.tokens[s]), float(out.token_logit[s]), float(out.eot_logit[s]))
+                stop = scores.predict(validator, out, s)
                 if stop is not None:
                     break
                 seq.append(int(out.tokens[s]))
@@ -232,7 +251,33 @@ def decode_round(
         validation_ms=validation_ms,
         last_peak_s=float(validator.last_peak_s),
         drafted=drafted,
+        logprobs=tuple(scores.logprobs[: len(tokens)]) if scores.known else (),
+        eot_logprob=scores.eot if scores.known else None,
     )
+
+
+class _Scores:
+    """The log-probabilities of the tokens a validator accepts, and of the EOT that ended it."""
+
+    def __init__(self) -> None:
+        self.logprobs: list[float] = []  # one per token appended to the validator's ``decoded``
+        self.eot: float | None = None
+        self.known = True  # False once a chunk reports no log-sum-exp (the scripted oracle)
+
+    def predict(self, validator: TokenValidator, out: ChunkOutput, s: int) -> Stop | None:
+        """``validator.on_prediction`` for row ``s`` of ``out``, scoring what it accepts."""
+        n = len(validator.decoded)
+        token_logit, eot_logit = float(out.token_logit[s]), float(out.eot_logit[s])
+        stop = validator.on_prediction(int(out.tokens[s]), token_logit, eot_logit)
+        if out.logsumexp is None:
+            self.known = False
+            return stop
+        lse = float(out.logsumexp[s])
+        if len(validator.decoded) > n:
+            self.logprobs.append(token_logit - lse)
+        if stop is not None and stop.reason == "eot":
+            self.eot = eot_logit - lse
+        return stop
 
 
 @dataclass(slots=True)
@@ -250,7 +295,7 @@ _MISSES = 2  # verifier dispatches in a row that confirm no draft token before t
 
 def _decode_with_draft(runner: VerifyingRunner, seq: list[int], pos: int, limit: int, chunk: int,
                        draft: list[int], n_forced: int, validator: TokenValidator, max_tokens: int,
-                       align_rows: list[np.ndarray]) -> _Drafted:
+                       align_rows: list[np.ndarray], scores: _Scores) -> _Drafted:
     """Draft decoding from position ``pos`` (``seq[pos]``, the last predicted token, not yet
     consumed) up to position ``limit`` (module docstring). Appends to ``seq`` and ``align_rows``.
 
@@ -287,7 +332,7 @@ def _decode_with_draft(runner: VerifyingRunner, seq: list[int], pos: int, limit:
             out_d.stop = validator.on_attention(out.attn_last[s])
             if out_d.stop is not None:
                 break
-            out_d.stop = validator.on_prediction(int(out.tokens[s]), float(out.token_logit[s]), float(out.eot_logit[s]))
+            out_d.stop = scores.predict(validator, out, s)
             if out_d.stop is not None:
                 break
             token = int(out.tokens[s])

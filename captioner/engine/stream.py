@@ -56,9 +56,11 @@ After the decode, by kind:
   stock Whisper on a 30 s window (§11.3, [13]).
 * **opening / reaching back**: the same, except that the drafts after the prefix are replaced
   (unchanged words keep their first-shown time [10]) instead of deduplicated.
-* **closing**: a decode heard in a window under 30 s that looks wrong (a word guard or the token
-  limit stopped it, or its text compresses more than 2.4 times) is decoded again heard in the 30 s
-  window, and the retry is kept unless it looks wrong too [23]. Its words replace the committed words of its input (``closing_replaces=False``: only
+* **closing**: a decode heard in a window under 30 s that looks wrong by Whisper's own signs (a
+  word guard or the token limit stopped it, its text compresses more than 2.4 times, or its average
+  log-probability is below −1) is decoded again heard in the 30 s window; the retry is kept when it
+  looks right, and when both look wrong the one with the higher average log-probability among those
+  that did not loop [23, 24]. Its words replace the committed words of its input (``closing_replaces=False``: only
   the words after them are added, aligned by text, else by time); one that finds no words keeps the
   drafts; nothing is carried and the utterance ends, except that a decode the chunk plan cuts short,
   or that a guard stops a second or more before the input's end, leaves the rest of the utterance to
@@ -150,8 +152,9 @@ class StreamConfig:
             Whisper hears it (a short utterance is where the 10 s window lost words on unseen
             speakers); 0 = by its length only (10, 20 or 30 s).
         closing_retry: a closing decode in a window under 30 s that looks wrong (a word guard or
-            the token limit stopped it, or its text compresses more than 2.4 times) is decoded
-            again in the 30 s window, and the retry is kept unless it looks wrong too.
+            the token limit stopped it, its text compresses more than 2.4 times, or its average
+            log-probability is below −1) is decoded again in the 30 s window; the better of the
+            two is kept (``_better``).
         opening_s: while an open utterance is at most this long (its start to the input's end), a
             live round decodes all of it from its start, heard with silence to ``opening_window_s``,
             and its words replace the utterance's drafts (deviation 20); 0 = off.
@@ -484,19 +487,22 @@ class Stream:
         draft = [t.id for t in self._log.tokens[plan.redo_from:]] if plan.redo_from is not None else []
         result = self._decode_told(encoding, prefix, validator, draft, eff_s)
         chunks, decoder_ms, validation_ms = result.chunks, result.decoder_ms, result.validation_ms
-        if plan.closes and cfg.closing_retry and plan.heard_n < FULL_N and self._looks_wrong(result):
+        wrong = self._looks_wrong(result) if plan.closes and cfg.closing_retry and plan.heard_n < FULL_N else None
+        if wrong is not None:
             # a short window's decode that looks wrong: heard again as offline Whisper hears it
             again = self.model.encode(_heard_with_silence(audio, FULL_N))
             retry = self._decode_told(again, prefix, validator, draft, eff_s)
-            logger.debug("round %d: closing decode (%s) heard again in 30 s: %r -> %r (%s)", stats["round_index"],
-                         result.stop_reason, self.vocab.decode(result.candidates), self.vocab.decode(retry.candidates),
-                         retry.stop_reason)
             stats.update(bucket=again.bucket, mel_ms=stats["mel_ms"] + again.mel_ms,
                          encoder_ms=stats["encoder_ms"] + again.encoder_ms)
             chunks, decoder_ms, validation_ms = (chunks + retry.chunks, decoder_ms + retry.decoder_ms,
                                                  validation_ms + retry.validation_ms)
-            if not self._looks_wrong(retry):
-                result = retry
+            retry_wrong = self._looks_wrong(retry)
+            kept = _better(result, wrong, retry, retry_wrong)
+            logger.debug("round %d: closing decode (%s, %s) heard again in 30 s: %r -> %r (%s, %s); kept the %s",
+                         stats["round_index"], wrong, _logprob(result), self.vocab.decode(result.candidates),
+                         self.vocab.decode(retry.candidates), retry_wrong or "fine", _logprob(retry),
+                         "retry" if kept is retry else "first")
+            result = kept
         stats.update(
             tokens=len(result.tokens),
             chunks=chunks,
@@ -520,13 +526,19 @@ class Stream:
             self._prefix, self._memory = plan.prefix, None
         return self._end_of_round(start, audio, result, stats, t_round, last, plan.closes, replaced)
 
-    def _looks_wrong(self, result: DecodeResult) -> bool:
-        """Whisper's own signs of a failed decode: a word guard or the token limit stopped it, or its
-        text compresses more than faster-whisper's threshold (a loop the guards let through)."""
+    def _looks_wrong(self, result: DecodeResult) -> str | None:
+        """Why a decode looks failed by Whisper's own signs, in this order, else None: a word guard or
+        the token limit stopped it (its stop reason); its text compresses more than 2.4 times
+        (``"compression"``: a loop the guards let through); its average log-probability is below
+        −1 (``"logprob"``; openai/whisper's and faster-whisper's thresholds)."""
         if result.stop_reason in _LOOKS_WRONG_STOPS:
-            return True
-        text = self.vocab.text_bytes(t for t in result.candidates if t < self.vocab.eot)
-        return len(text) > _COMPRESSION_RATIO * len(zlib.compress(text)) if text else False
+            return result.stop_reason
+        if _compression_ratio(self.vocab.text_bytes(t for t in result.candidates if t < self.vocab.eot)) > _COMPRESSION_RATIO:
+            return "compression"
+        logprob = result.avg_logprob
+        if logprob is not None and logprob < _LOGPROB_FLOOR:
+            return "logprob"
+        return None
 
     def _nothing_decoded(self, start: int, audio: np.ndarray, stats: dict, t_round: float, last: bool, reason: str):
         """§2.6: no emission, state untouched, the last ≤ 2 × step carried (final round: the
@@ -830,10 +842,36 @@ class Stream:
 
 _LOOKS_WRONG_STOPS = ("limit", "repetition", "nonspeech")  # a closing decode so stopped is decoded again in 30 s
 _COMPRESSION_RATIO = 2.4  # ... and one whose text compresses more (faster-whisper's threshold)
+_LOGPROB_FLOOR = -1.0  # ... or whose average log-probability is lower (openai/whisper's, faster-whisper's)
+_REPETITIVE = ("limit", "repetition", "compression")  # failures that say a decode looped
 _DECODE_REST = ("limit", "repetition", "nonspeech")  # closing stops after which the rest is decoded again
 _REST_MIN_N = SAMPLE_RATE  # ... when a guard stopped it at least this long before the input's end
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
+
+
+def _compression_ratio(text: bytes) -> float:
+    """Bytes of ``text`` over bytes of its zlib compression (0 for no text), as faster-whisper."""
+    return len(text) / len(zlib.compress(text)) if text else 0.0
+
+
+def _logprob(result: DecodeResult) -> str:
+    lp = result.avg_logprob
+    return "avg logprob ?" if lp is None else f"avg logprob {lp:.2f}"
+
+
+def _better(first: DecodeResult, first_wrong: str | None, retry: DecodeResult, retry_wrong: str | None) -> DecodeResult:
+    """The closing decode kept of a first decode and its retry (faster-whisper's choice among its
+    attempts): the retry when it looks right (or the first, when only the first does); when both
+    look wrong, the one with the higher average log-probability among those that did not loop
+    (:data:`_REPETITIVE`), else among both; on a tie or unknown log-probabilities, the first."""
+    if retry_wrong is None or first_wrong is None:
+        return retry if retry_wrong is None else first
+    pool = [(r, w) for r, w in ((first, first_wrong), (retry, retry_wrong)) if w not in _REPETITIVE]
+    if len(pool) == 1:
+        return pool[0][0]
+    a, b = first.avg_logprob, retry.avg_logprob
+    return retry if a is not None and b is not None and b > a else first
 
 
 def _heard_with_silence(audio: np.ndarray, n: int) -> np.ndarray:

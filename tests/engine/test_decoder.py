@@ -44,7 +44,8 @@ class ScriptedRunner:
                 tokens[s], eot[s] = V.punct[0], 2.0
             elif q in m.eot_real:  # EOT wins, the runner-up is a real word
                 eot[s] = 2.0
-        return ChunkOutput(tokens, np.ones(size, np.float32), eot, attn, attn * 2, elapsed_ms=1.5)
+        lse = None if m.lse is None else np.full(size, m.lse, np.float32)
+        return ChunkOutput(tokens, np.ones(size, np.float32), eot, attn, attn * 2, elapsed_ms=1.5, logsumexp=lse)
 
 
 class ScriptedModel:
@@ -52,8 +53,9 @@ class ScriptedModel:
     provider = "test"
     buckets = (3, 30)
 
-    def __init__(self, script, gen_start, eot_at=(), eot_real=()):
+    def __init__(self, script, gen_start, eot_at=(), eot_real=(), lse=None):
         self.script, self.gen_start, self.eot_at, self.eot_real = list(script), gen_start, set(eot_at), set(eot_real)
+        self.lse = lse  # the log-sum-exp every step reports (None: not reported, as the oracle)
         self.calls: list[tuple] = []
 
     def chunk_plan(self, bucket, prefixed):
@@ -143,3 +145,21 @@ def test_native_decode_refuses_eot_before_the_floor():
 
 def test_max_prefix_leaves_the_first_two_chunks_to_the_prompt():
     assert max_prefix(ScriptedModel([], 4), 3, len(PROMPT)) == 6
+
+
+def test_the_decode_reports_whisper_average_log_probability():
+    # every token's logit 1 and EOT's 2 against a log-sum-exp of 3: token log-probability −2, EOT's −1
+    m = ScriptedModel(words(30), gen_start=6, eot_at={3}, lse=3.0)
+    res = decode_round(m, encoding(), PROMPT, [V.word[100], V.subword[0]], RoundValidator(VOCAB, input_s=3.0))
+    assert res.logprobs == (-2.0, -2.0, -2.0) and res.eot_logprob == -1.0
+    assert res.avg_logprob == pytest.approx((3 * -2.0 - 1.0) / 4)  # openai/whisper: over the tokens + 1 (EOT)
+    # a guard stop: the candidates before it, no EOT
+    script = [*words(3), V.word[3], V.word[3], V.word[3], *words(10)]
+    res = decode_round(ScriptedModel(script, gen_start=4, lse=3.0), encoding(), PROMPT, [],
+                       RoundValidator(VOCAB, input_s=3.0))
+    assert res.stop.reason == "repetition" and res.eot_logprob is None
+    assert res.avg_logprob == pytest.approx(3 * -2.0 / 4)
+    # a model that reports no log-sum-exp (the policy tests' oracle): unknown
+    res = decode_round(ScriptedModel(words(30), gen_start=4, eot_at={3}), encoding(), PROMPT, [],
+                       RoundValidator(VOCAB, input_s=3.0))
+    assert res.logprobs == () and res.avg_logprob is None

@@ -29,6 +29,12 @@ def _attention_tolerance(model: OnnxAcousticModel) -> float:
     return 1e-4 if model.pack.layers == "fp32" else 1e-2
 
 
+_LOGPROB_TOLERANCE = 0.3  # log-sum-exp of a batched row against a sequential one: with the int8-ranked
+# vocabulary projection it is the int8 estimate of the row (seen: up to 0.23 apart); a decode's average
+# log-probability differs far less (_AVG_TOLERANCE)
+_AVG_TOLERANCE = 0.05
+
+
 class Counting:
     """The real model with a count of its decoder dispatches (verifier vs sequential chunks)."""
 
@@ -110,7 +116,18 @@ def test_verifier_rows_are_the_sequential_predictions(model, closing) -> None:
     seq_out = runner.run(pos, 6, seq[pos], np.full(5, -1, np.int64))
     assert [int(t) for t in seq_out.tokens[:5]] == seq[pos + 1 : pos + 6]
     assert np.abs(out.token_logit - seq_out.token_logit[:5]).max() < 1e-3
+    assert np.abs(out.logsumexp - seq_out.logsumexp[:5]).max() < _LOGPROB_TOLERANCE
     assert np.abs(out.attn_align - seq_out.attn_align[:5]).max() < _attention_tolerance(model)
+
+
+def test_clean_speech_decodes_with_a_high_average_log_probability(model, closing) -> None:
+    """Whisper's own confidence on the real clips it transcribes well: every token's log-probability
+    is at most ~0 and the decode's average is above −1 (the closing retry's floor, stream.py)."""
+    for encoding, input_s in closing:
+        result = decode(model, encoding, input_s)
+        assert result.stop_reason == "eot" and len(result.logprobs) == len(result.tokens)
+        assert max(result.logprobs) < _LOGPROB_TOLERANCE  # the int8 projection's log-sum-exp is an estimate
+        assert -1.0 < result.avg_logprob < 0.0
 
 
 @pytest.mark.parametrize("index", range(len(CLIPS)))
@@ -135,6 +152,10 @@ def test_any_draft_gives_the_greedy_tokens(model, closing, index) -> None:
         assert result.stop_reason == greedy.stop_reason, name
         assert result.attn_align.shape == greedy.attn_align.shape
         assert np.abs(result.attn_align - greedy.attn_align).max() < _attention_tolerance(model), name
+        # the log-probabilities too (a verifier row's log-sum-exp is the sequential step's)
+        assert len(result.logprobs) == len(tokens) and result.eot_logprob is not None, name
+        assert np.abs(np.subtract(result.logprobs, greedy.logprobs)).max() < _LOGPROB_TOLERANCE, name
+        assert abs(result.avg_logprob - greedy.avg_logprob) < _AVG_TOLERANCE, name
         if name == "right":
             # the draft confirmed whole: after the head (which predicts the first tokens of an English-only
             # prompt itself), a verifier dispatch per 5 tokens and no sequential chunk

@@ -348,3 +348,37 @@ def test_a_prefix_too_long_for_the_plan_is_not_forced():
     stream._prefix = tuple(V.word[100:107])  # 7 tokens + 4 prompt tokens > the first two chunks (10)
     run_stream(stream, script.audio, clock)
     assert model.prefixes[0] == []
+
+
+def test_a_closing_decode_is_judged_by_whisper_signs_and_the_better_attempt_kept():
+    """The closing retry's criteria, in their order (a guard or the token limit, compression ratio
+    > 2.4, average log-probability < −1), and which of a first decode and its 30 s retry is kept."""
+    from captioner.engine.decoder import DecodeResult
+    from captioner.engine.stream import _better
+    from captioner.engine.validate import Stop
+
+    stream, _, _ = stream_of(words_script([(0.2, 0.6)], total_s=2.0), step_s=2.0)
+    words = list(V.word[:6])
+
+    def result(tokens, logprob, stop: Stop | str | None = "eot"):
+        n = len(tokens)
+        stop = Stop("eot", n) if stop == "eot" else stop
+        return DecodeResult(tuple(tokens), np.zeros((n, 150), np.float32), stop, 1, 0.0, 0.0,
+                            logprobs=(logprob,) * n, eot_logprob=logprob)
+
+    fine = result(words, -0.3)
+    assert stream._looks_wrong(fine) is None
+    assert stream._looks_wrong(result(words, -1.2)) == "logprob"  # (−1.2 · 7) / 7
+    assert stream._looks_wrong(result(words * 8, -0.1)) == "compression"  # the same 6 words 8 times
+    assert stream._looks_wrong(result(words, -1.2, Stop("repetition", 3))) == "repetition"  # a guard first
+    assert stream._looks_wrong(result(words, -2.0, None)) == "limit"  # None: the plan ran out
+    unknown = DecodeResult(tuple(words), np.zeros((6, 150), np.float32), Stop("eot", 6), 1, 0.0, 0.0)
+    assert unknown.avg_logprob is None and stream._looks_wrong(unknown) is None  # no log-sum-exp: not judged by it
+
+    low, lower, loop = result(words, -1.2), result(words, -1.5), result(words, -0.2, Stop("repetition", 3))
+    assert _better(low, "logprob", fine, None) is fine  # the retry looks right
+    assert _better(low, "logprob", lower, "logprob") is low  # both wrong: the higher average
+    assert _better(lower, "logprob", low, "logprob") is low
+    assert _better(loop, "repetition", lower, "logprob") is lower  # a decode that looped loses to one that did not
+    assert _better(lower, "logprob", loop, "repetition") is lower
+    assert _better(loop, "repetition", unknown, "limit") is loop  # both looped, unknown: the first
