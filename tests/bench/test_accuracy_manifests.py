@@ -79,3 +79,12 @@ def test_the_bench_takes_manifest_more_than_once(tmp_path, capsys) -> None:
             "--manifest", str(second)]
     assert cli.run(argv, AppPaths.default(tmp_path / "home")) == 2
     assert "'x1' is also in" in capsys.readouterr().err
+
+
+def test_the_soak_takes_one_manifest(tmp_path, capsys) -> None:
+    """The soak joins one manifest's clips into one session; two are refused before anything runs."""
+    first = write(tmp_path / "dev", [entry("x1", "k", "anna")])
+    second = write(tmp_path / "new", [entry("y1", "k", "ben")])
+    argv = ["bench", "--sections", "soak", "--model", str(tmp_path), "--manifest", str(first), "--manifest", str(second)]
+    assert cli.run(argv, AppPaths.default(tmp_path / "home")) == 2
+    assert "joins the clips of one --manifest" in capsys.readouterr().err
