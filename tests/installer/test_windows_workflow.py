@@ -197,3 +197,21 @@ def test_expected_words_are_the_clips(workflow: dict) -> None:
     items = [json.loads(line) for line in manifest.read_text().splitlines() if line.strip()]
     text = next(i["text"] for i in items if i["audio"] == clip)
     assert expected.group(1) in text.lower()
+
+
+def test_the_pack_check_is_what_a_windows_arm64_install_builds(workflow: dict, tiny_checkpoint: Path,
+                                                                tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest keys and values the workflow expects of the installed pack are what the builder
+    writes on Windows ARM64 (the host faked): fp32 graphs for the NPU, an int8 CPU variant."""
+    from captioner.models import build
+
+    expected = dict(re.findall(r"\$m\.([\w.]+) -ne \"(\w+)\"", _scripts(workflow)))
+    assert expected == {"layers": "fp32", "vocab": "fp32", "cpu_variant.vocab": "int8"}
+    monkeypatch.setattr(build, "_npu_host", lambda: True)
+    pack = build.build_pack(tiny_checkpoint, tmp_path / "pack", build.BuildOptions(buckets=(3,)))
+    for key, value in expected.items():
+        node = pack.manifest
+        for part in key.split("."):
+            node = node[part]
+        assert node == value, key
+
