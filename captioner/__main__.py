@@ -42,9 +42,13 @@ def setup_logging(paths: AppPaths, verbose: bool) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 2 and argv[0] == "--npu-probe-child":  # the NPU's trial load (engine/npu_probe.py)
+        from captioner.engine import npu_probe
+
+        return npu_probe.child_main(argv[1])
     from captioner import cli
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     paths = AppPaths.default(os.environ.get("CAPTIONER_HOME"))
     setup_logging(paths, verbose="-v" in argv or "--verbose" in argv)
     return cli.run(argv, paths)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import onnxruntime as ort
 
 from captioner.core import Provider
+from captioner.models.pack import FRAMES_DIM
 
-__all__ = ["CPU_EP", "QNN_EP", "Attempt", "Candidate", "Host", "plan_candidates", "qnn_devices"]
+__all__ = ["CPU_EP", "QNN_EP", "Attempt", "Candidate", "Host", "plan_candidates", "qnn_devices", "session_options"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,38 @@ class Candidate:
             so.add_provider_for_devices(list(self.devices), dict(self.options))
         if self.strict:
             so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+
+
+def session_options(cand: Candidate, threads: int, frames: int | None = None, *,
+                    verbose: bool = False) -> ort.SessionOptions:
+    """Session options for ``cand`` (the one place they are decided; the runtime and the NPU's trial
+    load in a child process both use them); ``frames`` fixes a chunk graph's symbolic number of
+    encoder frames; ``verbose``: ONNX Runtime's own warnings on stderr."""
+    so = ort.SessionOptions()
+    if frames is not None:
+        so.add_free_dimension_override_by_name(FRAMES_DIM, frames)
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # ORT logs to stderr, not through our logger; the failures we act on are recorded as exceptions
+    so.log_severity_level = 3 if verbose else 4
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    # Prepacking copies shared MatMul/Gemm weights into every session (runtime.py's module docstring).
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    # No busy-waiting: a round runs a chain of different sessions, each with its own pool, and a
+    # pool that spins after its run steals the cores from the next session's (captioner bench,
+    # whisper-base, 2 cores: 30 positions 438 -> 281 ms, one graph per token 949 -> 292 ms).
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # No per-session memory arena: an arena keeps its peak forever and extends in doubling steps,
+    # and a pack has dozens of sessions (the 30 s encoder: 72 MB per attention map; a 30 s
+    # re-inference touches 44 chunk graphs). whisper-base, 2 s step, 300 s: RSS grew 522 -> 716 MB
+    # with arenas, 455 -> 515 MB without; decoding is 0-5 % slower (captioner bench).
+    so.enable_cpu_mem_arena = False
+    if cand.label == "DirectML":
+        so.enable_mem_pattern = False  # DirectML rejects memory patterns (ECOSYSTEM.md §3)
+    cand.configure(so)
+    return so
 
 
 def qnn_devices() -> tuple[tuple, str, str]:

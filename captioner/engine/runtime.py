@@ -105,6 +105,7 @@ import io
 import json
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -118,9 +119,18 @@ import numpy as np
 import onnxruntime as ort
 
 from captioner.core import PROVIDERS, Provider
-from captioner.engine.providers import CPU_EP, QNN_EP, Attempt, Candidate, Host, plan_candidates
+from captioner.engine import npu_probe
+from captioner.engine.providers import (
+    CPU_EP,
+    QNN_EP,
+    Attempt,
+    Candidate,
+    Host,
+    plan_candidates,
+    session_options,
+)
 from captioner.errors import ModelError, ProviderError
-from captioner.models.pack import FRAMES_DIM, WeightRef
+from captioner.models.pack import WeightRef
 
 try:  # the ORT error of a bad input (wrong shape or type): a caller's mistake, not a provider failure
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument as _InvalidArgument
@@ -359,13 +369,16 @@ class Runtime:
         cache_dir: user cache directory (EP-context caches go under ``ep-context/``); None: no cache.
         threads: intra-op threads; default :func:`default_threads`.
         npu_buckets: the buckets whose graphs :meth:`prepare` compiles for the NPU (default: all).
-        shared_context: compile the prepared graphs into one shared QNN context (module docstring);
-            default: no (one context per graph).
+        shared_context: compile the prepared graphs into one shared QNN context and use it where a
+            trial load in a child process shows that it loads here (module docstring;
+            :mod:`~captioner.engine.npu_probe`), else one context per graph. Default (None): so on a
+            real QNN device; on the x86-64 HTP emulator, which cannot load such a context, one context
+            per graph without trying. False: one context per graph.
     """
 
     def __init__(self, pack: Pack, provider: Provider = "auto", *, cache_dir: Path | None = None,
                  threads: int | None = None, npu_buckets: Iterable[int] | None = None,
-                 shared_context: bool = False) -> None:
+                 shared_context: bool | None = None) -> None:
         if provider not in PROVIDERS:
             raise ProviderError(f"unknown provider {provider!r}; choose one of {', '.join(PROVIDERS)}")
         self.pack = pack
@@ -392,7 +405,7 @@ class Runtime:
         self._good_runs = 0  # runs that succeeded since the last recovery
         self._recovered: str | None = None  # label of the provider whose recovery is spent
         self.npu_buckets = tuple(npu_buckets) if npu_buckets is not None else tuple(pack.buckets)
-        self.shared_context = shared_context
+        self.shared_context = not Host.current().qnn_emulated if shared_context is None else shared_context
         self._prepared: set[str] = set()  # context folders known complete in this process
         self._group_open = False  # the sessions of a shared context are open
 
@@ -579,10 +592,38 @@ class Runtime:
         return self.shared_context and cand.uses_ep_context and self.cache_dir is not None
 
     def _compile_ahead(self, cand: Candidate) -> None:
-        """Compile what the cache lacks of :meth:`npu_units` for ``cand`` (module docstring); under the lock."""
+        """Compile what the cache lacks of :meth:`npu_units` for ``cand``; for the shared layout, then
+        trial-load it in a child process unless a verdict is cached, and go on with one context per
+        graph where it does not load (module docstring); under the lock."""
         folder = self._context_dir(cand)
         if str(folder) in self._prepared:
             return
+        shared = self._shared_now(cand)
+        verdict = npu_probe.read_verdict(self._verdict_path(cand), self._context_key(cand)) if shared else None
+        if verdict is not None and not verdict.loads:
+            logger.info("the shared NPU context of %s does not load here (%s; probed before): one context per graph",
+                        self.pack.root.name, verdict.reason)
+            self.shared_context = False
+            self._compile_ahead(cand)
+            return
+        self._compile_set(cand, folder)
+        if shared and verdict is None:
+            verdict = self._probe(cand)
+            npu_probe.write_verdict(self._verdict_path(cand), self._context_key(cand), verdict)
+            if not verdict.loads:
+                logger.warning("the shared NPU context of %s does not load here (%s); using one context per graph",
+                               self.pack.root.name, verdict.reason)
+                _discard_contexts(folder)
+                self.shared_context = False
+                self._compile_ahead(cand)
+                return
+            logger.info("the shared NPU context of %s loads here (trial load %.1f s, outputs within %.3g of the CPU's)",
+                        self.pack.root.name, verdict.seconds or 0.0, verdict.max_error or 0.0)
+        self._prepared.add(str(folder))
+
+    def _compile_set(self, cand: Candidate, folder: Path) -> None:
+        """Compile the graphs of :meth:`npu_units` that ``folder`` lacks (all of them again for a
+        shared context), with progress, and mark the set complete (``prepared.json``)."""
         units = self.npu_units()
         ctxs = [self._context_path(g, cand, f) for g, f in units]
         marker = folder / "prepared.json"
@@ -596,7 +637,7 @@ class Runtime:
             todo = list(zip(units, ctxs, strict=True))
             if shared:  # one session group writes the one binary: all of it again
                 for old in folder.glob("*"):
-                    if old.is_file():
+                    if old.is_file() and old.name != "probe.json":
                         old.unlink()
             else:
                 todo = [(u, c) for u, c in todo if not c.is_file()]
@@ -613,7 +654,37 @@ class Runtime:
                                           "compile_s": round(time.perf_counter() - t0, 1), "bytes": nbytes}))
             logger.info("prepared the NPU: %d graphs in %.0f s, %.1f MB of contexts", len(todo),
                         time.perf_counter() - t0, nbytes / 1e6)
-        self._prepared.add(str(folder))
+            if shared:
+                release_free_heap()  # the group's graphs were held until the last (docs/NPU.md)
+
+    def _probe(self, cand: Candidate) -> npu_probe.Verdict:
+        """Trial-load the shared context of ``cand`` in a child process and run the first prepared
+        graph (the first bucket's encoder) there and on the CPU: the verdict (module docstring)."""
+        units = self.npu_units()
+        ctxs = [self._context_path(g, cand, f) for g, f in units]
+        graph, frames = units[0]
+        bucket = int(self.npu_buckets[0])
+        rng = np.random.default_rng(0)
+        feeds: dict[str, np.ndarray] = {"mel": rng.standard_normal((1, self.pack.dims.n_mels, 100 * bucket)).astype(np.float32),
+                 "n_frames": np.array([50 * bucket], np.int64)}
+        cpu = Candidate("CPU", CPU_EP)
+        inits = self.pack.graph_weights(graph)
+        if inits is None:
+            inits = _external_initializers(graph, self.pack.weights_file().name)
+        sess = self._session(graph, self._options(cpu, frames), cpu, inits)
+        names = [o.name for o in sess.get_outputs()]
+        reference = dict(zip(names, sess.run(names, feeds), strict=True))
+        del sess
+        logger.info("trial-loading the shared NPU context of %s in a child process", self.pack.root.name)
+        probe_dir = ctxs[0].parent / "probe"
+        try:
+            outputs, why, seconds = npu_probe.trial_load(probe_dir, ctxs, ctxs[0], feeds, cand.options)
+        finally:
+            shutil.rmtree(probe_dir, ignore_errors=True)
+        if outputs is None:
+            return npu_probe.Verdict(False, why, None, round(seconds, 1))
+        error, why = npu_probe.compare(outputs, reference)
+        return npu_probe.Verdict(not why, why, round(error, 6), round(seconds, 1))
 
     def _compile(self, graph: Path, frames: int | None, ctx: Path, cand: Candidate, group: bool | None) -> None:
         """Compile ``graph`` (``frames`` fixed) into the EP-context model ``ctx`` with ``ModelCompiler``;
@@ -735,33 +806,9 @@ class Runtime:
             return sess
 
     def _options(self, cand: Candidate, frames: int | None = None) -> ort.SessionOptions:
-        """Session options for ``cand`` (the one place they are decided); ``frames`` fixes a chunk
-        graph's symbolic number of encoder frames."""
-        so = ort.SessionOptions()
-        if frames is not None:
-            so.add_free_dimension_override_by_name(FRAMES_DIM, frames)
-        so.intra_op_num_threads = self.threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # ORT logs to stderr, not through our logger; the failures we act on are recorded as exceptions
-        so.log_severity_level = 3 if logger.isEnabledFor(logging.DEBUG) else 4
-        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-        # Prepacking copies shared MatMul/Gemm weights into every session (see module docstring).
-        so.add_session_config_entry("session.disable_prepacking", "1")
-        # No busy-waiting: a round runs a chain of different sessions, each with its own pool, and a
-        # pool that spins after its run steals the cores from the next session's (captioner bench,
-        # whisper-base, 2 cores: 30 positions 438 -> 281 ms, one graph per token 949 -> 292 ms).
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        # No per-session memory arena: an arena keeps its peak forever and extends in doubling steps,
-        # and a pack has dozens of sessions (the 30 s encoder: 72 MB per attention map; a 30 s
-        # re-inference touches 44 chunk graphs). whisper-base, 2 s step, 300 s: RSS grew 522 -> 716 MB
-        # with arenas, 455 -> 515 MB without; decoding is 0-5 % slower (captioner bench).
-        so.enable_cpu_mem_arena = False
-        if cand.label == "DirectML":
-            so.enable_mem_pattern = False  # DirectML rejects memory patterns (ECOSYSTEM.md §3)
-        cand.configure(so)
-        return so
+        """Session options for ``cand`` (:func:`~captioner.engine.providers.session_options`);
+        ``frames`` fixes a chunk graph's symbolic number of encoder frames."""
+        return session_options(cand, self.threads, frames, verbose=logger.isEnabledFor(logging.DEBUG))
 
     def _open(self, graph: Path, cand: Candidate, inits: Sequence[WeightRef],
               frames: int | None) -> ort.InferenceSession:
@@ -775,18 +822,18 @@ class Runtime:
         if self._preparing or self._shared_now(cand):
             self._compile_ahead(cand)
         ctx = self._context_path(graph, cand, frames)
-        if ctx.is_file() and self._shared_now(cand) and Host.current().qnn_emulated:
-            # QNN's x86-64 backend refuses a weight-shared binary (QNN_COMMON_ERROR_NOT_SUPPORTED) or,
-            # with real tiny.en's, crashes loading it (SIGSEGV): generated here for the device, never loaded
-            return self._leave_shared(graph, cand, inits, frames, "the x86-64 HTP emulator cannot load it")
         if ctx.is_file():
             so = self._options(cand)  # a compiled context is static already
             so.add_session_config_entry("ep.share_ep_contexts", "1")  # one QNN backend for the pack
             try:
                 return self._session(ctx, so, cand, [])  # a compiled context holds its own weights
             except Exception as exc:
-                if self._shared_now(cand):
-                    return self._leave_shared(graph, cand, inits, frames, f"it did not load: {_one_line(exc)}")
+                if self._shared_now(cand):  # the child loaded it, this process did not: never again
+                    why = f"it did not load in the app: {_one_line(exc)}"
+                    npu_probe.write_verdict(self._verdict_path(cand), self._context_key(cand),
+                                            npu_probe.Verdict(False, why))
+                    _discard_contexts(ctx.parent)
+                    return self._leave_shared(graph, cand, inits, frames, why)
                 # a stale or half-written cache entry: compile again
                 logger.warning("EP-context cache %s unusable (%s); recompiling", ctx, _one_line(exc))
                 for stale in ctx.parent.glob(f"{ctx.stem}*"):
@@ -829,23 +876,42 @@ class Runtime:
                 raise ProviderError(f"nodes placed on {', '.join(sorted(foreign))}")
         return sess
 
-    def _context_dir(self, cand: Candidate) -> Path:
-        """``<cache>/ep-context/<key>``, key = hash of pack, provider, options, versions (and, for a
+    def _context_key(self, cand: Candidate) -> dict[str, Any]:
+        """What a compiled context depends on: pack, provider, options, versions, platform (and, for a
         shared context, the set of buckets compiled into it)."""
         key: dict[str, Any] = {
-            "pack": self.pack.pack_hash, "provider": cand.label, "options": cand.options,
+            "pack": self.pack.pack_hash, "provider": cand.label, "options": dict(cand.options),
             "ort": ort.__version__, "plugin": cand.version, "platform": sys.platform,
         }
         if self._shared_now(cand):
             key["shared"] = list(self.npu_buckets)
+        return key
+
+    def _context_dir(self, cand: Candidate) -> Path:
+        """``<cache>/ep-context/<key>``, key = hash of :meth:`_context_key`."""
+        key = self._context_key(cand)
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
         assert self.cache_dir is not None  # only called with a cache dir
         return self.cache_dir / "ep-context" / digest
+
+    def _verdict_path(self, cand: Candidate) -> Path:
+        """Where the shared context's trial-load verdict is kept: beside it (:mod:`~captioner.engine.npu_probe`)."""
+        return self._context_dir(cand) / "probe.json"
 
     def _context_path(self, graph: Path, cand: Candidate, frames: int | None = None) -> Path:
         """``<cache>/ep-context/<key>/<graph>[_f<frames>]_ctx.onnx`` (:meth:`_context_dir`)."""
         stem = graph.stem if frames is None else f"{graph.stem}_f{frames}"
         return self._context_dir(cand) / f"{stem}_ctx.onnx"
+
+
+def _discard_contexts(folder: Path) -> None:
+    """Delete the shared context in ``folder`` that does not load here, keeping its verdict."""
+    for old in folder.iterdir():
+        if old.name != "probe.json":
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
 
 
 def _unique_source(graph: Path, frames: int | None, folder: Path, weights: Path) -> Path:
