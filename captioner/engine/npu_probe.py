@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 __all__ = ["CHILD_FLAG", "PROBE_VERSION", "TIMEOUT_S", "TOLERANCE", "Verdict", "child_command", "child_main",
-           "compare", "read_verdict", "trial_load", "write_verdict"]
+           "compare", "read_verdict", "run_child", "trial_load", "write_verdict"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,45 +118,96 @@ def child_command(request: Path) -> list[str]:
 def trial_load(folder: Path, contexts: Sequence[Path], run: Path, feeds: Mapping[str, np.ndarray],
                options: Mapping[str, str], timeout: float = TIMEOUT_S) -> tuple[dict[str, np.ndarray] | None, str, float]:
     """Load ``contexts`` (every ``*_ctx.onnx`` of the shared set, in order) in a child process with QNN
-    HTP ``options``, run ``run`` (one of them) on ``feeds``.
+    HTP ``options``, run ``run`` (one of them) on ``feeds``; ``folder`` holds the request and result.
 
     Returns:
         (outputs by name, "", seconds) when the child loaded and ran it; (None, why, seconds) when
         it crashed, failed, timed out or wrote no outputs.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    request, result, inputs, outputs = (folder / n for n in ("request.json", "result.json", "inputs.npz",
-                                                              "outputs.npz"))
-    for old in (result, outputs):
-        old.unlink(missing_ok=True)
+    inputs, outputs = folder / "inputs.npz", folder / "outputs.npz"
+    outputs.unlink(missing_ok=True)
     arrays: dict[str, Any] = {k: np.asarray(v) for k, v in feeds.items()}
     np.savez(inputs, **arrays)
-    request.write_text(json.dumps({"contexts": [str(c) for c in contexts], "run": str(run), "options": dict(options),
-                                   "inputs": str(inputs), "outputs": str(outputs), "result": str(result)}),
-                       encoding="utf-8")
-    cmd = child_command(request)
-    t0 = time.perf_counter()
+    why, seconds = run_child(folder, {"task": "load", "contexts": [str(c) for c in contexts], "run": str(run),
+                                      "options": dict(options), "inputs": str(inputs), "outputs": str(outputs)},
+                             "the trial load", timeout)
+    if why:
+        return None, why, seconds
     try:
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
-                              timeout=timeout, creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0))
-    except subprocess.TimeoutExpired:
-        return None, f"the trial load did not finish in {timeout:.0f} s", time.perf_counter() - t0
+        with np.load(outputs) as npz:
+            return {k: npz[k] for k in npz.files}, "", seconds
+    except (OSError, ValueError) as exc:
+        return None, f"the trial load's outputs are unreadable ({exc})", seconds
+
+
+def run_child(folder: Path, request: dict[str, Any], what: str, timeout: float | None,
+              progress: Callable[[int, int], None] | None = None) -> tuple[str, float]:
+    """Run :func:`child_main` on ``request`` in a new process (:func:`child_command`), its files in
+    ``folder``; ``progress(done, total)`` for each step the child reports (polled). ``what`` names the
+    task in the reason. Returns ("", seconds) when it succeeded, else (why: crashed, failed with its
+    error, did not finish in ``timeout`` s, could not start; seconds)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {name: folder / f"{name}.{ext}" for name, ext in (("request", "json"), ("result", "json"),
+                                                             ("progress", "txt"), ("stderr", "txt"))}
+    for name in ("result", "progress"):
+        paths[name].unlink(missing_ok=True)
+    paths["request"].write_text(json.dumps({**request, "result": str(paths["result"]),
+                                            "progress": str(paths["progress"])}), encoding="utf-8")
+    t0 = time.perf_counter()
+    seen = 0
+    try:
+        with paths["stderr"].open("wb") as err:  # a file, not a pipe: a chatty child never blocks on it
+            proc = subprocess.Popen(child_command(paths["request"]), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=err,
+                                    creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0))
+            while True:
+                try:
+                    code = proc.wait(timeout=0.2)
+                except subprocess.TimeoutExpired:
+                    code = None
+                if progress is not None:
+                    seen = _report_progress(paths["progress"], seen, progress)
+                if code is not None:
+                    break
+                if timeout is not None and time.perf_counter() - t0 > timeout:
+                    proc.kill()
+                    proc.wait()
+                    return f"{what} did not finish in {timeout:.0f} s", time.perf_counter() - t0
     except OSError as exc:
-        return None, f"the trial load could not start ({exc})", time.perf_counter() - t0
+        return f"{what} could not start ({exc})", time.perf_counter() - t0
     seconds = time.perf_counter() - t0
     try:
-        report = json.loads(result.read_text(encoding="utf-8"))
+        report = json.loads(paths["result"].read_text(encoding="utf-8"))
     except (OSError, ValueError):
         report = {}
-    if proc.returncode == 0 and report.get("ok"):
-        try:
-            with np.load(outputs) as npz:
-                return {k: npz[k] for k in npz.files}, "", seconds
-        except (OSError, ValueError) as exc:
-            return None, f"the trial load's outputs are unreadable ({exc})", seconds
-    tail = [line for line in (proc.stderr or "").strip().splitlines() if line.strip()][-1:]
+    if code == 0 and report.get("ok"):
+        return "", seconds
+    try:
+        lines = paths["stderr"].read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        lines = []
+    tail = [line for line in lines if line.strip()][-1:]
     why = str(report.get("error") or (tail[0][:200] if tail else ""))
-    return None, f"the trial load {_exit_status(proc.returncode)}" + (f": {why}" if why else ""), seconds
+    return f"{what} {_exit_status(code)}" + (f": {why}" if why else ""), seconds
+
+
+def _report_progress(path: Path, seen: int, progress: Callable[[int, int], None]) -> int:
+    """Call ``progress`` for the lines ``done total`` of ``path`` after the first ``seen``; the count read."""
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")[:-1]  # whole lines only
+    except OSError:
+        return seen
+    for line in lines[seen:]:
+        parts = line.split()
+        if len(parts) != 2:
+            break
+        try:
+            progress(int(parts[0]), int(parts[1]))
+        except ValueError:
+            break
+        seen += 1
+    return seen
 
 
 def compare(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]) -> tuple[float, str]:
@@ -189,37 +240,64 @@ def _exit_status(code: int) -> str:
 
 
 def child_main(request_path: str) -> int:
-    """In the child: load every context of the request on QNN HTP and run one; write the result file.
-    Exit 0 when it ran, 1 when it failed with an error (a crash writes nothing)."""
+    """In the child: run the request's task (``generate`` the shared set, or ``load`` it and run one
+    graph), then write the result file. Exit 0 when it succeeded, 1 when it failed with an error (a
+    crash writes nothing)."""
     request = json.loads(Path(request_path).read_text(encoding="utf-8"))
     result = Path(request["result"])
     try:
-        import onnxruntime as ort
-
-        from captioner.engine.providers import QNN_EP, Candidate, qnn_devices, session_options
-
-        devices, version, why = qnn_devices()
-        if not devices:
-            raise RuntimeError(why)
-        cand = Candidate("QNN-HTP", QNN_EP, dict(request["options"]), devices, version, strict=True,
-                         uses_ep_context=True)
-        sessions = {}
-        for ctx in request["contexts"]:  # the runtime opens the whole set at once, in this order
-            so = session_options(cand, 1)
-            so.add_session_config_entry("ep.share_ep_contexts", "1")
-            sessions[ctx] = ort.InferenceSession(ctx, sess_options=so)
-        sess = sessions[request["run"]]
-        with np.load(request["inputs"]) as npz:
-            feeds = {k: npz[k] for k in npz.files}
-        names = [o.name for o in sess.get_outputs()]
-        outs = sess.run(names, feeds)
-        arrays: dict[str, Any] = dict(zip(names, outs, strict=True))
-        np.savez(request["outputs"], **arrays)
-        for ctx in reversed(list(sessions)):  # in reverse creation order, as shared EP contexts require
-            del sessions[ctx]
+        if request.get("task") == "generate":
+            _generate(request)
+        else:
+            _load_and_run(request)
     except Exception as exc:  # anything ORT or QNN raises is the verdict, not a crash
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         result.write_text(json.dumps({"ok": False, "error": text[:300]}), encoding="utf-8")
         return 1
     result.write_text(json.dumps({"ok": True}), encoding="utf-8")
     return 0
+
+
+def _generate(request: Mapping[str, Any]) -> None:
+    """Compile the pack's shared set into the request's folder (the parent's cache key), reporting
+    each graph as a line ``done total`` in the progress file."""
+    from captioner.engine.runtime import Runtime
+    from captioner.models.pack import Pack
+
+    progress = Path(request["progress"])
+
+    def step(done: int, total: int) -> None:
+        with progress.open("a", encoding="utf-8") as f:
+            f.write(f"{done} {total}\n")
+
+    rt = Runtime(Pack.load(request["pack"]), "qnn", cache_dir=Path(request["cache"]), threads=int(request["threads"]),
+                 npu_buckets=request["buckets"], shared_context=True)
+    try:
+        rt._generate_shared_here(Path(request["folder"]), dict(request["options"]), step)
+    finally:
+        rt.close()
+
+
+def _load_and_run(request: Mapping[str, Any]) -> None:
+    """Open every context of the request on QNN HTP, as the runtime would, and run one; save its outputs."""
+    import onnxruntime as ort
+
+    from captioner.engine.providers import QNN_EP, Candidate, qnn_devices, session_options
+
+    devices, version, why = qnn_devices()
+    if not devices:
+        raise RuntimeError(why)
+    cand = Candidate("QNN-HTP", QNN_EP, dict(request["options"]), devices, version, strict=True, uses_ep_context=True)
+    sessions = {}
+    for ctx in request["contexts"]:  # the runtime opens the whole set at once, in this order
+        so = session_options(cand, 1)
+        so.add_session_config_entry("ep.share_ep_contexts", "1")
+        sessions[ctx] = ort.InferenceSession(ctx, sess_options=so)
+    sess = sessions[request["run"]]
+    with np.load(request["inputs"]) as npz:
+        feeds = {k: npz[k] for k in npz.files}
+    names = [o.name for o in sess.get_outputs()]
+    arrays: dict[str, Any] = dict(zip(names, sess.run(names, feeds), strict=True))
+    np.savez(request["outputs"], **arrays)
+    for ctx in reversed(list(sessions)):  # in reverse creation order, as shared EP contexts require
+        del sessions[ctx]

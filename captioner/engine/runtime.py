@@ -81,21 +81,30 @@ warning). The chunk graphs of buckets up to twice as short share one frame count
 21 compiled graphs instead of 38 for the default buckets, each chunk graph's context holding the
 decoder's weights and vocabulary projection again. Two layouts:
 
-* one context per graph (the default): each ``*_ctx.onnx`` with its own ``.bin``, every graph's
-  weights stored in its own binary;
-* one shared context for the pack (``shared_context=True``): the graphs are compiled as one session
-  group (``ep.share_ep_contexts`` on each, ``ep.stop_share_ep_contexts`` on the last), so QNN builds
-  one context holding every graph, written as one ``.bin`` that every ``*_ctx.onnx`` points to. Where
-  the context is generated on x86-64 the plugin also turns on HTP weight sharing (a weight used by
-  several graphs is stored once; the plugin says weight sharing "only available with offline
-  generation on x64 platform, not work on real device"); QNN's x86-64 backend (the emulator) cannot
-  load such a binary (QNN_COMMON_ERROR_NOT_SUPPORTED, or a crash with real tiny.en's), so the runtime
-  never loads it there: loading it is for the device. Each graph is
+* one context per graph: each ``*_ctx.onnx`` with its own ``.bin``, every graph's weights stored in
+  its own binary;
+* one shared context for the pack (``shared_context``; the default on a real QNN device): the graphs
+  are compiled as one session group (``ep.share_ep_contexts`` on each, ``ep.stop_share_ep_contexts``
+  on the last), so QNN builds one context holding every graph, written as one ``.bin`` that every
+  ``*_ctx.onnx`` points to. Where the context is generated on x86-64 the plugin also turns on HTP
+  weight sharing (a weight used by several graphs is stored once; the plugin says weight sharing
+  "only available with offline generation on x64 platform, not work on real device"). Each graph is
   compiled from a copy named for its frame count (a chunk graph compiled for two buckets would give
   two QNN graphs of one name), beside a hard link of the weight file. A shared context is loaded
   whole: the first session deserialises every graph, so the runtime opens the sessions of every
-  graph in the set at once (the plugin keeps the graphs no session took in a process-wide list). If
-  it does not load, the runtime compiles one context per graph instead.
+  graph in the set at once (the plugin keeps the graphs no session took in a process-wide list).
+
+Loading a shared context can kill the process inside QNN (the x86-64 emulator's backend does:
+SIGSEGV), so the runtime never loads one before a child process has (:mod:`~captioner.engine.npu_probe`):
+right after generating it, :meth:`Runtime.prepare` has a child load the whole set and run the first
+bucket's encoder, and compares its outputs with the CPU's. A crash, an error, a timeout or other
+outputs is a failed verdict: one warning line, the shared files are deleted and one context per
+graph is compiled (the same progress again). The verdict is kept beside the shared context
+(``probe.json``, with the cache key: pack, options, ONNX Runtime and plugin versions, platform,
+buckets), so the child runs once per pack and plugin; a later start reads it (a corrupt or stale one
+is ignored). A context that loaded in the child but not in the app is recorded as failed and left
+the same way. On the x86-64 emulator, whose QNN cannot load it (``benchmarks/qnn_weight_sharing_repro.py``),
+the default is one context per graph without trying (``shared_context=True`` probes it there too).
 """
 
 from __future__ import annotations
@@ -606,20 +615,67 @@ class Runtime:
             self.shared_context = False
             self._compile_ahead(cand)
             return
-        self._compile_set(cand, folder)
-        if shared and verdict is None:
-            verdict = self._probe(cand)
-            npu_probe.write_verdict(self._verdict_path(cand), self._context_key(cand), verdict)
-            if not verdict.loads:
+        if not shared:
+            self._compile_set(cand, folder)
+            self._prepared.add(str(folder))
+            return
+        fresh = None
+        if not self._set_complete(cand, folder):
+            why = self._generate_in_child(cand, folder)
+            if why:
+                fresh = npu_probe.Verdict(False, why)
+        if fresh is None and verdict is None:
+            fresh = self._probe(cand)
+        if fresh is not None:
+            npu_probe.write_verdict(self._verdict_path(cand), self._context_key(cand), fresh)
+            if not fresh.loads:
                 logger.warning("the shared NPU context of %s does not load here (%s); using one context per graph",
-                               self.pack.root.name, verdict.reason)
+                               self.pack.root.name, fresh.reason)
                 _discard_contexts(folder)
                 self.shared_context = False
                 self._compile_ahead(cand)
                 return
             logger.info("the shared NPU context of %s loads here (trial load %.1f s, outputs within %.3g of the CPU's)",
-                        self.pack.root.name, verdict.seconds or 0.0, verdict.max_error or 0.0)
+                        self.pack.root.name, fresh.seconds or 0.0, fresh.max_error or 0.0)
         self._prepared.add(str(folder))
+
+    def _set_complete(self, cand: Candidate, folder: Path) -> bool:
+        """``folder`` holds every context of :meth:`npu_units` (``prepared.json`` lists them)."""
+        ctxs = [self._context_path(g, cand, f) for g, f in self.npu_units()]
+        try:
+            listed = json.loads((folder / "prepared.json").read_text())["contexts"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        return listed == [c.name for c in ctxs] and all(c.is_file() for c in ctxs)
+
+    def _generate_in_child(self, cand: Candidate, folder: Path) -> str:
+        """Generate the shared set of ``cand`` into ``folder`` in a child process (its memory peak, the
+        group's graphs held until the last, is the child's and ends with it; a crash is contained),
+        relaying its progress; why it failed, or ""."""
+        logger.info("preparing the NPU: generating the shared context of %s in a child process", self.pack.root.name)
+        request = {"task": "generate", "pack": str(self.pack.root), "cache": str(self.cache_dir),
+                   "buckets": list(self.npu_buckets), "threads": self.threads, "options": dict(cand.options),
+                   "folder": str(folder)}
+        work = folder / "probe"
+        try:
+            why, seconds = npu_probe.run_child(work, request, "generating it", None, self._progress)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        if not why and not self._set_complete(cand, folder):
+            why = "generating it left an incomplete set"
+        if not why:
+            logger.info("generated the shared NPU context of %s in %.0f s", self.pack.root.name, seconds)
+        return why
+
+    def _generate_shared_here(self, folder: Path, options: Mapping[str, str],
+                              progress: Callable[[int, int], None]) -> None:
+        """In the generating child (:mod:`~captioner.engine.npu_probe`): compile the shared set into
+        ``folder``, which must be the parent's (the same provider options and cache key)."""
+        cand = self._current
+        if not self._shared_now(cand) or dict(cand.options) != dict(options) or self._context_dir(cand) != folder:
+            raise ProviderError(f"the child's NPU ({cand.label} {dict(cand.options)}) is not the parent's")
+        self._progress = progress
+        self._compile_set(cand, folder)
 
     def _compile_set(self, cand: Candidate, folder: Path) -> None:
         """Compile the graphs of :meth:`npu_units` that ``folder`` lacks (all of them again for a
@@ -628,11 +684,7 @@ class Runtime:
         ctxs = [self._context_path(g, cand, f) for g, f in units]
         marker = folder / "prepared.json"
         names = [c.name for c in ctxs]
-        try:
-            done = json.loads(marker.read_text())["contexts"] == names and all(c.is_file() for c in ctxs)
-        except (OSError, ValueError, KeyError, TypeError):
-            done = False
-        if not done:
+        if not self._set_complete(cand, folder):
             shared = self._shared_now(cand)
             todo = list(zip(units, ctxs, strict=True))
             if shared:  # one session group writes the one binary: all of it again
@@ -654,8 +706,6 @@ class Runtime:
                                           "compile_s": round(time.perf_counter() - t0, 1), "bytes": nbytes}))
             logger.info("prepared the NPU: %d graphs in %.0f s, %.1f MB of contexts", len(todo),
                         time.perf_counter() - t0, nbytes / 1e6)
-            if shared:
-                release_free_heap()  # the group's graphs were held until the last (docs/NPU.md)
 
     def _probe(self, cand: Candidate) -> npu_probe.Verdict:
         """Trial-load the shared context of ``cand`` in a child process and run the first prepared

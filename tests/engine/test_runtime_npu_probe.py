@@ -57,12 +57,16 @@ def test_outputs_must_match_the_cpus_within_the_stated_tolerance() -> None:
     assert "(1, 2)" in npu_probe.compare({"cross_k": ref["cross_k"][0], "cross_v": ref["cross_v"]}, ref)[1]
 
 
-def _fake_child(monkeypatch, code: str) -> list[list[str]]:
-    """Make the probe start ``python -c code REQUEST`` instead of the app; the commands started."""
-    started: list[list[str]] = []
+def _fake_child(monkeypatch, code: str) -> list[Path]:
+    """Make the trial load start ``python -c code REQUEST`` instead of the app (the generating child
+    stays the real one); the trial loads started."""
+    started: list[Path] = []
+    real = npu_probe.child_command
 
     def command(request: Path) -> list[str]:
-        started.append([str(request)])
+        if json.loads(request.read_text())["task"] == "generate":
+            return real(request)
+        started.append(request)
         return [sys.executable, "-c", code, str(request)]
 
     monkeypatch.setattr(npu_probe, "child_command", command)
@@ -118,13 +122,13 @@ def npu_pack(tmp_path_factory):
     return build_pack(ckpt, root / "pack", BuildOptions(vocab="fp32", layers="fp32"))
 
 
-def _counting(monkeypatch) -> list[Path]:
-    """Count the real children the probe starts."""
-    started: list[Path] = []
+def _counting(monkeypatch) -> list[str]:
+    """The tasks of the real children started (``generate``, ``load``)."""
+    started: list[str] = []
     real = npu_probe.child_command
 
     def command(request: Path) -> list[str]:
-        started.append(request)
+        started.append(json.loads(request.read_text())["task"])
         return real(request)
 
     monkeypatch.setattr(npu_probe, "child_command", command)
@@ -163,7 +167,7 @@ def test_the_emulator_crashes_the_trial_load_in_the_child_and_the_runtime_runs_o
     progress: list[tuple[int, int]] = []
     with caplog.at_level(logging.INFO, logger="captioner.engine.runtime"):
         rt.prepare(progress=lambda done, total: progress.append((done, total)))
-    assert len(started) == 1  # one child, and this process is still here
+    assert started == ["generate", "load"]  # the shared set made and trial-loaded in children; this process goes on
     (line,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "shared NPU context" in line.getMessage() and "the trial load crashed (SIGSEGV)" in line.getMessage()
     verdict = npu_probe.read_verdict(shared_dir / "probe.json", rt._context_key(rt._current) | {"shared": [3]})
@@ -190,7 +194,7 @@ def test_the_emulator_crashes_the_trial_load_in_the_child_and_the_runtime_runs_o
     progress.clear()
     with caplog.at_level(logging.WARNING, logger="captioner.engine.runtime"):
         again.prepare(progress=lambda done, total: progress.append((done, total)))
-    assert len(started) == 1 and progress == [] and again.shared_context is False
+    assert started == ["generate", "load"] and progress == [] and again.shared_context is False
     assert not caplog.records  # the one clear line was for the first start
     assert again.info().chosen == "QNN-HTP"
     again.close()
@@ -312,4 +316,30 @@ def test_where_the_child_loads_it_the_runtime_uses_the_shared_context_and_probes
     rt.close()
     rt, progress = start()  # the next start goes straight to one context per graph, from the cache
     assert len(started) == 3 and progress == [] and rt.shared_context is False
+    rt.close()
+
+
+@pytest.mark.qnn
+def test_a_crash_while_generating_the_shared_context_is_contained_too(npu_pack, tmp_path, monkeypatch, caplog) -> None:
+    """The shared set is generated in a child as well (its memory peak ends with it): a crash there
+    is a failed verdict, and no trial load is started."""
+    from captioner.engine.runtime import Runtime
+
+    loads: list[str] = []
+
+    def command(request: Path) -> list[str]:
+        loads.append(json.loads(request.read_text())["task"])
+        return [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
+
+    monkeypatch.setattr(npu_probe, "child_command", command)
+    rt = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,), shared_context=True)
+    shared_dir = rt._context_dir(rt._current)
+    with caplog.at_level(logging.WARNING, logger="captioner.engine.runtime"):
+        rt.prepare()
+    assert loads == ["generate"] and rt.shared_context is False
+    assert [r.getMessage() for r in caplog.records if "shared NPU context" in r.getMessage()] == [
+        f"the shared NPU context of {npu_pack.root.name} does not load here (generating it crashed (SIGSEGV)); "
+        "using one context per graph"]
+    assert [p.name for p in shared_dir.iterdir()] == ["probe.json"]
+    assert rt.info().chosen == "QNN-HTP" and rt._set_complete(rt._current, rt._context_dir(rt._current))
     rt.close()
