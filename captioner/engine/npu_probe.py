@@ -1,4 +1,4 @@
-"""The trial load of a pack's weight-shared NPU context, in a child process, and its cached verdict.
+"""The pack's weight-shared NPU context, generated and trial-loaded in child processes; the cached verdict.
 
 Loading a weight-shared QNN context can kill the process inside Qualcomm's ``libQnnHtp.so``: the
 x86-64 HTP emulator does (SIGSEGV, ``benchmarks/qnn_weight_sharing_repro.py``; ONNX Runtime's own
@@ -10,15 +10,18 @@ error, a timeout (:data:`TIMEOUT_S`) or different outputs is a failed verdict, a
 uses one context per graph. The verdict is written beside the shared context (``probe.json``, with
 the cache key it is for: pack hash, provider options, ONNX Runtime and plugin versions, platform),
 so the child runs once per pack and plugin; a corrupt verdict, or one for another key or probe
-version, is ignored (the probe runs again).
+version, is ignored (the probe runs again). The shared set is also generated in a child
+(``task: generate``): QNN holds every graph of the group in memory until the last is compiled (a
+peak several times the per-graph compile's, docs/NPU.md), which then ends with the child, and a
+crash while generating is contained the same way.
 
 The child is this program started again with :data:`CHILD_FLAG` (:func:`child_command`): in the
 frozen app ``sys.executable`` is the app itself (PyInstaller), whose entry point
 (``captioner.__main__.main``) hands the flag to :func:`child_main` before anything else; elsewhere
 ``python -m captioner``. A plain subprocess rather than ``multiprocessing``: no re-import of the
 parent's ``__main__`` (which, under a console-script launcher on Windows or in a frozen app, needs
-``freeze_support`` and care), and the exit status tells a crash from an error. Request and result
-travel as files in the probe folder (the windowed app's child has no usable stdout).
+``freeze_support`` and care), and the exit status tells a crash from an error. Request, progress
+and result travel as files in the probe folder (the windowed app's child has no usable stdout).
 """
 
 from __future__ import annotations
@@ -161,19 +164,24 @@ def run_child(folder: Path, request: dict[str, Any], what: str, timeout: float |
             proc = subprocess.Popen(child_command(paths["request"]), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.DEVNULL, stderr=err,
                                     creationflags=getattr(subprocess, "CREATE_NO_WINDOW", 0))
-            while True:
-                try:
-                    code = proc.wait(timeout=0.2)
-                except subprocess.TimeoutExpired:
-                    code = None
-                if progress is not None:
-                    seen = _report_progress(paths["progress"], seen, progress)
-                if code is not None:
-                    break
-                if timeout is not None and time.perf_counter() - t0 > timeout:
-                    proc.kill()
-                    proc.wait()
-                    return f"{what} did not finish in {timeout:.0f} s", time.perf_counter() - t0
+            try:
+                while True:
+                    try:
+                        code = proc.wait(timeout=0.2)
+                    except subprocess.TimeoutExpired:
+                        code = None
+                    if progress is not None:
+                        seen = _report_progress(paths["progress"], seen, progress)
+                    if code is not None:
+                        break
+                    if timeout is not None and time.perf_counter() - t0 > timeout:
+                        proc.kill()
+                        proc.wait()
+                        return f"{what} did not finish in {timeout:.0f} s", time.perf_counter() - t0
+            except BaseException:  # Ctrl+C, or the progress callback raised: the child goes too
+                proc.kill()
+                proc.wait()
+                raise
     except OSError as exc:
         return f"{what} could not start ({exc})", time.perf_counter() - t0
     seconds = time.perf_counter() - t0
