@@ -60,6 +60,9 @@ class TokenValidator(Protocol):
 
     def close(self) -> Stop | None: ...
 
+    # optional: ``on_alignment(attn_align)``, the alignment heads' attention [n_frames] of the same
+    # token, given just before ``on_attention`` (:class:`~captioner.engine.validate.RoundValidator`)
+
 
 class NativeValidator:
     """The 30 s re-inference decode (NPUSPER.md §11.3): greedy without the attention tests; EOT
@@ -224,6 +227,7 @@ def decode_round(
             consumed = start + s
             if consumed >= n_forced:
                 align_rows.append(out.attn_align[s])
+                _align(validator, out.attn_align[s])
                 stop = validator.on_attention(out.attn_last[s])
                 if stop is not None:
                     break
@@ -254,6 +258,14 @@ def decode_round(
         logprobs=tuple(scores.logprobs[: len(tokens)]) if scores.known else (),
         eot_logprob=scores.eot if scores.known else None,
     )
+
+
+def _align(validator: TokenValidator, attn_align: np.ndarray) -> None:
+    """Give a validator that reads them (``on_alignment``, optional) the alignment heads' attention of
+    the token whose final-layer attention comes next."""
+    note = getattr(validator, "on_alignment", None)
+    if note is not None:
+        note(attn_align)
 
 
 class _Scores:
@@ -329,6 +341,7 @@ def _decode_with_draft(runner: VerifyingRunner, seq: list[int], pos: int, limit:
         confirmed = 0
         for s in range(size):
             align_rows.append(out.attn_align[s])
+            _align(validator, out.attn_align[s])
             out_d.stop = validator.on_attention(out.attn_last[s])
             if out_d.stop is not None:
                 break

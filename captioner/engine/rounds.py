@@ -101,6 +101,7 @@ class RoundPolicy:
     silence_floor_dbfs: float | None  # inputs quieter than this are digital silence
     reach_back: bool  # the minimum context applies (steps under 2 s)
     full_n: int = 0  # a closing input shorter than this is heard in the 30 s window
+    lead_n: int = 3200  # non-speech kept before detected speech when leading non-speech is trimmed
 
     @classmethod
     def from_config(cls, cfg) -> RoundPolicy:
@@ -116,6 +117,7 @@ class RoundPolicy:
             silence_floor_dbfs=cfg.silence_floor_dbfs,
             reach_back=cfg.step_s < _REACH_BACK_BELOW_STEP_S,
             full_n=round(cfg.closing_full_s * SAMPLE_RATE),
+            lead_n=_frames(round(cfg.onset_pad_s * SAMPLE_RATE)),
         )
 
 
@@ -165,7 +167,7 @@ def plan_round(s: StreamState, p: RoundPolicy, model: AcousticModel, detector: S
         silent = span is None  # an open utterance whose end fell on the round boundary: it closes
         if span is None:
             span = SpeechSpan(start, start)
-        lead = _frames(max(0, span.start - p.pad_n - start))
+        lead = _frames(max(0, span.start - p.lead_n - start))
         if lead and not s.prefix:  # leading non-speech is not heard (a forced prefix needs it)
             start += lead
         if utterance is None:

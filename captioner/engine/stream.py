@@ -63,8 +63,9 @@ After the decode, by kind:
   that did not loop [23, 24]. Its words replace the committed words of its input (``closing_replaces=False``: only
   the words after them are added, aligned by text, else by time); one that finds no words keeps the
   drafts; nothing is carried and the utterance ends, except that a decode the chunk plan cuts short,
-  or that a guard stops a second or more before the input's end, leaves the rest of the utterance to
-  be decoded again by itself, from its last kept word [17]. ``finish()`` decodes everything pending
+  or that a guard stops a second or more before the input's end (measured from where the stopped
+  token attends when DTW stretched the kept words to the end [26]), leaves the rest of the utterance
+  to be decoded again by itself, from its last kept word [17]. ``finish()`` decodes everything pending
   as a closing round and decodes again what an early stop left (at most 3 times) [1].
 
 Times: audio positions are integer sample indices (16 kHz) from the first fed sample; ``Word``
@@ -142,7 +143,9 @@ class StreamConfig:
         vad_threshold: Silero speech probability that counts as speech.
         end_silence_s: an input whose speech ended at least this long before its end closes the
             utterance (deviation 16).
-        speech_pad_s: non-speech kept around detected speech when an input is trimmed.
+        speech_pad_s: non-speech kept after detected speech when a closing input is cut.
+        onset_pad_s: non-speech kept before detected speech when leading non-speech is trimmed
+            (the speech detector's onset comes late on noisy or band-limited speech).
         closing_context_s: a closing round's input reaches this far back into audio already
             decoded (not before the utterance's start), decoded without a prefix, and emits what
             follows the committed words (deviation 17); 0 = the carry only.
@@ -185,6 +188,7 @@ class StreamConfig:
     vad_threshold: float = 0.5
     end_silence_s: float = 0.5
     speech_pad_s: float = 0.2
+    onset_pad_s: float = 0.2
     closing_context_s: float = 29.6
     closing_replaces: bool = True
     closing_full_s: float = 0.0
@@ -211,8 +215,8 @@ class StreamConfig:
         if not (0.0 <= self.opening_s <= self.opening_window_s <= 30.0 and 0.0 <= self.min_context_s <= 30.0):
             raise CaptionerError("opening length, opening window and minimum context must be within [0, 30] "
                                  "seconds, the opening no longer than its window")
-        if not 0.0 < self.vad_threshold < 1.0 or self.end_silence_s <= 0 or self.speech_pad_s < 0:
-            raise CaptionerError("speech threshold must be in (0, 1), end silence positive, speech pad ≥ 0")
+        if not 0.0 < self.vad_threshold < 1.0 or self.end_silence_s <= 0 or min(self.speech_pad_s, self.onset_pad_s) < 0:
+            raise CaptionerError("speech threshold must be in (0, 1), end silence positive, speech pads ≥ 0")
 
 
 def _frames(samples: int) -> int:
@@ -728,7 +732,11 @@ class Stream:
         self._prefix, self._memory, self._spec_from = (), None, None
         self._repeat, self._repeat_count = None, 0
         cut = _frames(max(0, new_tokens[-1].start - start + self._offset_n)) if new_tokens else 0
-        unheard = start + audio.size - (new_tokens[-1].end if new_tokens else start)
+        heard_to = new_tokens[-1].end if new_tokens else start
+        if _REST_BY_ATTENTION and result.stop is not None and result.stop.index < len(result.tokens):
+            # where the stopped repeat attends (alignment heads): DTW may stretch the last kept word to the end
+            heard_to = min(heard_to, start + int(np.argmax(result.attn_align[result.stop.index])) * SAMPLES_PER_FRAME)
+        unheard = start + audio.size - heard_to
         if (0 < cut < audio.size and (result.stop_reason == "limit"
                                       or (result.stop_reason in _DECODE_REST and unheard >= _REST_MIN_N))):
             # the plan ran out, or a guard stopped a loop before the utterance's end: what follows
@@ -846,6 +854,7 @@ _LOGPROB_FLOOR = -1.0  # ... or whose average log-probability is lower (openai/w
 _REPETITIVE = ("limit", "repetition", "compression")  # failures that say a decode looped
 _DECODE_REST = ("limit", "repetition", "nonspeech")  # closing stops after which the rest is decoded again
 _REST_MIN_N = SAMPLE_RATE  # ... when a guard stopped it at least this long before the input's end
+_REST_BY_ATTENTION = True  # ... measured from where the stopped token attends, if earlier than the kept words' end
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 

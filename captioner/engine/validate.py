@@ -27,10 +27,11 @@ speech:
   stops at the repeat (``"repetition"``), the words before it kept. The committed words before the
   round's audio are the context, so a loop across rounds is caught too. A lone word said twice
   counts too: Whisper doubles short words far more often than speakers do ("No. No. No." for a
-  single "no"). But a repeat whose tokens' cross-attention peaks lie :data:`_REPEAT_AFTER_S` or more
-  after its first time's, token by token (median; the round's first token, whose attention is
-  spread, and peaks in the silence after the input left out), and before the input's last
-  :data:`_RESTART_END_S`, was heard in later
+  single "no"). But a repeat every token of which attends :data:`_REPEAT_AFTER_S` or more after its
+  first time's counterpart (the peaks of the alignment heads' cross-attention where the decoder
+  gives them, :meth:`RoundValidator.on_alignment`, else the final layer's; the round's first token,
+  whose attention is spread, and peaks in the silence after the input left out), and before the
+  input's last :data:`_RESTART_END_S`, was heard in later
   speech: a speaker's real repetition ("… tell you, you have …", "words, words, words"), which is
   kept; stopping there lost the rest of the sentence. The same single token twice is left to the
   reference's id rule (three copies stop the round and are all dropped). Greedy Whisper also
@@ -82,6 +83,8 @@ _RESTART = 5  # the round's first words said again: greedy Whisper restarting it
 _RESTART_LATER_S = 1.0  # ... unless they attend this much later than the first time (a real repeat)
 _RESTART_END_S = 0.3  # ... and not to the input's end (the silence after the speech)
 _REPEAT_AFTER_S = 0.2  # a repeat whose tokens attend this much later than its first time's (median) is speech
+_REPEAT_ALIGN = True  # ... read on the alignment heads' attention where the decoder gives it
+_REPEAT_EVERY = True  # ... every token of it (not the median)
 _ANNOTATION_OPENERS = (b"(", b"[", "\u266a".encode(), "\u266b".encode(), b"*")
 
 
@@ -193,9 +196,10 @@ class WordGuard:
     """The repetition and annotation guards over one round's decoded tokens (module docstring)."""
 
     def __init__(self, vocab: Vocabulary, context: tuple[bytes, ...] = (), peaks: list[int] | None = None,
-                 input_s: float = 0.0):
+                 input_s: float = 0.0, align_peaks: list[int] | None = None):
         self.vocab = vocab
         self._peaks = peaks if peaks is not None else []  # decoded index -> attention peak frame
+        self._align = align_peaks if align_peaks is not None else []  # ... of the alignment heads, when known
         self._input_s = input_s
         self._words = [w for w in context if w]  # normalised completed words, context first
         self._context = len(self._words)
@@ -241,18 +245,20 @@ class WordGuard:
 
     def _heard_after(self, at: int, n: int, n_decoded: int) -> bool:
         """The repeat (own words ``[at, at + n)``, the round's last) attends to later speech than its
-        first time (own words ``[at − n, at)``), token by token: a real repetition ("words, words"),
-        not a loop, which attends back to the first time's audio, creeps on by a frame or two, or
-        attends to the silence after the speech."""
+        first time (own words ``[at − n, at)``), every token later than its counterpart: a real
+        repetition ("words, words"), not a loop, which attends back to the first time's audio, creeps
+        on by a frame or two, or moves some of its tokens only."""
         if at - n < 0 or len(self._peaks) < n_decoded:  # the first time is committed context: no attention
             return False
+        peaks = self._align if _REPEAT_ALIGN and len(self._align) >= n_decoded else self._peaks
         end = self._input_s / FRAME_S  # peaks past the input (the silence it is heard with) say nothing
         lo, mid = self._firsts[at - n], self._firsts[at]
-        pairs = zip(self._peaks[lo:mid], self._peaks[mid:n_decoded], strict=False)  # token by token
+        pairs = zip(peaks[lo:mid], peaks[mid:n_decoded], strict=False)  # token by token
         moves = [(b - a) * FRAME_S for i, (a, b) in enumerate(pairs)
                  if lo + i > 0 and a < end and b < end]  # the round's first token attends everywhere
-        later = self._peaks[mid:n_decoded]
-        return (bool(moves) and float(np.median(moves)) >= _REPEAT_AFTER_S
+        later = peaks[mid:n_decoded]
+        moved = min(moves) if moves and _REPEAT_EVERY else float(np.median(moves)) if moves else 0.0
+        return (bool(moves) and moved >= _REPEAT_AFTER_S
                 and float(np.median(later)) * FRAME_S <= self._input_s - _RESTART_END_S)
 
     def _single_token_double(self, decoded: list[int]) -> bool:
@@ -315,7 +321,8 @@ class RoundValidator:
         self._prev_attn: np.ndarray | None = None
         self._first_delta = True
         self.peaks: list[int] = []  # per checked token: the frame its attention peaks at
-        self._words = WordGuard(vocab, context, self.peaks, self.input_s)
+        self.align_peaks: list[int] = []  # ... its alignment heads' attention (when the decoder gives them)
+        self._words = WordGuard(vocab, context, self.peaks, self.input_s, self.align_peaks)
         self.closing = closing
 
     def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:
@@ -336,6 +343,12 @@ class RoundValidator:
         if self.stop is None:
             self.stop = self._words.on_token(self.decoded[: self.checked], None)
         return self.stop
+
+    def on_alignment(self, attn_align: np.ndarray) -> None:
+        """The alignment heads' attention (float32 [n_frames]) of the next unchecked decoded token,
+        given just before :meth:`on_attention`: the repetition guard reads where it peaks."""
+        if self.stop is None:
+            self.align_peaks.append(int(np.argmax(attn_align)))
 
     def on_attention(self, attn_last: np.ndarray) -> Stop | None:
         """The final-layer attention (float32 [n_frames]) of the next unchecked decoded token."""

@@ -271,6 +271,11 @@ class ListedWordGuard:
     def last_peak_s(self, value: float) -> None:
         self._inner.last_peak_s = value
 
+    def on_alignment(self, attn_align: np.ndarray) -> None:
+        note = getattr(self._inner, "on_alignment", None)
+        if note is not None:
+            note(attn_align)
+
     def on_attention(self, attn_last: np.ndarray) -> Stop | None:
         self._peaks.append(int(np.argmax(attn_last)) if attn_last.size else -1)
         return self._inner.on_attention(attn_last)

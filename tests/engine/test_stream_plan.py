@@ -97,6 +97,8 @@ def test_the_first_speech_opens_an_utterance_heard_whole_with_silence(vocab) -> 
     assert (plan.start, plan.end, plan.heard_n) == (round(10.3 * SR), 12 * SR, 6 * SR)
     assert plan.prefix == () and plan.redo_from == 1 and plan.draft_from == 1  # nothing of it committed yet
     assert log.draft_from is None  # planning writes nothing: the executor opens the utterance
+    wider = plan_round(state(log, 10, 2), policy(onset_pad_s=0.4), MODEL, Detector(10.5, 12))  # a late onset
+    assert wider.opens == (round(10.1 * SR), round(10.5 * SR)) and wider.start == round(10.1 * SR)
 
 
 def test_a_live_round_follows_its_carry(vocab) -> None:

@@ -266,3 +266,30 @@ def test_words_said_three_times_are_judged_as_words_not_as_a_token_loop() -> Non
     v = validator(closing=True)
     assert feed(v, [A, hyphen, A, hyphen, A, hyphen, C], [5, 10, 20, 25, 35, 40, 50]) is None
     assert v.decoded == [A, hyphen, A, hyphen, A, hyphen, C]
+
+
+def test_a_repeat_is_judged_on_the_alignment_heads_every_token_later() -> None:
+    """Issue 25: where the decoder gives the alignment heads' attention the repetition guard reads it
+    (the final layer is a weak aligner: in whisper-base's "I tell you, you have" the second "you"
+    peaked 0.02 s after the first on the final layer, 0.32 s on the alignment heads), and every token of
+    the repeat must attend 0.2 s later than its first time's (whisper-base heard noisy "brother Bob"
+    as "brother's brother's": the repeat's first token 0.4 s later, its "'s" not at all, a loop)."""
+
+    def feed_aligned(v, tokens, last, align):
+        for tok, c, a in zip(tokens, last, align, strict=True):
+            stop = v.on_prediction(tok, 1.0, 0.0)
+            if stop:
+                return stop
+            v.on_alignment(box(a))
+            stop = v.on_attention(box(c))
+            if stop:
+                return stop
+        return None
+
+    you = ([C, A, COMMA, A, D], [10, 47, 47, 48, 56], [9, 33, 40, 49, 56])
+    assert feed_aligned(validator(closing=True), *you) is None
+    stop = feed(validator(closing=True), you[0], you[1])  # the final layer alone: a loop
+    assert stop is not None and stop.reason == "repetition"
+    stop = feed_aligned(validator(closing=True), [C, A, ING, A, ING, D], [10, 20, 25, 21, 25, 60],
+                        [10, 20, 25, 40, 25, 60])
+    assert stop is not None and (stop.reason, stop.index) == ("repetition", 3)
