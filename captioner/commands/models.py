@@ -38,13 +38,18 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
                         help="weights of the encoder's and decoder's linear layers: int8 (each input row "
                              "quantised on the fly; ~35%% less CPU time), fp32, or auto: int8 for whisper-base and "
                              "larger unless --linear conv or on Windows ARM64, fp32 otherwise")
+    parser.add_argument("--cpu-variant", choices=("auto", "int8", "none"), default="auto",
+                        help="a second set of graphs for the CPU over the same weights, so a pack built for the "
+                             "NPU keeps int8 speed when it falls back to the CPU: int8, none, or auto: on "
+                             "Windows ARM64 only (docs/PACK_FORMAT.md)")
     parser.add_argument("--chunk", type=int, default=5, metavar="K",
                         help="size of the shared decoder chunks after the first 10 positions (default 5)")
 
 
 def _options(args: argparse.Namespace) -> BuildOptions:
     return BuildOptions(precision=args.precision, linear=args.linear, buckets=parse_buckets(args.buckets),
-                        tail_chunk=args.chunk, vocab=args.vocab, layers=args.layers)
+                        tail_chunk=args.chunk, vocab=args.vocab, layers=args.layers,
+                        cpu_variant=args.cpu_variant)
 
 
 class _Progress:

@@ -214,6 +214,26 @@ def test_install_offline_is_a_one_line_error(tmp_path):
     assert not (env_home / "data" / "packs" / "openai--whisper-tiny").exists()
 
 
+def test_an_npu_pack_for_another_machine_gets_its_cpu_graphs_by_option(tiny_checkpoint, tmp_path, capsys):
+    """``--cpu-variant int8`` builds, off Windows ARM64, the pack that machine installs: fp32 graphs for
+    the NPU and int8 ones for the CPU over one weight file; verify checks both sets."""
+    paths = AppPaths.default(tmp_path / "home")
+    args = ["models", "install", "--from", str(tiny_checkpoint), "--buckets", "3", "--layers", "fp32",
+            "--vocab", "fp32", "--name", "npu"]
+    assert cli.run([*args, "--cpu-variant", "int8"], paths) == 0
+    manifest = json.loads((paths.packs / "npu" / "manifest.json").read_text())
+    assert manifest["cpu_variant"]["vocab"] == "int8"
+    cpu_graphs = manifest["cpu_variant"]["graphs"]
+    assert cpu_graphs and all((paths.packs / "npu" / f).is_file() for f in cpu_graphs.values())
+    assert len(list((paths.packs / "npu").glob("weights*.bin"))) == 1
+    capsys.readouterr()
+    assert cli.run(["models", "verify", "npu"], paths) == 0
+    assert "OK" in capsys.readouterr().out
+    assert cli.run(["models", "remove", "npu"], paths) == 0
+    assert cli.run([*args, "--cpu-variant", "none"], paths) == 0
+    assert "cpu_variant" not in json.loads((paths.packs / "npu" / "manifest.json").read_text())
+
+
 def test_installed_pack_names_tell_non_default_builds_apart() -> None:
     from captioner.models.install import pack_name
 
