@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -204,6 +204,7 @@ def decode_round(
     verifier = runner if draft and isinstance(runner, VerifyingRunner) and runner.verify_size > 1 else None
     drafted = 0
     scores = _Scores()
+    note_alignment = _alignment_reader(validator)
     for start, size in plan:
         if verifier is not None and start >= n_forced and start == len(seq) - 1:
             limit = plan[-1][0] + plan[-1][1]
@@ -227,7 +228,7 @@ def decode_round(
             consumed = start + s
             if consumed >= n_forced:
                 align_rows.append(out.attn_align[s])
-                _align(validator, out.attn_align[s])
+                note_alignment(out.attn_align[s])
                 stop = validator.on_attention(out.attn_last[s])
                 if stop is not None:
                     break
@@ -260,12 +261,10 @@ def decode_round(
     )
 
 
-def _align(validator: TokenValidator, attn_align: np.ndarray) -> None:
-    """Give a validator that reads them (``on_alignment``, optional) the alignment heads' attention of
-    the token whose final-layer attention comes next."""
-    note = getattr(validator, "on_alignment", None)
-    if note is not None:
-        note(attn_align)
+def _alignment_reader(validator: TokenValidator) -> Callable[[np.ndarray], None]:
+    """The validator's ``on_alignment`` (optional: it reads the alignment heads' attention of the
+    token whose final-layer attention comes next), or a no-op; looked up once per decode."""
+    return getattr(validator, "on_alignment", None) or (lambda attn_align: None)
 
 
 class _Scores:
@@ -323,6 +322,7 @@ def _decode_with_draft(runner: VerifyingRunner, seq: list[int], pos: int, limit:
     out_d = _Drafted()
     at: int | None = _resume(draft, seq, 0, wide=True)  # draft index expected next; None: out of step
     misses = 0
+    note_alignment = _alignment_reader(validator)
     while out_d.stop is None and len(validator.decoded) <= max_tokens:
         real = draft[at : at + k - 1] if at is not None else []
         verify = at is not None and at < len(draft) and pos + k <= limit
@@ -341,7 +341,7 @@ def _decode_with_draft(runner: VerifyingRunner, seq: list[int], pos: int, limit:
         confirmed = 0
         for s in range(size):
             align_rows.append(out.attn_align[s])
-            _align(validator, out.attn_align[s])
+            note_alignment(out.attn_align[s])
             out_d.stop = validator.on_attention(out.attn_last[s])
             if out_d.stop is not None:
                 break

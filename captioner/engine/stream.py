@@ -733,7 +733,7 @@ class Stream:
         self._repeat, self._repeat_count = None, 0
         cut = _frames(max(0, new_tokens[-1].start - start + self._offset_n)) if new_tokens else 0
         heard_to = new_tokens[-1].end if new_tokens else start
-        if _REST_BY_ATTENTION and result.stop is not None and result.stop.index < len(result.tokens):
+        if result.stop is not None and result.stop.index < len(result.tokens):
             # where the stopped repeat attends (alignment heads): DTW may stretch the last kept word to the end
             heard_to = min(heard_to, start + int(np.argmax(result.attn_align[result.stop.index])) * SAMPLES_PER_FRAME)
         unheard = start + audio.size - heard_to
@@ -854,7 +854,6 @@ _LOGPROB_FLOOR = -1.0  # ... or whose average log-probability is lower (openai/w
 _REPETITIVE = ("limit", "repetition", "compression")  # failures that say a decode looped
 _DECODE_REST = ("limit", "repetition", "nonspeech")  # closing stops after which the rest is decoded again
 _REST_MIN_N = SAMPLE_RATE  # ... when a guard stopped it at least this long before the input's end
-_REST_BY_ATTENTION = True  # ... measured from where the stopped token attends, if earlier than the kept words' end
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 

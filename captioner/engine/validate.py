@@ -82,9 +82,7 @@ _MAX_BLOCK = 24  # longest repeated word block the repetition guard looks for
 _RESTART = 5  # the round's first words said again: greedy Whisper restarting its sentence
 _RESTART_LATER_S = 1.0  # ... unless they attend this much later than the first time (a real repeat)
 _RESTART_END_S = 0.3  # ... and not to the input's end (the silence after the speech)
-_REPEAT_AFTER_S = 0.2  # a repeat whose tokens attend this much later than its first time's (median) is speech
-_REPEAT_ALIGN = True  # ... read on the alignment heads' attention where the decoder gives it
-_REPEAT_EVERY = True  # ... every token of it (not the median)
+_REPEAT_AFTER_S = 0.2  # a repeat every token of which attends this much later than its first time's is speech
 _ANNOTATION_OPENERS = (b"(", b"[", "\u266a".encode(), "\u266b".encode(), b"*")
 
 
@@ -250,15 +248,14 @@ class WordGuard:
         on by a frame or two, or moves some of its tokens only."""
         if at - n < 0 or len(self._peaks) < n_decoded:  # the first time is committed context: no attention
             return False
-        peaks = self._align if _REPEAT_ALIGN and len(self._align) >= n_decoded else self._peaks
+        peaks = self._align if len(self._align) >= n_decoded else self._peaks  # alignment heads where given
         end = self._input_s / FRAME_S  # peaks past the input (the silence it is heard with) say nothing
         lo, mid = self._firsts[at - n], self._firsts[at]
         pairs = zip(peaks[lo:mid], peaks[mid:n_decoded], strict=False)  # token by token
         moves = [(b - a) * FRAME_S for i, (a, b) in enumerate(pairs)
                  if lo + i > 0 and a < end and b < end]  # the round's first token attends everywhere
         later = peaks[mid:n_decoded]
-        moved = min(moves) if moves and _REPEAT_EVERY else float(np.median(moves)) if moves else 0.0
-        return (bool(moves) and moved >= _REPEAT_AFTER_S
+        return (bool(moves) and min(moves) >= _REPEAT_AFTER_S
                 and float(np.median(later)) * FRAME_S <= self._input_s - _RESTART_END_S)
 
     def _single_token_double(self, decoded: list[int]) -> bool:
