@@ -42,7 +42,8 @@ class RoundPlan:
     Attributes:
         kind: ``"skip"`` (not decoded: ``skip`` says why), ``"opening"`` (an utterance's first
             seconds, all of it), ``"live"`` (the paper's round, maybe reaching back for context),
-            ``"closing"`` (the utterance's speech ended: decoded to its end as offline Whisper does).
+            ``"closing"`` (the utterance's speech ended: decoded to its end as offline Whisper does;
+            the stream's first utterance, within 30 s, from the stream's first sample).
         start, end: the input decoded, ``[start, end)``.
         heard_n: samples the encoder hears: the input followed by digital silence up to this length
             (the input alone, masked, when it is not longer than the input).
@@ -102,6 +103,7 @@ class RoundPolicy:
     reach_back: bool  # the minimum context applies (steps under 2 s)
     full_n: int = 0  # a closing input shorter than this is heard in the 30 s window
     lead_n: int = 3200  # non-speech kept before detected speech when leading non-speech is trimmed
+    from_start: bool = False  # the stream's first utterance, closing within 30 s, decoded from sample 0
 
     @classmethod
     def from_config(cls, cfg) -> RoundPolicy:
@@ -118,6 +120,7 @@ class RoundPolicy:
             reach_back=cfg.step_s < _REACH_BACK_BELOW_STEP_S,
             full_n=round(cfg.closing_full_s * SAMPLE_RATE),
             lead_n=_frames(round(cfg.onset_pad_s * SAMPLE_RATE)),
+            from_start=cfg.closing_from_start,
         )
 
 
@@ -135,6 +138,8 @@ class StreamState:
         history: ``[start, end)`` of the audio already taken that the stream keeps.
         log: the committed tokens (read only).
         prompt_n: tokens of the decoder prompt (the prefix bound depends on it).
+        closed: a closing decode has run in this stream (the utterance it left open, if any, is the
+            rest after a guard's stop, not a whole recording).
     """
 
     start: int
@@ -147,6 +152,7 @@ class StreamState:
     history: tuple[int, int]
     log: CommittedLog
     prompt_n: int
+    closed: bool = False
 
 
 def plan_round(s: StreamState, p: RoundPolicy, model: AcousticModel, detector: SpeechQuery | None) -> RoundPlan:
@@ -178,6 +184,9 @@ def plan_round(s: StreamState, p: RoundPolicy, model: AcousticModel, detector: S
             closes = True
             end = start + min(end - start, -(-(span.end + p.pad_n - start) // SAMPLES_PER_FRAME) * SAMPLES_PER_FRAME)
     own = start
+    if closes and _whole_recording(s, p, end, draft_from):  # as offline Whisper hears a recording this short
+        redo = s.log.first_word_since(0) if s.log.tokens else None
+        return RoundPlan("closing", 0, end, FULL_N, (), redo, own, opens, draft_from)
     if closes:
         if p.context_n and s.log.tokens and not s.hurry:  # look back: the utterance decoded again
             u = start if utterance is None else utterance
@@ -219,6 +228,16 @@ def _reach_back(s: StreamState, p: RoundPolicy, model: AcousticModel, start: int
     if begin >= start or len(prefix) > max_prefix(model, bucket, s.prompt_n):
         return None
     return begin, prefix, after
+
+
+def _whole_recording(s: StreamState, p: RoundPolicy, end: int, draft_from: int | None) -> bool:
+    """The round is the stream's first closing decode and its utterance the first (nothing committed
+    before it), the stream still keeps its first sample, and the input ends within Whisper's 30 s
+    window: it is decoded from the stream's first sample in the 30 s window, as offline Whisper
+    decodes the recording so far. (The rest of an utterance after a guard's stop is decoded by
+    itself: decoding from the first sample again would stop at the same place.)"""
+    first = not s.closed and (draft_from if draft_from is not None else len(s.log)) == 0
+    return p.from_start and bool(p.context_n) and not s.hurry and first and s.history[0] == 0 and end <= FULL_N
 
 
 def _closing_window(model: AcousticModel, n: int, full_n: int = 0) -> int:

@@ -25,6 +25,9 @@ closing  the speech ended ``end_silence_s`` before the input's   cut ``speech_pa
          ``finish()`` [1, 16]                                    to a committed word's start in the           that audio,
                                                                  utterance [17]; heard with silence to the    replaced [17]
                                                                  smallest bucket ≥ 10 s (10, 20, 30 s) [18]
+closing, a closing round of the stream's first utterance whose   from the stream's first sample, heard in     none / the
+whole    input ends within 30 s of the stream's first sample     the 30 s window: offline Whisper's decode    drafts, replaced
+         (not in a hurry) [27]                                   of the recording so far
 ======== ======================================================= ============================================ ====================
 
 A round that opens an utterance (the first with speech after none) sets its start (the input's start)
@@ -154,6 +157,10 @@ class StreamConfig:
         closing_full_s: a closing input shorter than this is heard in the 30 s window, as offline
             Whisper hears it (a short utterance is where the 10 s window lost words on unseen
             speakers); 0 = by its length only (10, 20 or 30 s).
+        closing_from_start: the stream's first utterance, when it closes within 30 s of the stream's
+            first sample, is decoded from that sample heard in the 30 s window: a recording that fits
+            Whisper's window comes out as offline Whisper transcribes it (deviation 27); False: from
+            the utterance's own start, as every later one.
         closing_retry: a closing decode in a window under 30 s that looks wrong (a word guard or
             the token limit stopped it, its text compresses more than 2.4 times, or its average
             log-probability is below −1) is decoded again in the 30 s window; the better of the
@@ -192,6 +199,7 @@ class StreamConfig:
     closing_context_s: float = 29.6
     closing_replaces: bool = True
     closing_full_s: float = 0.0
+    closing_from_start: bool = True
     closing_retry: bool = True
     opening_s: float = 4.0
     opening_window_s: float = 6.0
@@ -293,6 +301,7 @@ class Stream:
         self._utterance_start: int | None = None  # where the open utterance's input begins (onset − pad)
         self._onset = 0  # where its speech begins (the speech detector's onset): no word starts before
         self._log = CommittedLog(self.vocab, source)  # committed tokens -> published words
+        self._closed = False  # a closing decode has run (deviation 27 applies before it only)
         # set by a live caller that is behind real time (engine/overload.py): closing rounds then
         # decode only what is not decoded yet, without the look-back re-decode (deviation 17)
         self.hurry = False
@@ -439,7 +448,7 @@ class Stream:
         stats["input_s"] = audio.size / SAMPLE_RATE
         state = StreamState(start, audio, last, self.hurry, self._prefix, self._utterance_start, self._spec_from,
                             (self._history_start, self._history_start + self._history.size), self._log,
-                            len(self._prompt))
+                            len(self._prompt), self._closed)
         plan = plan_round(state, self._policy, self.model, self._vad)
         if plan.kind == "skip":
             if plan.skip is None:
@@ -490,6 +499,7 @@ class Stream:
         # words decoded again are proposed to the verifier (draft decoding)
         draft = [t.id for t in self._log.tokens[plan.redo_from:]] if plan.redo_from is not None else []
         result = self._decode_told(encoding, prefix, validator, draft, eff_s)
+        self._closed = self._closed or plan.closes
         chunks, decoder_ms, validation_ms = result.chunks, result.decoder_ms, result.validation_ms
         wrong = self._looks_wrong(result) if plan.closes and cfg.closing_retry and plan.heard_n < FULL_N else None
         if wrong is not None:

@@ -37,6 +37,9 @@ from captioner.engine.validate import RoundValidator, Stop
 
 # Each: the audio recipe, and what to run on it ("stream": a Stream fed one step at a time, then
 # finish(); "rounds": single rounds, each decoded twice, guards off then the policy's validator).
+# Every stream recipe turns deviation 27 off (``closing_from_start``): each is a whole recording under
+# 30 s, whose first utterance would be decoded from the first sample as offline Whisper does; they
+# record the path every later utterance of a stream takes (27 itself: test_real_speech_policy.py).
 SCENARIOS: dict[str, dict[str, Any]] = {
     "last_word": {
         "about": "A real clip cut at its last speech sample (the VAD's end), streamed at a 1 s step: "
@@ -45,7 +48,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                  "input decoded greedily without a draft. Deviation 20 off (opening rounds, minimum context): "
                  "the paper's live rounds are what it records.",
         "audio": [{"clip": "1089-134691-0001", "end_s": 4.896}],
-        "kind": "stream", "step_s": 1.0, "config": {"opening_s": 0.0, "min_context_s": 0.0}, "greedy_last": True,
+        "kind": "stream", "step_s": 1.0, "config": {"opening_s": 0.0, "min_context_s": 0.0, "closing_from_start": False}, "greedy_last": True,
     },
     "closing_draft": {
         "about": "A real clip streamed at a 2 s step: the live draft ('has to print') is corrected by "
@@ -53,35 +56,35 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                  "the same closing input decoded greedily without a draft (draft decoding = greedy). "
                  "Deviation 20 off: its opening rounds would hear 'Hester Prin' already.",
         "audio": [{"clip": "1221-135766-0002"}],
-        "kind": "stream", "step_s": 2.0, "config": {"opening_s": 0.0, "min_context_s": 0.0}, "greedy_last": True,
+        "kind": "stream", "step_s": 2.0, "config": {"opening_s": 0.0, "min_context_s": 0.0, "closing_from_start": False}, "greedy_last": True,
     },
     "noise_annotation": {
         "about": "6 s of white noise (-30 dBFS, seed 1) with the speech detector off: real tiny.en "
                  "writes ' (water running' in every round; the annotation guard stops each round "
                  "before it, so no word is emitted.",
         "audio": [{"signal": "white", "seconds": 6.0, "seed": 1}],
-        "kind": "stream", "step_s": 2.0, "config": {"vad": False},
+        "kind": "stream", "step_s": 2.0, "config": {"vad": False, "closing_from_start": False},
     },
     "leading_silence": {
         "about": "2.5 s of digital silence, then a real clip, 2 s step: the first round is silence, "
                  "the next is trimmed to the detected onset; no word starts before the onset. Then the "
                  "closing input decoded greedily without a draft.",
         "audio": [{"silence": 2.5}, {"clip": "1089-134691-0000"}],
-        "kind": "stream", "step_s": 2.0, "config": {}, "greedy_last": True,
+        "kind": "stream", "step_s": 2.0, "config": {"closing_from_start": False}, "greedy_last": True,
     },
     "speculative": {
         "about": "A real 2 s clip at a 1 s step: the first round's alignment is unreliable, its words "
                  "are shown speculatively and the next round retracts and confirms them. Deviation 20 off: on "
                  "a clip this short every round would be an opening round.",
         "audio": [{"clip": "1089-134691-0000"}],
-        "kind": "stream", "step_s": 1.0, "config": {"opening_s": 0.0, "min_context_s": 0.0},
+        "kind": "stream", "step_s": 1.0, "config": {"opening_s": 0.0, "min_context_s": 0.0, "closing_from_start": False},
     },
     "live_backward_shift": {
         "about": "A real clip at a 0.7 s step: a live round's attention jumps back (backward-shift stop, "
                  "§7); the flagged token and what follows are dropped and decoded again from the carry. "
                  "Deviation 20 off: the paper's carry is what it records.",
         "audio": [{"clip": "1089-134691-0001"}],
-        "kind": "stream", "step_s": 0.7, "config": {"opening_s": 0.0, "min_context_s": 0.0},
+        "kind": "stream", "step_s": 0.7, "config": {"opening_s": 0.0, "min_context_s": 0.0, "closing_from_start": False},
     },
     "restart_false_positive": {
         "about": "Two real clips of one speaker back to back, 3 s step: the second ends with the first's "
@@ -89,7 +92,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                  "guard stopped there and lost them until it let a restart stand that attends to "
                  "later speech (validate.py).",
         "audio": [{"clip": "1089-134691-0000"}, {"clip": "1089-134691-0001"}],
-        "kind": "stream", "step_s": 3.0, "config": {},
+        "kind": "stream", "step_s": 3.0, "config": {"closing_from_start": False},
     },
     "revising": {
         "about": "A real 5.4 s clip at a 1 s step with the default policy: the utterance's first rounds "
@@ -98,7 +101,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
                  "5 s before its end, forced as the prefix, and replaces the drafts after it "
                  "(stream.py deviation 20).",
         "audio": [{"clip": "1089-134691-0001"}],
-        "kind": "stream", "step_s": 1.0, "config": {},
+        "kind": "stream", "step_s": 1.0, "config": {"closing_from_start": False},
     },
     "loops": {
         "about": "Single rounds on short masked inputs (3 s bucket) where greedy tiny.en loops until "

@@ -152,10 +152,11 @@ def test_an_open_utterance_with_no_speech_left_closes_on_the_round_boundary(voca
 
 def test_long_closing_inputs_are_heard_in_the_20_and_30_s_windows(vocab) -> None:
     log = drafted(vocab, (" He", 0.5, 0.8), (" could", 8.0, 8.4), (" wait", 14.0, 14.5))
-    plan = plan_round(state(log, 23, 2, utterance_s=0.3), policy(), MODEL, Detector(0.5, 24.0))
+    own = policy(closing_from_start=False)  # the stream's first utterance: [27] would decode it from 0
+    plan = plan_round(state(log, 23, 2, utterance_s=0.3), own, MODEL, Detector(0.5, 24.0))
     assert plan.looks_back and plan.start == round(0.3 * SR) and plan.heard_n == 30 * SR
-    plan = plan_round(state(log, 23, 2, utterance_s=0.3), policy(closing_context_s=20.0), MODEL,
-                      Detector(0.5, 24.0))
+    plan = plan_round(state(log, 23, 2, utterance_s=0.3), policy(closing_context_s=20.0, closing_from_start=False),
+                      MODEL, Detector(0.5, 24.0))
     # 20 s before the end (4.2 s) falls inside the utterance: from the next committed word's start less the pad
     assert plan.start == round(7.8 * SR) and plan.redo_from == 1 and plan.heard_n == 20 * SR
 
@@ -168,3 +169,40 @@ def test_a_short_closing_input_is_heard_in_the_30_s_window_when_asked(vocab) -> 
     assert plan_round(short, policy(closing_full_s=0.0), MODEL, Detector(10.5, 12.0)).heard_n == 10 * SR
     longer = state(log, 13, 2, utterance_s=10.3, history_s=5)  # 10.3 -> 14.2 s: 3.9 s
     assert plan_round(longer, policy(closing_full_s=3.0), MODEL, Detector(10.5, 14.0)).heard_n == 10 * SR
+
+
+def test_the_first_utterance_of_a_recording_that_fits_the_window_is_decoded_as_offline_whisper_does(vocab) -> None:
+    """Closing, whole [27]: the stream's first utterance, its input ending within 30 s of the stream's
+    first sample, is decoded from that sample, heard in the 30 s window, without a prefix, its drafts
+    replaced: offline Whisper's decode of the recording so far."""
+    log = drafted(vocab, (" He", 1.5, 1.8), (" could", 1.8, 2.2))
+    plan = plan_round(state(log, 2, 2, prefix=(7,), utterance_s=1.3), policy(), MODEL, Detector(1.5, 3.0))
+    assert plan.kind == "closing" and plan.looks_back and plan.opens is None
+    assert (plan.start, plan.end, plan.heard_n, plan.reach_n) == (0, round(3.2 * SR), 30 * SR, 2 * SR)
+    assert plan.prefix == () and plan.redo_from == 0
+    # finish() on a recording whose only round opens and closes the utterance: nothing to replace
+    nothing = CommittedLog(vocab, "system")
+    one = plan_round(state(nothing, 0, 3, last=True), policy(), MODEL, Detector(1.5, 2.5))
+    assert (one.kind, one.start, one.end, one.heard_n, one.redo_from) == ("closing", 0, round(2.7 * SR), 30 * SR, None)
+    assert one.opens == (round(1.3 * SR), round(1.5 * SR)) and one.reach_n == round(1.3 * SR)
+
+
+def test_later_utterances_long_inputs_and_hurried_streams_close_from_the_utterance(vocab) -> None:
+    """[27] applies to the stream's first utterance only, within 30 s of a first sample the stream
+    still keeps, and not in a hurry; every other closing round looks back over its utterance [17]."""
+    first = drafted(vocab, (" He", 1.5, 1.8), (" could", 1.8, 2.2))
+    second = drafted(vocab, (" He", 1.5, 1.8), (" could", 10.8, 11.2))
+    second.set_draft(1)  # " He" ended an earlier utterance
+    cases = {
+        "a second utterance": (state(second, 12, 2, utterance_s=10.3), policy(), Detector(10.5, 13.0)),
+        "an input ending past 30 s": (state(first, 29, 2, utterance_s=1.3), policy(), Detector(1.5, 30.4)),
+        "the first sample dropped": (state(first, 2, 2, utterance_s=1.3, history_s=0.5), policy(), Detector(1.5, 3.0)),
+        "off": (state(first, 2, 2, utterance_s=1.3), policy(closing_from_start=False), Detector(1.5, 3.0)),
+    }
+    for why, (s, p, detector) in cases.items():
+        plan = plan_round(s, p, MODEL, detector)
+        assert plan.kind == "closing" and plan.start == s.utterance_start and plan.heard_n == (
+            30 * SR if plan.end - plan.start > 20 * SR else 10 * SR), why
+    hurried = plan_round(state(first, 2, 2, prefix=(7,), utterance_s=1.3, hurry=True), policy(), MODEL,
+                         Detector(1.5, 3.0))
+    assert hurried.kind == "closing" and (hurried.start, hurried.prefix, hurried.redo_from) == (2 * SR, (7,), None)
