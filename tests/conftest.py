@@ -13,18 +13,28 @@ from it by the same CLI with the default options, exactly what tiny.en users get
 (int8-ranked vocabulary, fp32 layers: ``BuildOptions.layers``), once per session (~2 s);
 ``real_tiny_en_int8_pack`` is the same with int8 layers (``--layers int8``), the default of
 whisper-base and up, whose weights are too big for CI.
+
+Property tests (hypothesis) draw new examples on every run on a developer's machine, where they
+keep finding cases; with ``CI`` set (``.ci/run`` on a fresh clone) they run derandomized (the same
+examples every time), so a red CI always means the change broke something.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from checkpoints import make_checkpoint
+from hypothesis import settings
 
 from captioner import cli
 from captioner.models.pack import Pack
 from captioner.storage.paths import AppPaths
+
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

@@ -332,11 +332,11 @@ class CueSegmenter:
                 current = joined
                 continue
             if current:
-                lines.append(current)
-            current = piece.text
+                lines.append(current.rstrip())
+            current = piece.text.lstrip()  # a piece of a word with a space in it may start with it
             if len(current) > width:  # cannot happen for pieces cut to width; guard the invariant
                 return None
-        lines.append(current)
+        lines.append(current.rstrip())
         if len(lines) > self.options.max_lines or len(lines[0]) > first:
             return None
         return lines

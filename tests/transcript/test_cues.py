@@ -124,6 +124,19 @@ def test_options_are_validated() -> None:
     assert len(CueOptions(label_mic="A very long speaker label indeed").label("mic")) <= 19
 
 
+def test_a_long_word_with_a_space_in_it_breaks_into_lines_without_edge_spaces() -> None:
+    """A word longer than a line is cut into pieces at the line width; where a cut falls on a
+    space inside it (a vocabulary entry, a number group), no line starts or ends with that space
+    (found by the property below: ' 0 hello')."""
+    texts = ("hello", "hello", "hello", "000000000000 0", "hello")
+    words = [Word(t, 0.0, 0.0, 0.0, "system", False) for t in texts] + [Word("hello", 0.0, 0.0, 0.0, "mic", False)]
+    options = CueOptions(max_line_chars=20, max_lines=3)
+    cues = build_cues(words, options)  # two sources: labelled, 13 characters left on a first line
+    check_invariants(cues, options)
+    system = next(c for c in cues if c.source == "system")
+    assert system.lines == ("hello hello", "hello 000000000000", "0 hello")
+
+
 # -- properties over random word streams with retractions -----------------------------------------
 
 word_text = st.one_of(
