@@ -44,6 +44,7 @@ def write_tone_wav(path: Path, seconds: float = 3.0) -> Path:
 
 
 def main() -> int:
+    """Caption the audio, then measure each idle state; 0 when every state is under the limit."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="model pack directory or installed pack name")
     ap.add_argument("--wav", type=Path, help="audio to caption before idling (default: a 3 s tone)")

@@ -170,6 +170,7 @@ def synthetic_updates(total_words: int, hours: float, seed: int = 0) -> list[Eng
 
 
 def main() -> None:
+    """Insert a synthetic session into a fresh store, then time the cues and every export."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--words", type=int, default=100_000)
     parser.add_argument("--hours", type=float, default=10.0)
