@@ -96,6 +96,8 @@ class RoundStats:
         lag_s: audio clock of the newest captured sample minus the end of the processed audio.
         speculative: the round's words were emitted speculatively.
         reinferred: the round ran the 30 s re-inference fallback (NPUSPER.md §11.3).
+        retried: the round's closing decode looked wrong by Whisper's own signs and was decoded
+            again in the 30 s window (``engine/stream.py`` deviations 23–24; one more encoder pass).
         language: the language the round was decoded in (detected when the stream's is "auto").
         closes: the round closed an utterance (its speech ended before the input did, or the
             stream finished): decoded to the end without the peak-margin stop, nothing carried.
@@ -123,6 +125,7 @@ class RoundStats:
     lag_s: float = 0.0
     speculative: bool = False
     reinferred: bool = False
+    retried: bool = False
     closes: bool = False
     language: str = ""
     skipped_s: float = 0.0

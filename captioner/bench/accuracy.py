@@ -340,10 +340,10 @@ def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: s
     arrival: list[float] = [0.0]  # per round number: audio time at which its input had arrived
     compute: list[float] = [0.0]
     stops: dict[str, int] = {}
-    reinferred = rounds = 0
+    reinferred = retried = rounds = 0
 
     def run(call: Callable) -> None:
-        nonlocal reinferred, rounds
+        nonlocal reinferred, retried, rounds
         clock.value = float(len(arrival))
         arrival.append(stream.audio_s)
         t = time.perf_counter()
@@ -354,6 +354,7 @@ def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: s
             reason = str(update.stats.stop_reason)
             stops[reason] = stops.get(reason, 0) + 1
             reinferred += update.stats.reinferred
+            retried += update.stats.retried
 
     for pos in range(0, audio.size, step_n):
         stream.feed(audio[pos : pos + step_n])
@@ -367,7 +368,7 @@ def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: s
         k = round(w.emitted_at)
         words.append(TimedWord(w.text, w.start, w.end, shown[k] if 0 < k < len(shown) else math.nan))
     return ModeRun(words, sum(compute), {"rounds": rounds, "stop_reasons": stops,
-                                         "reinferred_rounds": reinferred,
+                                         "reinferred_rounds": reinferred, "retried_rounds": retried,
                                          "max_backlog_s": max(s - a for s, a in zip(shown, arrival, strict=True))})
 
 

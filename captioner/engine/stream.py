@@ -506,7 +506,7 @@ class Stream:
             # a short window's decode that looks wrong: heard again as offline Whisper hears it
             again = self.model.encode(_heard_with_silence(audio, FULL_N))
             retry = self._decode_told(again, prefix, validator, draft, eff_s)
-            stats.update(bucket=again.bucket, mel_ms=stats["mel_ms"] + again.mel_ms,
+            stats.update(retried=True, bucket=again.bucket, mel_ms=stats["mel_ms"] + again.mel_ms,
                          encoder_ms=stats["encoder_ms"] + again.encoder_ms)
             chunks, decoder_ms, validation_ms = (chunks + retry.chunks, decoder_ms + retry.decoder_ms,
                                                  validation_ms + retry.validation_ms)

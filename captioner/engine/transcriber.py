@@ -119,6 +119,7 @@ class TranscriptionInfo:
             "mean_ms": {s: mean(f"{s}_ms") for s in ("mel", "encoder", "decoder", "validation", "dtw", "total")},
             "first_round_ms": round(ran[0].total_ms, 1) if ran else 0.0,
             "reinferred_rounds": sum(1 for r in ran if r.reinferred),
+            "retried_rounds": sum(1 for r in ran if r.retried),
             "session_ms": {k: round(v, 1) for k, v in info.session_ms.items()},
             "lag": self.lag.to_json() if self.lag is not None else None,
             "gaps": [[round(a, 3), round(b, 3)] for a, b in self.gaps],

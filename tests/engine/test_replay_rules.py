@@ -130,6 +130,9 @@ def test_sound_annotations_over_noise_are_stopped(vocab) -> None:
     model, result = replay("noise_annotation", vocab)
     assert [u.stats.stop_reason for u in result["updates"]] == ["nonspeech"] * len(result["updates"])
     assert result["stream"].words == ()
+    # finish()'s closing decode, stopped in its 10 s window, was heard again in 30 s (deviation 23)
+    assert [u.stats.retried for u in result["updates"]] == [False] * (len(result["updates"]) - 1) + [True]
+    assert result["updates"][-1].stats.bucket == 30
     for d in range(len(result["updates"])):  # what real Whisper wrote in each round: a sound caption
         text = first_run_text(model, vocab, d)
         assert is_annotation(text.encode()) and "water" in text, text
