@@ -17,11 +17,17 @@ whisper-base and up, whose weights are too big for CI.
 Property tests (hypothesis) draw new examples on every run on a developer's machine, where they
 keep finding cases; with ``CI`` set (``.ci/run`` on a fresh clone) they run derandomized (the same
 examples every time), so a red CI always means the change broke something.
+
+Disk: the suite builds packs, bundles and wheels (~6 GB in all). A passed test's ``tmp_path`` goes
+when it ends (``tmp_path_retention_policy`` in ``pyproject.toml``) and the folders a module-scoped
+fixture made with ``tmp_path_factory`` when its module ends (:func:`pytest_fixture_setup`), so a run
+holds little more than the session's packs at any time.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -35,6 +41,30 @@ from captioner.storage.paths import AppPaths
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+_SHORT_SCOPES = ("module", "class", "package")
+_made: dict[int, set[Path]] = {}  # id(fixture definition) -> the folders its current value made
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
+    """Note the temporary folders a module-scoped fixture makes (its dependencies are set up before
+    this hook, so what appears under the base folder meanwhile is its own)."""
+    if fixturedef.scope not in _SHORT_SCOPES:
+        return (yield)
+    base = request.getfixturevalue("tmp_path_factory").getbasetemp()
+    before = set(base.iterdir())
+    try:
+        return (yield)
+    finally:
+        _made.setdefault(id(fixturedef), set()).update(set(base.iterdir()) - before)
+
+
+def pytest_fixture_post_finalizer(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> None:
+    """After a module-scoped fixture's own teardown, its folders go (a failed run keeps the
+    function-scoped ``tmp_path`` folders, where the evidence is)."""
+    for path in _made.pop(id(fixturedef), ()):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
