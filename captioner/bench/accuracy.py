@@ -22,7 +22,8 @@ process with **one** loaded model runs:
 
 Scores (:mod:`captioner.bench.scoring`): WER/CER after Whisper's normalisers, per item, per kind and
 per language; per-word latency and start error against the offline words; stutters; words emitted
-on non-speech; compute RTF per mode. Leading silence is judged against the speech onset that Silero
+on non-speech; compute RTF per mode and, for the live modes, where the compute went (encoder,
+decoder, closing rounds, rounds in the 30 s window: ``compute_split``). Leading silence is judged against the speech onset that Silero
 VAD finds (faster-whisper's copy, dev only; no padding), not against the offline words: our DTW puts
 the first word of every window at 0.0 s, offline too. Items in another language than English need a multilingual
 pack (an English-only pack skips them, said so).
@@ -54,7 +55,7 @@ from captioner.bench.scoring import (
     leading_words,
     summary,
 )
-from captioner.core import SAMPLE_RATE, Provider
+from captioner.core import SAMPLE_RATE, Provider, RoundStats
 from captioner.engine import Stream, StreamConfig
 from captioner.engine.align import align_words
 from captioner.engine.decoder import decode_round
@@ -341,6 +342,7 @@ def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: s
     compute: list[float] = [0.0]
     stops: dict[str, int] = {}
     reinferred = retried = rounds = 0
+    split = dict.fromkeys(COMPUTE_SPLIT, 0.0)
 
     def run(call: Callable) -> None:
         nonlocal reinferred, retried, rounds
@@ -355,6 +357,7 @@ def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: s
             stops[reason] = stops.get(reason, 0) + 1
             reinferred += update.stats.reinferred
             retried += update.stats.retried
+            _split_round(split, update.stats)
 
     for pos in range(0, audio.size, step_n):
         stream.feed(audio[pos : pos + step_n])
@@ -369,7 +372,24 @@ def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: s
         words.append(TimedWord(w.text, w.start, w.end, shown[k] if 0 < k < len(shown) else math.nan))
     return ModeRun(words, sum(compute), {"rounds": rounds, "stop_reasons": stops,
                                          "reinferred_rounds": reinferred, "retried_rounds": retried,
+                                         "compute_split": {k: round(v, 4) for k, v in split.items()},
                                          "max_backlog_s": max(s - a for s, a in zip(shown, arrival, strict=True))})
+
+
+COMPUTE_SPLIT = ("encoder_s", "decoder_s", "closing_s", "full_window_s")
+
+
+def _split_round(split: dict[str, float], stats: RoundStats) -> None:
+    """Add one round's stage timings to a live run's compute split (seconds): its encoder (log-mel
+    included) and decoder, and the whole round again when it closed an utterance and when it was
+    heard in the 30 s window (what deviation 27 and the retries cost). Only the rounds whose stats
+    an update carries count (``finish()`` reports its last round)."""
+    split["encoder_s"] += (stats.mel_ms + stats.encoder_ms) / 1000.0
+    split["decoder_s"] += stats.decoder_ms / 1000.0
+    if stats.closes:
+        split["closing_s"] += stats.total_ms / 1000.0
+    if stats.bucket == 30:
+        split["full_window_s"] += stats.total_ms / 1000.0
 
 
 # ------------------------------------------------------------------------------------------ scoring
@@ -424,6 +444,9 @@ def _group(items: list[dict], mode: str) -> dict:
            "errors": wer.errors, "deletions": wer.deletions, "stutters": sum(len(r["stutters"]) for r in rows),
            "compute_s": sum(r["compute_s"] for r in rows)}
     out["rtf"] = out["compute_s"] / seconds if seconds else None
+    splits = [r["info"]["compute_split"] for r in rows if "compute_split" in r.get("info", {})]
+    if splits:
+        out["compute_split"] = {k: sum(x[k] for x in splits) for k in COMPUTE_SPLIT}
     if any("latency_s" in r for r in rows):
         out["latency_s"] = summary([x for r in rows for x in r.get("latency_s", [])])
         out["start_error_s"] = summary([x for r in rows for x in r.get("start_error_s", [])])

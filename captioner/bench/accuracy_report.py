@@ -29,6 +29,22 @@ def _clip(text: str) -> str:
     return text if len(text) <= _TEXT_CHARS else text[:_TEXT_CHARS] + " …"
 
 
+def _split_lines(english: dict, modes: list[str]) -> list[str]:
+    """Where each live mode's compute went (English items): encoder and decoder, closing rounds, and
+    rounds heard in the 30 s window, as shares of the mode's compute."""
+    lines = []
+    for mode in modes:
+        row = english.get(mode, {})
+        split, total = row.get("compute_split"), row.get("compute_s")
+        if not split or not total:
+            continue
+        share = {k: 100.0 * v / total for k, v in split.items()}
+        lines.append(f"- {mode}: encoder (log-mel included) {share['encoder_s']:.0f} %, decoder {share['decoder_s']:.0f} % "
+                     f"of the compute; closing rounds {share['closing_s']:.0f} %, rounds in the 30 s window "
+                     f"{share['full_window_s']:.0f} %.")
+    return ["Where the live compute went:", "", *lines, ""] if lines else []
+
+
 def _vocabulary_lines(acc: dict, modes: list[str]) -> list[str]:
     """The listed words of a ``--vocabulary`` run, per live mode: recalled of those in the references,
     and invented (said by the engine, not in the reference); nothing without a vocabulary."""
@@ -78,6 +94,7 @@ def markdown(acc: dict, header: str = "") -> str:
               "round start + its compute) − the offline word's end; start error: |start − offline start|. "
               "Speech onset: Silero VAD (no padding); leading-silence words start > 0.1 s before it. "
               "RTF: compute ÷ audio seconds, same run.", ""]
+    lines += _split_lines(english, modes)
 
     lines += _vocabulary_lines(acc, modes)
     lines += ["### WER by kind", "", "| group | items | min | " + " | ".join(modes) + " | " +

@@ -74,6 +74,11 @@ def test_live_words_are_emitted_after_their_audio_and_matched_to_offline(acc_run
     assert all(lat > -0.3 for lat in row["latency_s"])
     assert row["info"]["rounds"] >= 2 and sum(row["info"]["stop_reasons"].values()) == row["info"]["rounds"]
     assert row["compute_s"] > 0
+    split = row["info"]["compute_split"]  # the rounds' own stage timings, inside the measured compute
+    assert split["encoder_s"] > 0 and split["decoder_s"] > 0
+    assert split["encoder_s"] + split["decoder_s"] <= row["compute_s"]
+    assert 0 < split["full_window_s"] <= row["compute_s"]  # a 2 s clip fits the window: deviation 27
+    assert 0 < split["closing_s"] <= row["compute_s"]
     timed = row["timed_words"]  # [text, start, end, emitted]
     assert len(timed) == row["words"] and " ".join(w[0] for w in timed) == row["hypothesis"]
     assert all(w[3] >= w[2] - 0.02 for w in timed)  # shown only after its audio arrived
@@ -98,6 +103,7 @@ def test_report_json_and_plots(acc_run) -> None:
     assert result["accuracy"]["settings"]["modes"] == ["offline", "live_2s", "fw_default", "fw_greedy"]
     assert "| mode | English WER | gap vs offline (points) |" in report
     assert "### WER by kind" in report and "### Words on non-speech" in report
+    assert "- live_2s: encoder (log-mel included) " in report
     assert sorted(p.name for p in plots.iterdir()) == ["accuracy_latency.png", "accuracy_wer.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots.iterdir())
 
