@@ -110,7 +110,9 @@ class CaptionWorker(QObject):
         lag(float seconds, str state) after every round: the round's lag (audio that waited when
         it started plus its compute; the worst source in "both" mode) and "ok", "behind" or
         "skipping" (:class:`~captioner.engine.overload.LagGovernor`);
-        audio_event(AudioEvent); error(CaptionerError); status(str) with
+        audio_event(AudioEvent); error(CaptionerError) (a capture that cannot be opened is
+        retried every ``reopen_wait_s`` and reported once until it opens or fails otherwise: a
+        missing sound server is one tray message, not one a second); status(str) with
         "listening", "paused", "ended" (a file source ran out) or "stopped"; finished().
     """
 
@@ -145,6 +147,7 @@ class CaptionWorker(QObject):
         self._paused = paused
         self._finished_streams = False
         self._last_level = dict.fromkeys(self._streams, 0.0)
+        self._open_failure: str | None = None  # the failure to open last reported (told once)
 
     # -------------------------------------------------------- thread-safe intents
     def request_stop(self) -> None:
@@ -220,11 +223,16 @@ class CaptionWorker(QObject):
         try:
             capture = self._open_capture()
             capture.start()
-            return capture
         except CaptionerError as exc:
-            self.error.emit(exc)
+            if str(exc) != self._open_failure:
+                self._open_failure = str(exc)
+                self.error.emit(exc)
+            else:
+                logger.debug("capture still cannot be opened: %s", exc)
             self._stop.wait(self._reopen_wait)  # retry later, without spinning
             return None
+        self._open_failure = None
+        return capture
 
     def _close(self, capture: CaptureLike | None) -> None:
         """Stop ``capture`` (a failure is logged: the capture is dropped all the same)."""

@@ -121,6 +121,35 @@ def test_device_errors_are_emitted_typed_and_events_forwarded(qtbot):
     h.stop()
 
 
+def test_a_capture_that_cannot_open_is_retried_and_reported_once_per_outage(qtbot):
+    """No sound server: the worker retries every reopen_wait_s but reports the failure once (a
+    tray message a second was what a user saw); a different failure, or the same one after the
+    capture opened in between, is reported again."""
+    failures = [AudioDeviceError("no server")] * 5 + [AudioDeviceError("no device")] * 3
+    opened = []
+
+    def open_capture():
+        if failures:
+            raise failures.pop(0)
+        cap = FakeCapture(n_blocks=2, finite=False)
+        opened.append(cap)
+        return cap
+
+    worker = CaptionWorker(open_capture, {"system": FakeStream()}, read_timeout_s=0.05, reopen_wait_s=0.01)
+    thread = QThread()
+    worker.moveToThread(thread)
+    thread.started.connect(worker.run)
+    worker.finished.connect(thread.quit)
+    errors = []
+    worker.error.connect(errors.append)
+    thread.start()
+    qtbot.waitUntil(lambda: bool(opened), timeout=5000)
+    with qtbot.waitSignal(thread.finished, timeout=5000):
+        worker.request_stop()
+    assert not failures  # all eight attempts failed before the ninth opened
+    assert [str(e) for e in errors] == ["no server", "no device"]
+
+
 def test_lag_counts_the_drained_backlog_and_no_skip_below_two_steps(qtbot):
     stream = FakeStream(step_s=0.5)  # skip beyond 1 s waiting
     h = Harness(qtbot, FakeCapture(n_blocks=8, finite=False), {"system": stream}).start()
