@@ -13,10 +13,10 @@ from tests.ui.fakes import FakeCapture, FakeStream, device_lost_event
 class Harness:
     """Runs a worker in a thread and records what it emits (in the GUI thread, via queued signals)."""
 
-    def __init__(self, qtbot, capture, streams, **kw) -> None:
+    def __init__(self, qtbot, capture, streams, *, open_capture=None, **kw) -> None:
         self.capture = capture
         self.streams = streams
-        self.worker = CaptionWorker(lambda: capture, streams, read_timeout_s=0.05, **kw)
+        self.worker = CaptionWorker(open_capture or (lambda: capture), streams, read_timeout_s=0.05, **kw)
         self.thread = QThread()
         self.worker.moveToThread(self.thread)
         self.thread.started.connect(self.worker.run)
@@ -135,19 +135,11 @@ def test_a_capture_that_cannot_open_is_retried_and_reported_once_per_outage(qtbo
         opened.append(cap)
         return cap
 
-    worker = CaptionWorker(open_capture, {"system": FakeStream()}, read_timeout_s=0.05, reopen_wait_s=0.01)
-    thread = QThread()
-    worker.moveToThread(thread)
-    thread.started.connect(worker.run)
-    worker.finished.connect(thread.quit)
-    errors = []
-    worker.error.connect(errors.append)
-    thread.start()
+    h = Harness(qtbot, None, {"system": FakeStream()}, open_capture=open_capture, reopen_wait_s=0.01).start()
     qtbot.waitUntil(lambda: bool(opened), timeout=5000)
-    with qtbot.waitSignal(thread.finished, timeout=5000):
-        worker.request_stop()
+    h.stop()
     assert not failures  # all eight attempts failed before the ninth opened
-    assert [str(e) for e in errors] == ["no server", "no device"]
+    assert [str(e) for e in h.errors] == ["no server", "no device"]
 
 
 def test_lag_counts_the_drained_backlog_and_no_skip_below_two_steps(qtbot):
