@@ -112,7 +112,7 @@ class CaptionWorker(QObject):
         "skipping" (:class:`~captioner.engine.overload.LagGovernor`);
         audio_event(AudioEvent); error(CaptionerError) (a capture that cannot be opened is
         retried every ``reopen_wait_s`` and reported once until it opens or fails otherwise: a
-        missing sound server is one tray message, not one a second); status(str) with
+        missing sound server is one tray message, not one per retry); status(str) with
         "listening", "paused", "ended" (a file source ran out) or "stopped"; finished().
     """
 
