@@ -96,6 +96,10 @@ class CommittedLog:
             upto -= 1
         return self._last_words(upto, n)
 
+    def words_upto(self, upto: int, n: int) -> tuple[bytes, ...]:
+        """Normalised texts of the last ``n`` words of tokens ``[0, upto)`` (speculative ones too)."""
+        return self._last_words(upto, n)
+
     def _last_words(self, upto: int, n: int) -> tuple[bytes, ...]:
         """Normalised texts of the last ``n`` words of tokens ``[0, upto)``."""
         ids: list[int] = []

@@ -67,8 +67,11 @@ After the decode, by kind:
   the words after them are added, aligned by text, else by time); one that finds no words keeps the
   drafts; nothing is carried and the utterance ends, except that a decode the chunk plan cuts short,
   or that a guard stops a second or more before the input's end (measured from where the stopped
-  token attends when DTW stretched the kept words to the end [26]), leaves the rest of the utterance
-  to be decoded again by itself, from its last kept word [17]. ``finish()`` decodes everything pending
+  token attends when DTW stretched the kept words to the end [26]), or that Whisper ends (EOT) a
+  second or more before the input's end while the speech detector hears half a second of speech
+  after its last word (a turn or sentence break where greedy Whisper stops) [28], leaves the rest of
+  the utterance to be decoded again by itself, from its last kept word [17]; after an EOT the words
+  it kept stay, and the next closing round replaces only what follows them [28]. ``finish()`` decodes everything pending
   as a closing round and decodes again what an early stop left (at most 3 times) [1].
 
 Times: audio positions are integer sample indices (16 kHz) from the first fed sample; ``Word``
@@ -165,6 +168,11 @@ class StreamConfig:
             the token limit stopped it, its text compresses more than 2.4 times, or its average
             log-probability is below −1) is decoded again in the 30 s window; the better of the
             two is kept (``_better``).
+        closing_rest: a closing decode that Whisper ended (EOT) while the speech detector still
+            hears at least ``_REST_SPEECH_S`` of speech after its last word (Whisper ends early at a
+            turn or sentence break; offline Whisper seeks past it to the next window): the audio
+            from its last word on is decoded again, as after a guard's stop, and the words it
+            kept stay (deviation 28).
         opening_s: while an open utterance is at most this long (its start to the input's end), a
             live round decodes all of it from its start, heard with silence to ``opening_window_s``,
             and its words replace the utterance's drafts (deviation 20); 0 = off.
@@ -201,6 +209,7 @@ class StreamConfig:
     closing_full_s: float = 0.0
     closing_from_start: bool = True
     closing_retry: bool = True
+    closing_rest: bool = True
     opening_s: float = 4.0
     opening_window_s: float = 6.0
     min_context_s: float = 5.0
@@ -299,6 +308,7 @@ class Stream:
         self._context_n = _frames(round(cfg.closing_context_s * SAMPLE_RATE))
         self._policy = RoundPolicy.from_config(cfg)
         self._utterance_start: int | None = None  # where the open utterance's input begins (onset − pad)
+        self._final_n: int | None = None  # deviation 28: log tokens the next closing round keeps
         self._onset = 0  # where its speech begins (the speech detector's onset): no word starts before
         self._log = CommittedLog(self.vocab, source)  # committed tokens -> published words
         self._closed = False  # a closing decode has run (deviation 27 applies before it only)
@@ -705,7 +715,7 @@ class Stream:
 
     def _end_utterance(self) -> None:
         """The utterance closed: its words are final, the next one starts afresh."""
-        self._prefix, self._utterance_start = (), None
+        self._prefix, self._utterance_start, self._final_n = (), None, None
         self._log.set_draft(None)
 
     def _close_utterance(
@@ -721,10 +731,13 @@ class Stream:
         groups = split_words(cands, self.vocab)
         decoded = [normalize_word(self.vocab.text_bytes(cands[f : f + k])) for f, k in groups]
         committed = self._log.words_since(start)
-        replaced = self._log.first_word_since(start)
+        dropped: list[CommittedToken] = []
+        final_n, self._final_n = self._final_n, None
+        replaced = max(self._log.first_word_since(start), final_n or 0)
         if self.config.closing_replaces and decoded and not (replaced == len(self._log) and committed):
-            kept = self._log.words_before(start, 1)
-            retracted = retracted_words(self._log.truncate(replaced), self.vocab) + retracted  # in time order
+            kept = self._log.words_before(start, 1) if final_n is None else self._log.words_upto(final_n, 1)
+            dropped = self._log.truncate(replaced)
+            retracted = retracted_words(dropped, self.vocab) + retracted  # in time order
             follow: int | None = 1 if kept and decoded and decoded[0] == kept[-1] else 0  # the kept word heard again
         else:
             follow = _follow(committed, decoded)
@@ -747,15 +760,31 @@ class Stream:
             # where the stopped repeat attends (alignment heads): DTW may stretch the last kept word to the end
             heard_to = min(heard_to, start + int(np.argmax(result.attn_align[result.stop.index])) * SAMPLES_PER_FRAME)
         unheard = start + audio.size - heard_to
-        if (0 < cut < audio.size and (result.stop_reason == "limit"
-                                      or (result.stop_reason in _DECODE_REST and unheard >= _REST_MIN_N))):
+        if result.stop_reason == "eot" and cands:  # deviation 28: DTW can also end the last word early
+            heard_to = max([heard_to] + [p for p in _attended(result.attn_align[max(0, len(cands) - 3) : len(cands)], start)
+                                         if p < start + audio.size])
+            unheard = start + audio.size - heard_to
+        early = result.stop_reason == "eot" and unheard >= _REST_MIN_N and self._speech_after(heard_to, start + audio.size)
+        rest = early or result.stop_reason in _DECODE_REST
+        if 0 < cut < audio.size and (result.stop_reason == "limit" or (rest and unheard >= _REST_MIN_N)):
             # the plan ran out, or a guard stopped a loop before the utterance's end: what follows
             # the last kept word is decoded again, by itself (the look-back starts there now)
             self._set_carry(start + cut, audio[cut:])
             self._utterance_start = start + cut
+            if self.config.closing_rest:  # deviation 28: the words decoded so far stay (the next closing
+                # replaces only what follows them); at the stream's end, where no live round will show
+                # the rest again, the drafts after them stand until a decode of the rest finds words
+                self._final_n = len(self._log)
+                if last:
+                    self._log.extend([t for t in dropped if t.start >= heard_to - _TIME_SLACK_N])
         elif not last:
             self._end_utterance()
         return self._update(stats, t_round)
+
+    def _speech_after(self, begin: int, end: int) -> bool:
+        """Deviation 28: the speech detector hears at least ``_REST_SPEECH_S`` of speech in ``[begin, end)``."""
+        return (self.config.closing_rest and self._vad is not None
+                and self._vad.speech(begin, end, min_s=_REST_SPEECH_S) is not None)
 
     def _commit(self, tokens, spans, start: int, n_audio: int, retracted) -> list[CommittedToken]:
         """Append ``tokens`` (non-speculative, timed by ``spans`` or, without an alignment, by the whole
@@ -864,6 +893,7 @@ _LOGPROB_FLOOR = -1.0  # ... or whose average log-probability is lower (openai/w
 _REPETITIVE = ("limit", "repetition", "compression")  # failures that say a decode looped
 _DECODE_REST = ("limit", "repetition", "nonspeech")  # closing stops after which the rest is decoded again
 _REST_MIN_N = SAMPLE_RATE  # ... when a guard stopped it at least this long before the input's end
+_REST_SPEECH_S = 0.5  # ... or Whisper ended it (EOT) with this much speech after its last word (deviation 28)
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 
@@ -890,6 +920,12 @@ def _better(first: DecodeResult, first_wrong: str | None, retry: DecodeResult, r
         return pool[0][0]
     a, b = first.avg_logprob, retry.avg_logprob
     return retry if a is not None and b is not None and b > a else first
+
+
+def _attended(rows: np.ndarray, start: int) -> list[int]:
+    """Absolute sample where each token's alignment-head attention row (float32 [tokens, frames])
+    peaks, for an input that begins at ``start``."""
+    return [start + int(np.argmax(row)) * SAMPLES_PER_FRAME for row in rows]
 
 
 def _heard_with_silence(audio: np.ndarray, n: int) -> np.ndarray:
