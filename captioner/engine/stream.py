@@ -70,8 +70,9 @@ After the decode, by kind:
   token attends when DTW stretched the kept words to the end [26]), or that Whisper ends (EOT) a
   second or more before the input's end while the speech detector hears half a second of speech
   after its last word (a turn or sentence break where greedy Whisper stops) [28], leaves the rest of
-  the utterance to be decoded again by itself, from its last kept word [17]; after an EOT the words
-  it kept stay, and the next closing round replaces only what follows them [28]. ``finish()`` decodes everything pending
+  the utterance to be decoded again by itself, from its last kept word [17]; the words decoded so
+  far stay (the next closing round replaces only what follows them), and at ``finish()`` the drafts
+  after them stand until a decode of the rest finds words [28]. ``finish()`` decodes everything pending
   as a closing round and decodes again what an early stop left (at most 3 times) [1].
 
 Times: audio positions are integer sample indices (16 kHz) from the first fed sample; ``Word``
@@ -171,8 +172,9 @@ class StreamConfig:
         closing_rest: a closing decode that Whisper ended (EOT) while the speech detector still
             hears at least ``_REST_SPEECH_S`` of speech after its last word (Whisper ends early at a
             turn or sentence break; offline Whisper seeks past it to the next window): the audio
-            from its last word on is decoded again, as after a guard's stop, and the words it
-            kept stay (deviation 28).
+            from its last word on is decoded again, as after a guard's stop; after either, the
+            words decoded so far stay and, at the stream's end, the drafts after them stand until
+            the rest is decoded (deviation 28); False: the engine before it.
         opening_s: while an open utterance is at most this long (its start to the input's end), a
             live round decodes all of it from its start, heard with silence to ``opening_window_s``,
             and its words replace the utterance's drafts (deviation 20); 0 = off.
