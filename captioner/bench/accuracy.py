@@ -1,7 +1,8 @@
 """The accuracy section of ``captioner bench``: the live engine against the same pack run offline.
 
 For every manifest item (real speech with a reference transcript, the format of the development
-corpus' ``manifest.jsonl``) and every non-speech signal (:mod:`captioner.bench.nonspeech`), one
+corpus' ``manifest.jsonl``; with ``--join``, each half's recordings joined into one continuous
+recording, :mod:`~captioner.bench.joined`) and every non-speech signal (:mod:`captioner.bench.nonspeech`), one
 process with **one** loaded model runs:
 
 * **offline**: the pack as stock Whisper runs it: windows of at most 30 s, each zero-padded to 30 s
@@ -46,6 +47,7 @@ import numpy as np
 
 from captioner.audio import load_audio_file
 from captioner.bench import nonspeech
+from captioner.bench.joined import joined_audio
 from captioner.bench.scoring import (
     Counts,
     Scorer,
@@ -85,7 +87,8 @@ _MANIFEST_FIELDS = ("id", "audio", "text", "language", "kind")
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    """One manifest entry: ``audio`` is an absolute path, ``seconds`` as the manifest says."""
+    """One manifest entry: ``audio`` is an absolute path, ``seconds`` as the manifest says; a joined
+    recording (:mod:`~captioner.bench.joined`) is ``parts`` cut to their speech, ``gaps_s`` apart."""
 
     id: str
     audio: Path
@@ -95,6 +98,8 @@ class Item:
     seconds: float = 0.0
     speaker: str = ""
     half: str = ""
+    parts: tuple[Path, ...] = ()
+    gaps_s: tuple[float, ...] = ()
 
 
 HALVES = ("tune", "check")
@@ -503,7 +508,7 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
         if item.language not in languages:
             skipped.append({"id": item.id, "why": f"the pack has no language {item.language!r}"})
             continue
-        audio = load_audio_file(item.audio)
+        audio = joined_audio(item.parts, item.gaps_s) if item.parts else load_audio_file(item.audio)
         seconds = audio.size / SAMPLE_RATE
         onset = speech_onset(audio)
         offline = run_offline(model, audio, item.language)

@@ -23,6 +23,7 @@ from pathlib import Path
 from captioner.audio import load_audio_file
 from captioner.bench import accuracy_report
 from captioner.bench.accuracy import AccuracyOptions, accuracy_bench, load_manifest
+from captioner.bench.joined import join_halves
 from captioner.bench.plots import matplotlib_available, write_plots
 from captioner.bench.random_pack import RANDOM_DIMS, cached_random_pack
 from captioner.bench.report import markdown
@@ -72,6 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="only the speakers of one half of the manifest (split by speaker, balanced per kind; "
                           "the report gives both halves apart); default both")
     acc.add_argument("--rotate-halves", action="store_true", help="swap the tuning and checking halves")
+    acc.add_argument("--join", type=float, metavar="S",
+                     help="continuous speech: each half's English recordings (long-forms left out) cut to their "
+                          "speech and joined S seconds apart (2.5 × S at a change of speaker), one recording per half")
     acc.add_argument("--nonspeech-s", type=float, default=60.0, metavar="S",
                      help="seconds of each non-speech signal (silence, white, brown noise, tones); 0: none")
     acc.add_argument("--reference-ct2", type=Path, metavar="DIR",
@@ -134,6 +138,8 @@ def _accuracy_options(args: argparse.Namespace):
         raise CaptionerError(f"{args.reference_ct2} is not a CTranslate2 Whisper folder (no model.bin)")
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()] if args.kinds else None
     items = load_manifest(args.manifest, kinds, args.limit, args.half, args.rotate_halves)
+    if args.join is not None:
+        items = join_halves(items, args.join)
     steps = tuple(sorted(set(args.step))) if args.step else (1.0, 2.0)
     return items, AccuracyOptions(steps=steps, nonspeech_s=args.nonspeech_s, reference_ct2=args.reference_ct2,
                                   vocabulary=command_vocabulary(args) or ())
