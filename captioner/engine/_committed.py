@@ -83,7 +83,7 @@ class CommittedLog:
 
     def tail_words(self, n: int) -> list[bytes]:
         """Normalised texts of the last ``n`` committed words (fewer if there are fewer)."""
-        return list(self._last_words(len(self.tokens), n))
+        return list(self.words_upto(len(self.tokens), n))
 
     def words_before(self, sample: int, n: int) -> tuple[bytes, ...]:
         """Normalised texts of the last ``n`` committed, non-speculative words that start before and
@@ -94,13 +94,9 @@ class CommittedLog:
         while upto and (self.tokens[upto - 1].end > sample or self.tokens[upto - 1].start >= sample
                         or self.tokens[upto - 1].speculative):
             upto -= 1
-        return self._last_words(upto, n)
+        return self.words_upto(upto, n)
 
     def words_upto(self, upto: int, n: int) -> tuple[bytes, ...]:
-        """Normalised texts of the last ``n`` words of tokens ``[0, upto)`` (speculative ones too)."""
-        return self._last_words(upto, n)
-
-    def _last_words(self, upto: int, n: int) -> tuple[bytes, ...]:
         """Normalised texts of the last ``n`` words of tokens ``[0, upto)``."""
         ids: list[int] = []
         words: list[bytes] = []

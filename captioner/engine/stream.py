@@ -760,7 +760,7 @@ class Stream:
         heard_to = new_tokens[-1].end if new_tokens else start
         if result.stop is not None and result.stop.index < len(result.tokens):
             # where the stopped repeat attends (alignment heads): DTW may stretch the last kept word to the end
-            heard_to = min(heard_to, start + int(np.argmax(result.attn_align[result.stop.index])) * SAMPLES_PER_FRAME)
+            heard_to = min(heard_to, _attended(result.attn_align[result.stop.index : result.stop.index + 1], start)[0])
         unheard = start + audio.size - heard_to
         if result.stop_reason == "eot" and cands:  # deviation 28: DTW can also end the last word early
             heard_to = max([heard_to] + [p for p in _attended(result.attn_align[max(0, len(cands) - 3) : len(cands)], start)
