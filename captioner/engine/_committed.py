@@ -128,18 +128,20 @@ class CommittedLog:
     def words_since(self, sample: int) -> list[bytes]:
         """Normalised texts of the committed words whose first token starts at or after ``sample``
         (empty ones left out)."""
-        out: list[bytes] = []
-        ids: list[int] = []
-        inside = False
-        for tok in self.tokens:
-            if self.vocab.starts_word(tok.id) or not ids:
-                if inside and ids:
-                    out.append(normalize_word(self.vocab.text_bytes(ids)))
-                ids, inside = [], tok.start >= sample
-            ids.append(tok.id)
-        if inside and ids:
-            out.append(normalize_word(self.vocab.text_bytes(ids)))
-        return [w for w in out if w]
+        return [w for i, w in self.words_from(0) if self.tokens[i].start >= sample]
+
+    def words_from(self, lo: int) -> list[tuple[int, bytes]]:
+        """(first token index, normalised text) of each word of tokens ``[lo, end)`` (``lo`` a word's
+        first token; empty words left out)."""
+        out: list[tuple[int, bytes]] = []
+        first = lo
+        for i in range(lo + 1, len(self.tokens) + 1):
+            if i == len(self.tokens) or self.vocab.starts_word(self.tokens[i].id):
+                word = normalize_word(self.vocab.text_bytes(t.id for t in self.tokens[first:i]))
+                if word:
+                    out.append((first, word))
+                first = i
+        return out
 
     def publish(self) -> tuple[int, tuple[Word, ...]]:
         """(retract, words) turning the published words into the words of the current tokens."""

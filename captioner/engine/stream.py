@@ -175,6 +175,9 @@ class StreamConfig:
             from its last word on is decoded again, as after a guard's stop; after either, the
             words decoded so far stay and, at the stream's end, the drafts after them stand until
             the rest is decoded (deviation 28); False: the engine before it.
+        closing_skip: a closing decode that begins, word for word, at least ``_SKIP_MIN_WORDS``
+            drafted words into its input (Whisper skipped the start of a long input) replaces only
+            the drafts from there; the skipped drafts, heard as speech, stand (deviation 29).
         opening_s: while an open utterance is at most this long (its start to the input's end), a
             live round decodes all of it from its start, heard with silence to ``opening_window_s``,
             and its words replace the utterance's drafts (deviation 20); 0 = off.
@@ -212,6 +215,7 @@ class StreamConfig:
     closing_from_start: bool = True
     closing_retry: bool = True
     closing_rest: bool = True
+    closing_skip: bool = True
     opening_s: float = 4.0
     opening_window_s: float = 6.0
     min_context_s: float = 5.0
@@ -727,17 +731,25 @@ class Stream:
         decoded words that follow the committed ones (aligned by text, else by time)."""
         retracted = self._undo_speculative()
         cands = [t for t in result.candidates if t < self.vocab.eot]
-        alignment = align_words(cands, result.attn_align[: len(cands)], self.vocab, self.config.dtw_median) if cands else None
-        words = alignment.words if alignment is not None and alignment.valid else ()
-        spans = _floor(token_spans(words, len(cands), start, start + audio.size), self._onset)
         groups = split_words(cands, self.vocab)
         decoded = [normalize_word(self.vocab.text_bytes(cands[f : f + k])) for f, k in groups]
         committed = self._log.words_since(start)
         dropped: list[CommittedToken] = []
         final_n, self._final_n = self._final_n, None
-        replaced = max(self._log.first_word_since(start), final_n or 0)
+        base = max(self._log.first_word_since(start), final_n or 0)
+        replaced = self._skipped_drafts(base, decoded) if self.config.closing_skip else base
+        # deviation 29: words of a decode that skipped drafts are aligned to the audio after those
+        # (over the whole input the DTW collapses them onto its start)
+        skip_n = _frames(max(0, self._log.tokens[replaced].start - start - _SKIP_MARGIN_N)) if replaced != base else 0
+        attn = result.attn_align[: len(cands), skip_n // SAMPLES_PER_FRAME :]
+        alignment = align_words(cands, attn, self.vocab, self.config.dtw_median) if cands else None
+        words = alignment.words if alignment is not None and alignment.valid else ()
+        spans = _floor(token_spans(words, len(cands), start + skip_n, start + audio.size), self._onset)
         if self.config.closing_replaces and decoded and not (replaced == len(self._log) and committed):
-            kept = self._log.words_before(start, 1) if final_n is None else self._log.words_upto(final_n, 1)
+            if replaced != base:  # the decode begins with the first word it replaces
+                kept: tuple[bytes, ...] = ()
+            else:
+                kept = self._log.words_before(start, 1) if final_n is None else self._log.words_upto(final_n, 1)
             dropped = self._log.truncate(replaced)
             retracted = retracted_words(dropped, self.vocab) + retracted  # in time order
             follow: int | None = 1 if kept and decoded and decoded[0] == kept[-1] else 0  # the kept word heard again
@@ -782,6 +794,33 @@ class Stream:
         elif not last:
             self._end_utterance()
         return self._update(stats, t_round)
+
+    def _skipped_drafts(self, replaced: int, decoded: list[bytes]) -> int:
+        """Deviation 29: the log index from which a closing decode's words replace the drafts. A
+        long closing decode can skip the start of its input (Whisper transcribes only its last
+        seconds, the DTW collapsed): when its words, from its first or second on, match
+        ``_SKIP_RUN`` drafts word for word at least ``_SKIP_MIN_WORDS`` words in (its first word
+        may be a cut one, "then" for "than"), and the speech detector heard speech under the drafts
+        it skipped, those drafts stand and it replaces from there; else from ``replaced``."""
+        if self._vad is None or len(decoded) < _SKIP_RUN + 1:
+            return replaced
+        drafts = self._log.words_from(replaced)
+        texts = [w for _, w in drafts]
+        for b in (0, 1):  # where the match begins in the decode
+            head = decoded[b : b + _SKIP_RUN]
+            if b <= len(texts) - _SKIP_RUN and texts[b : b + _SKIP_RUN] == head:
+                return replaced  # it begins where the drafts begin
+            k = next((k for k in range(_SKIP_MIN_WORDS + b, len(texts) - _SKIP_RUN + 1)
+                      if texts[k : k + _SKIP_RUN] == head), None)
+            if k is None:
+                continue
+            first, at = self._log.tokens[drafts[0][0]].start, drafts[k - b][0]
+            if self._vad.speech(first, self._log.tokens[at].start, min_s=_SKIP_SPEECH_S) is None:
+                return replaced
+            logger.debug("closing decode skipped %d drafted words (%s ...); they stand", k - b,
+                         b" ".join(texts[:4]).decode(errors="replace"))
+            return at
+        return replaced
 
     def _speech_after(self, begin: int, end: int) -> bool:
         """Deviation 28: the speech detector hears at least ``_REST_SPEECH_S`` of speech in ``[begin, end)``."""
@@ -896,6 +935,10 @@ _REPETITIVE = ("limit", "repetition", "compression")  # failures that say a deco
 _DECODE_REST = ("limit", "repetition", "nonspeech")  # closing stops after which the rest is decoded again
 _REST_MIN_N = SAMPLE_RATE  # ... when a guard stopped it at least this long before the input's end
 _REST_SPEECH_S = 0.5  # ... or Whisper ended it (EOT) with this much speech after its last word (deviation 28)
+_SKIP_RUN = 3  # deviation 29: a closing decode's first words matched word for word in the drafts ...
+_SKIP_MIN_WORDS = 4  # ... at least this many words in: it skipped those drafts ...
+_SKIP_SPEECH_S = 1.0  # ... which stand when the speech detector heard this much speech under them
+_SKIP_MARGIN_N = 4800  # 0.3 s: the decode's words are aligned from this much before the first draft it replaces
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 
