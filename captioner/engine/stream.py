@@ -64,7 +64,9 @@ After the decode, by kind:
   log-probability is below −1) is decoded again heard in the 30 s window; the retry is kept when it
   looks right, and when both look wrong the one with the higher average log-probability among those
   that did not loop [23, 24]. Its words replace the committed words of its input (``closing_replaces=False``: only
-  the words after them are added, aligned by text, else by time); one that finds no words keeps the
+  the words after them are added, aligned by text, else by time), except that a decode whose words
+  begin, word for word, four or more drafted words in (Whisper skipped the start of a long input)
+  replaces only the drafts from there, its words aligned to the audio after the kept ones [29]; one that finds no words keeps the
   drafts; nothing is carried and the utterance ends, except that a decode the chunk plan cuts short,
   or that a guard stops a second or more before the input's end (measured from where the stopped
   token attends when DTW stretched the kept words to the end [26]), or that Whisper ends (EOT) a
@@ -148,6 +150,8 @@ class StreamConfig:
         vad: gate and trim rounds with the speech detector (deviation 15); False = the paper's
             policy on every input (the scripted-oracle tests, whose audio is not speech).
         vad_threshold: Silero speech probability that counts as speech.
+        speech_hold: once speech is heard, a probability at most this much below the threshold
+            still counts as speech (Silero's hysteresis; 0 = none).
         end_silence_s: an input whose speech ended at least this long before its end closes the
             utterance (deviation 16).
         speech_pad_s: non-speech kept after detected speech when a closing input is cut.
@@ -206,6 +210,7 @@ class StreamConfig:
     silence_floor_dbfs: float | None = -70.0
     vad: bool = True
     vad_threshold: float = 0.5
+    speech_hold: float = 0.0
     end_silence_s: float = 0.5
     speech_pad_s: float = 0.2
     onset_pad_s: float = 0.2
@@ -240,6 +245,8 @@ class StreamConfig:
                                  "seconds, the opening no longer than its window")
         if not 0.0 < self.vad_threshold < 1.0 or self.end_silence_s <= 0 or min(self.speech_pad_s, self.onset_pad_s) < 0:
             raise CaptionerError("speech threshold must be in (0, 1), end silence positive, speech pads ≥ 0")
+        if not 0.0 <= self.speech_hold < self.vad_threshold:
+            raise CaptionerError(f"speech hold must be in [0, threshold), got {self.speech_hold}")
 
 
 def _frames(samples: int) -> int:
@@ -290,7 +297,7 @@ class Stream:
         self._cap_n = _frames(round(2 * cfg.step_s * SAMPLE_RATE))
         self._max_n = _frames(round(cfg.max_input_s * SAMPLE_RATE))
         self._offset_n = round(cfg.word_end_offset_s * SAMPLE_RATE)
-        self._vad = SpeechDetector(cfg.vad_threshold) if cfg.vad else None
+        self._vad = SpeechDetector(cfg.vad_threshold, hold=cfg.speech_hold) if cfg.vad else None
         # audio
         self._pending: list[np.ndarray] = []
         self._pending_n = 0

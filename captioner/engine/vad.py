@@ -50,12 +50,16 @@ class SpeechDetector:
     Args:
         threshold: a window with probability ≥ this is speech (Silero's default 0.5).
         model_path: the ONNX model (default: the packaged one).
+        hold: a window whose probability is at most this much below ``threshold``, right after a
+            speech window, is speech too (Silero's own hysteresis: its speech ends below threshold
+            − 0.15, ``neg_threshold``); 0: none. Decided window by window in order, so the answer
+            does not depend on how the audio was split or asked for.
 
     Raises:
         CaptionerError: the model file is missing or ONNX Runtime cannot load it.
     """
 
-    def __init__(self, threshold: float = 0.5, model_path: Path | None = None):
+    def __init__(self, threshold: float = 0.5, model_path: Path | None = None, *, hold: float = 0.0):
         import onnxruntime as ort
 
         path = model_path or _model_path()
@@ -69,12 +73,14 @@ class SpeechDetector:
         except Exception as exc:  # ORT raises its own exception types
             raise CaptionerError(f"cannot load the speech detector {path}: {exc}") from exc
         self.threshold = float(threshold)
+        self._hold_from = self.threshold - hold if hold > 0 else self.threshold
         self._h = np.zeros((1, 1, 128), np.float32)
         self._c = np.zeros((1, 1, 128), np.float32)
         self._context = np.zeros(_CONTEXT, np.float32)
         self._pending: list[np.ndarray] = []
         self._pending_n = 0
         self._probs = np.zeros(1024, np.float32)
+        self._speech = np.zeros(1024, bool)
         self._n = 0  # windows analysed
 
     @property
@@ -110,10 +116,17 @@ class SpeechDetector:
         self._context = windows[-1, -_CONTEXT:].copy()
         probs = np.asarray(probs, np.float32).reshape(-1)
         if self._n + probs.size > self._probs.size:
-            grown = np.zeros(max(2 * self._probs.size, self._n + probs.size), np.float32)
-            grown[: self._n] = self._probs[: self._n]
-            self._probs = grown
+            size = max(2 * self._probs.size, self._n + probs.size)
+            self._probs = np.concatenate([self._probs[: self._n], np.zeros(size - self._n, np.float32)])
+            self._speech = np.concatenate([self._speech[: self._n], np.zeros(size - self._n, bool)])
         self._probs[self._n : self._n + probs.size] = probs
+        speech = probs >= self.threshold
+        if self._hold_from < self.threshold:  # held: a window above the lower bound after a speech window
+            held = probs >= self._hold_from
+            before = bool(self._speech[self._n - 1]) if self._n else False
+            for i in range(probs.size):
+                before = speech[i] = speech[i] or (held[i] and before)
+        self._speech[self._n : self._n + probs.size] = speech
         self._n += probs.size
 
     def probabilities(self, start: int, end: int) -> np.ndarray:
@@ -128,8 +141,8 @@ class SpeechDetector:
         less than ``min_s`` seconds of speech windows (a lone 32 ms blip in noise is not speech)."""
         self._analyse()
         first = max(0, start // VAD_WINDOW)
-        probs = self.probabilities(start, end)
-        speech = np.flatnonzero(probs >= self.threshold)
+        last = min(self._n, -(-end // VAD_WINDOW))
+        speech = np.flatnonzero(self._speech[first:last]) if last > first else np.zeros(0, np.int64)
         if speech.size * VAD_WINDOW < min_s * SAMPLE_RATE:
             return None
         return SpeechSpan(

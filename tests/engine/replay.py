@@ -46,6 +46,8 @@ from captioner.engine.tokens import Vocabulary
 from captioner.engine.vad import SpeechSpan
 from captioner.models.pack import SpecialTokens
 
+_MIN_S = 0.1  # SpeechDetector.speech's default: requests that ask for it record no min_s
+
 REPLAY_DIR = Path(__file__).resolve().parents[1] / "data" / "replay"
 SPEECH_DIR = Path(__file__).resolve().parents[1] / "data" / "speech"
 VOCAB_FILE = "tiny.en-vocab.npz"
@@ -259,9 +261,10 @@ class _RecordingDetector:
         self._real.flush()
         self._log.add(op="flush", fed=self._fed)
 
-    def speech(self, start: int, end: int) -> SpeechSpan | None:
-        span = self._real.speech(start, end)
-        self._log.add(op="speech", fed=self._fed, start=int(start), end=int(end),
+    def speech(self, start: int, end: int, *, min_s: float = _MIN_S) -> SpeechSpan | None:
+        span = self._real.speech(start, end, min_s=min_s)
+        asked = {} if min_s == _MIN_S else {"min_s": min_s}  # recorded when not the default
+        self._log.add(op="speech", fed=self._fed, start=int(start), end=int(end), **asked,
                       span=None if span is None else [int(span.start), int(span.end)])
         return span
 
@@ -368,9 +371,9 @@ class ReplayModel:
         return runner
 
     # -- the speech detector -----------------------------------------------------------------------
-    def detector(self, threshold: float = 0.5) -> ReplayDetector:
-        """The recorded speech detector (a stand-in for ``SpeechDetector(threshold)``)."""
-        real = self._real_detector() if self._real_detector is not None else None
+    def detector(self, threshold: float = 0.5, *, hold: float = 0.0) -> ReplayDetector:
+        """The recorded speech detector (a stand-in for ``SpeechDetector(threshold, hold=hold)``)."""
+        real = self._real_detector(threshold, hold=hold) if self._real_detector is not None else None
         return ReplayDetector(self, real)
 
     def _answer(self, event: dict[str, Any], real_out: ChunkOutput | None) -> ChunkOutput:
@@ -480,13 +483,16 @@ class ReplayDetector:
         if self._real is not None:
             self._real.flush()
 
-    def speech(self, start: int, end: int) -> SpeechSpan | None:
-        asked = f"speech({start}, {end}) after {self._fed} samples fed"
+    def speech(self, start: int, end: int, *, min_s: float = _MIN_S) -> SpeechSpan | None:
+        asked = f"speech({start}, {end}, min_s={min_s}) after {self._fed} samples fed"
         event = self._m._next("speech", asked)
         self._m._expect(event, asked, fed=self._fed, start=int(start), end=int(end))
+        if event.get("min_s", _MIN_S) != min_s:
+            self._m.at -= 1
+            raise self._m._fail(asked, _describe(event))
         span = None if event["span"] is None else SpeechSpan(*event["span"])
         if self._real is not None:
-            real = self._real.speech(start, end)
+            real = self._real.speech(start, end, min_s=min_s)
             tol = self._m.tolerance.vad_samples
             ok = (real is None) == (span is None) and (
                 real is None or (abs(real.start - span.start) <= tol and abs(real.end - span.end) <= tol))  # type: ignore[union-attr]
@@ -538,8 +544,8 @@ def scenario_audio(parts: Sequence[dict[str, Any]]) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- streams
 @contextmanager
-def detector_factory(factory: Callable[[float], Any]) -> Iterator[None]:
-    """While inside, ``Stream`` builds its speech detector with ``factory(threshold)`` instead of
+def detector_factory(factory: Callable[..., Any]) -> Iterator[None]:
+    """While inside, ``Stream`` builds its speech detector with ``factory(threshold, hold=…)`` instead of
     Silero (``Stream`` takes no detector argument; its module's ``SpeechDetector`` name is the seam)."""
     import captioner.engine.stream as stream_module
 

@@ -21,6 +21,7 @@ from captioner.bench.joined import joined_audio
 from captioner.bench.nonspeech import generate
 from captioner.engine import OnnxAcousticModel, Runtime, Stream, StreamConfig
 from captioner.engine.vad import VAD_WINDOW, SpeechDetector
+from captioner.errors import CaptionerError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "speech"
 CLIPS = [json.loads(line) for line in (DATA / "manifest.jsonl").read_text(encoding="utf-8").splitlines() if line]
@@ -134,6 +135,29 @@ def test_speech_detector_is_independent_of_block_sizes() -> None:
     span = whole.speech(0, n)
     assert span is not None and 0 < span.start < span.end <= n
     assert whole.speech(0, 0) is None
+
+
+def test_the_speech_hold_extends_speech_only_after_speech_and_is_independent_of_block_sizes() -> None:
+    """Silero's hysteresis (``hold``): a window at most ``hold`` below the threshold counts as speech
+    only right after a speech window. Radio speech (8 kHz, noisy) hovers around the threshold, so
+    held speech must reach past plain speech, never start it, and not depend on how audio arrives."""
+    rng = np.random.default_rng(3)
+    audio = np.concatenate([load_audio_file(DATA / CLIPS[1]["audio"]), 0.02 * rng.standard_normal(SR).astype(np.float32)])
+    plain, whole, blocks = SpeechDetector(), SpeechDetector(hold=0.3), SpeechDetector(hold=0.3)
+    plain.feed(audio)
+    whole.feed(audio)
+    for i in range(0, audio.size, 777):
+        blocks.feed(audio[i : i + 777])
+        blocks.speech(0, i + 777)  # asked as a stream asks, between blocks
+    n = audio.size // VAD_WINDOW * VAD_WINDOW
+    a, b, c = plain.speech(0, n), whole.speech(0, n), blocks.speech(0, n)
+    assert a is not None and b == c and b is not None
+    assert b.start == a.start and b.end > a.end  # starts where plain speech starts, ends later
+    probs = whole.probabilities(0, n)
+    first = int(np.flatnonzero(probs >= 0.5)[0])
+    assert whole.speech(0, first * VAD_WINDOW) is None  # nothing held before any speech
+    with pytest.raises(CaptionerError, match="hold"):
+        StreamConfig(speech_hold=0.5)
 
 
 def test_an_utterance_ending_on_a_round_boundary_is_closed_by_the_next_silent_round(model) -> None:
