@@ -90,24 +90,47 @@ class CommittedLog:
         end by audio position ``sample`` (the context of a round whose input starts there; a word
         that DTW collapsed onto the input's first sample is part of that input, which a closing
         round re-decodes: taken for context, it made the repetition guard stop that decode at once)."""
+        return tuple(w for w, _ in self.timed_words_before(sample, n))
+
+    def timed_words_before(self, sample: int, n: int) -> tuple[tuple[bytes, int], ...]:
+        """:meth:`words_before`, each with its end (absolute sample of its last token's DTW end)."""
         upto = len(self.tokens)
         while upto and (self.tokens[upto - 1].end > sample or self.tokens[upto - 1].start >= sample
                         or self.tokens[upto - 1].speculative):
             upto -= 1
-        return self.words_upto(upto, n)
+        return self._words_upto(upto, n)
 
     def words_upto(self, upto: int, n: int) -> tuple[bytes, ...]:
         """Normalised texts of the last ``n`` words of tokens ``[0, upto)``."""
+        return tuple(w for w, _ in self._words_upto(upto, n))
+
+    def _words_upto(self, upto: int, n: int) -> tuple[tuple[bytes, int], ...]:
+        """(normalised text, end sample) of the last ``n`` words of tokens ``[0, upto)``."""
         ids: list[int] = []
-        words: list[bytes] = []
+        words: list[tuple[bytes, int]] = []
+        end = 0
         for tok in reversed(self.tokens[:upto]):
+            if not ids:
+                end = tok.end
             ids.append(tok.id)
             if self.vocab.starts_word(tok.id):
-                words.append(normalize_word(self.vocab.text_bytes(reversed(ids))))
+                words.append((normalize_word(self.vocab.text_bytes(reversed(ids))), end))
                 ids = []
                 if len(words) == n:
                     break
         return tuple(words[::-1])
+
+    def end_of(self, ids: Sequence[int], near: int, within: int = 64) -> int | None:
+        """End sample of the run of tokens equal to ``ids`` among the last ``within`` tokens whose
+        start is nearest to ``near`` (where a forced prefix, a committed word, was heard: just after
+        its round's input start), else None."""
+        k = len(ids)
+        runs = [i for i in range(max(0, len(self.tokens) - within), len(self.tokens) - k + 1)
+                if k and [t.id for t in self.tokens[i : i + k]] == list(ids)]
+        if not runs:
+            return None
+        i = min(runs, key=lambda i: abs(self.tokens[i].start - near))
+        return self.tokens[i + k - 1].end
 
     def first_word_since(self, sample: int, lo: int = 0) -> int:
         """Token index of the first committed word that starts at or after audio position

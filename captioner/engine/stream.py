@@ -509,14 +509,19 @@ class Stream:
         if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # no room in the chunk plan
             logger.debug("prefix of %d tokens too long for the plan; not forced", len(prefix))
             prefix = ()
-        context = self._log.words_before(start, _GUARD_CONTEXT_WORDS)
+        timed = self._log.timed_words_before(start, _GUARD_CONTEXT_WORDS)
+        context = tuple(w for w, _ in timed)
+        ends: tuple[float, ...] = tuple((e - start) / SAMPLE_RATE for _, e in timed)
         if prefix:
-            context += tuple(normalize_word(self.vocab.text_bytes(g)) for g in _word_groups(prefix, self.vocab))
+            forced = tuple(normalize_word(self.vocab.text_bytes(g)) for g in _word_groups(prefix, self.vocab))
+            heard = self._log.end_of(prefix, start)  # the forced word is a committed one, heard first
+            context += forced
+            ends = ends + ((heard - start) / SAMPLE_RATE,) * len(forced) if heard is not None else ()
 
         def validator() -> TokenValidator:
             checks = RoundValidator(self.vocab, input_s=eff_s, peak_margin_s=0.0 if plan.closes else cfg.peak_margin_s,
                                     exclude_s=cfg.exclude_s, median=cfg.median, average=cfg.average, context=context,
-                                    closing=plan.closes)
+                                    context_ends=ends, closing=plan.closes)
             return self._vocabulary.guard(checks, self._speech(start, audio.size))  # a listed word must be heard
 
         # words decoded again are proposed to the verifier (draft decoding)

@@ -30,10 +30,12 @@ speech:
   single "no"). But a repeat every token of which attends :data:`_REPEAT_AFTER_S` or more after its
   first time's counterpart (the peaks of the alignment heads' cross-attention where the decoder
   gives them, :meth:`RoundValidator.on_alignment`, else the final layer's; the round's first token,
-  whose attention is spread, and peaks in the silence after the input left out), and before the
-  input's last :data:`_RESTART_END_S`, was heard in later
+  whose attention is spread, punctuation tokens, whose attention peaks anywhere, and peaks in the
+  silence after the input left out), and before the input's last :data:`_RESTART_END_S`, was heard in later
   speech: a speaker's real repetition ("… tell you, you have …", "words, words, words"), which is
-  kept; stopping there lost the rest of the sentence. The same single token twice is left to the
+  kept; stopping there lost the rest of the sentence. A first time that begins in the context has
+  no attention: its words' repeat must attend that much after the context's last word ends (its
+  committed time, ``context_ends``); a sentence read twice otherwise froze the live rounds. The same single token twice is left to the
   reference's id rule (three copies stop the round and are all dropped). Greedy Whisper also
   restarts its whole sentence after the last word; the round's first five words said again stop it
   at once, before the plan runs out (real speech repeats 3–4-word phrases, "it was here that", but
@@ -194,13 +196,15 @@ class WordGuard:
     """The repetition and annotation guards over one round's decoded tokens (module docstring)."""
 
     def __init__(self, vocab: Vocabulary, context: tuple[bytes, ...] = (), peaks: list[int] | None = None,
-                 input_s: float = 0.0, align_peaks: list[int] | None = None):
+                 input_s: float = 0.0, align_peaks: list[int] | None = None, context_ends: tuple[float, ...] = ()):
         self.vocab = vocab
         self._peaks = peaks if peaks is not None else []  # decoded index -> attention peak frame
         self._align = align_peaks if align_peaks is not None else []  # ... of the alignment heads, when known
         self._input_s = input_s
         self._words = [w for w in context if w]  # normalised completed words, context first
         self._context = len(self._words)
+        timed = len(context_ends) == len(context)
+        self._ends = [e for w, e in zip(context, context_ends, strict=False) if w] if timed else []  # seconds
         self._firsts: list[int] = []  # decoded index of the first token of each completed word
         self._open: int | None = None  # decoded index where the current (incomplete) word starts
 
@@ -220,7 +224,7 @@ class WordGuard:
                 if n == 1 and len(self._firsts) >= 2 and self._single_token_double(decoded):
                     n = 0  # one token said twice: the id rule (three copies, all dropped) decides
                 at = len(self._words) - n - self._context
-                if n and not self._heard_after(at, n, len(decoded)):
+                if n and not self._heard_after(at, n, decoded):
                     return Stop("repetition", self._firsts[at] if at >= 0 else 0)
                 own = self._words[self._context :]
                 if (len(own) >= 2 * _RESTART and own[-_RESTART:] == own[:_RESTART]
@@ -241,19 +245,30 @@ class WordGuard:
         later = float(np.median(again)) * FRAME_S
         return later >= float(np.median(first)) * FRAME_S + _RESTART_LATER_S and later <= self._input_s - _RESTART_END_S
 
-    def _heard_after(self, at: int, n: int, n_decoded: int) -> bool:
+    def _heard_after(self, at: int, n: int, decoded: list[int]) -> bool:
         """The repeat (own words ``[at, at + n)``, the round's last) attends to later speech than its
-        first time (own words ``[at − n, at)``), every token later than its counterpart: a real
+        first time (words ``[at − n, at)``), every token later than its counterpart: a real
         repetition ("words, words"), not a loop, which attends back to the first time's audio, creeps
-        on by a frame or two, or moves some of its tokens only."""
-        if at - n < 0 or len(self._peaks) < n_decoded:  # the first time is committed context: no attention
+        on by a frame or two, or moves some of its tokens only. Where the first time begins in the
+        context (committed words, the forced prefix), which has no attention, the repeat of those
+        words must attend that much after the context's last word ends (its committed time); a
+        context without times, or a repeat that begins in it, is a loop as before. Punctuation
+        tokens, whose attention peaks anywhere (a "." at the input's end), are not compared."""
+        n_decoded = len(decoded)
+        c = max(0, n - at)  # words of the first time in the context
+        if at < 0 or len(self._peaks) < n_decoded or (c and len(self._ends) != self._context):
             return False
         peaks = self._align if len(self._align) >= n_decoded else self._peaks  # alignment heads where given
         end = self._input_s / FRAME_S  # peaks past the input (the silence it is heard with) say nothing
-        lo, mid = self._firsts[at - n], self._firsts[at]
-        pairs = zip(peaks[lo:mid], peaks[mid:n_decoded], strict=False)  # token by token
-        moves = [(b - a) * FRAME_S for i, (a, b) in enumerate(pairs)
-                 if lo + i > 0 and a < end and b < end]  # the round's first token attends everywhere
+        lo, mid = self._firsts[at - n + c], self._firsts[at]  # the first time's own tokens
+        again = self._firsts[at + c] if at + c < len(self._firsts) else n_decoded  # ... their repeat's first
+        pairs = zip(peaks[lo:mid], peaks[again:n_decoded], strict=False)  # token by token
+        punct = self.vocab.punctuation
+        moves = [(b - a) * FRAME_S for i, (a, b) in enumerate(pairs)  # the round's first token attends everywhere
+                 if lo + i > 0 and a < end and b < end and not (punct[decoded[lo + i]] or punct[decoded[again + i]])]
+        if c:  # the repeat of the context's words: after the context's last word ends
+            moves += [peaks[i] * FRAME_S - self._ends[-1] for i in range(mid, again)
+                      if i > 0 and peaks[i] < end and not punct[decoded[i]]]
         later = peaks[mid:n_decoded]
         return (bool(moves) and min(moves) >= _REPEAT_AFTER_S
                 and float(np.median(later)) * FRAME_S <= self._input_s - _RESTART_END_S)
@@ -287,6 +302,9 @@ class RoundValidator:
         median, average: filter widths.
         context: normalised words said just before this round's tokens (the committed words
             before its audio, then the forced prefix) for the repetition guard.
+        context_ends: where each context word ends, seconds from the input's start (≤ 0 before
+            it; its committed DTW time), so that a repeat of them can be judged by its attention;
+            empty: unknown (a repeat of the context is a loop).
         closing: the input ends after the speech (an utterance end or the stream's end): decode
             it as offline Whisper does — EOT ends the round whenever it wins, and neither the
             backward-shift test nor the peak margin applies (the speech is complete, so the
@@ -303,6 +321,7 @@ class RoundValidator:
         median: int = 7,
         average: int = 10,
         context: tuple[bytes, ...] = (),
+        context_ends: tuple[float, ...] = (),
         closing: bool = False,
     ):
         self.vocab = vocab
@@ -319,7 +338,7 @@ class RoundValidator:
         self._first_delta = True
         self.peaks: list[int] = []  # per checked token: the frame its attention peaks at
         self.align_peaks: list[int] = []  # ... its alignment heads' attention (when the decoder gives them)
-        self._words = WordGuard(vocab, context, self.peaks, self.input_s, self.align_peaks)
+        self._words = WordGuard(vocab, context, self.peaks, self.input_s, self.align_peaks, context_ends)
         self.closing = closing
 
     def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:

@@ -54,3 +54,19 @@ def test_a_speculative_word_keeps_its_first_shown_time_wherever_it_is_timed_agai
     again = [tok(vocab, " He", 0.6, 0.9, shown=2.0)]
     keep_first_shown(again, retracted_words(shown, vocab), vocab)
     assert again[0].emitted_at == 1.0
+
+
+def test_the_context_carries_where_each_word_ended_and_a_prefix_is_found_where_it_was_heard(vocab) -> None:
+    """The repetition guard judges a repeat of the context by where the context ended: the words
+    before an input come with their committed ends, and a forced prefix word, said twice in the log
+    ("please call stella please call"), is timed at its copy nearest the input's start."""
+    log = CommittedLog(vocab, "system")
+    words = [(" please", 1.0, 1.3), (" call", 1.3, 1.6), (" Stella", 1.6, 2.1),
+             (" please", 2.4, 2.7), (" call", 2.7, 3.0)]
+    log.extend([tok(vocab, w, a, b) for w, a, b in words])
+    assert log.timed_words_before(round(2.2 * SR), 8) == (
+        (b"please", round(1.3 * SR)), (b"call", round(1.6 * SR)), (b"stella", round(2.1 * SR)))
+    call = [vocab.token_bytes.index(b" call")]
+    assert log.end_of(call, round(1.2 * SR)) == round(1.6 * SR)  # the first "call", at an input from 1.2 s
+    assert log.end_of(call, round(2.6 * SR)) == round(3.0 * SR)  # the second
+    assert log.end_of([vocab.token_bytes.index(b" her")], 0) is None

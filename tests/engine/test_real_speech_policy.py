@@ -380,3 +380,17 @@ def test_a_closing_decode_that_skips_the_start_of_its_input_leaves_the_drafts_th
     assert starts == sorted(starts) and words[-1].start > 12.0, [(w.text, w.start) for w in words]
     before = NORMALISE(" ".join(w.text for w in stream_words(skipping, audio, step_s, closing_skip=False)))
     assert before.startswith("then apprehension"), before
+
+
+@pytest.mark.parametrize("step_s", [1.0, 2.0])
+def test_a_sentence_read_twice_keeps_both_copies_and_the_sentence_after(model, step_s) -> None:
+    """Issue 25, a guard that fires must never drop speech: one VCTK speaker reads "Please call Stella."
+    twice (clean, then the same recording with noise) and goes on, 0.2 s apart. The phrase guard took
+    the second copy for a loop: at 1 s the repeat's "." attended where the first's did (punctuation
+    attends anywhere) and the rest decoded after the stop began inside the first copy, whose words,
+    now committed context, it stopped at again: "Please call Stella. Please" (2 s: "Please call
+    Stella. call Stella"). Every copy and the sentence after it now come out, at both steps."""
+    audio = load_audio_file(HARD / "said-twice-vctk-p287_001-clean+noisy+002-clean.wav")
+    text = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s)))
+    assert text.startswith("please call stella please call stella"), text
+    assert text.endswith("ask her to bring those things with her from the store"), text

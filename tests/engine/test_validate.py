@@ -293,3 +293,22 @@ def test_a_repeat_is_judged_on_the_alignment_heads_every_token_later() -> None:
     stop = feed_aligned(validator(closing=True), [C, A, ING, A, ING, D], [10, 20, 25, 21, 25, 60],
                         [10, 20, 25, 40, 25, 60])
     assert stop is not None and (stop.reason, stop.index) == ("repetition", 3)
+
+
+def test_a_repeat_of_the_committed_context_is_judged_by_where_the_context_ended() -> None:
+    """Issue 25: "Please call Stella. Please call Stella." read twice; a live round at 1 s forced
+    "call" (its prefix) after the committed "please" and decoded "Stella. Please call Stella.": the
+    first time begins in the context, which has no attention, so every such round stopped at the
+    repeat and the captions froze for 27 s (13 words lost). The repeat of the context's words now
+    counts as speech when it attends ≥ 0.2 s after the context's last word ends (its committed time,
+    ``context_ends``, seconds from the input's start); without times, or attending at that end, it
+    is a loop as before."""
+    context = (b"w003", b"w000", b"w001")  # "D A B": committed, the last one forced as the prefix
+    tokens, centers = [C, A, B, C, D], [15, 40, 50, 60, 65]  # "C" (own), then "A B C" again, 0.8 s on
+    assert feed(validator(context=context, context_ends=(-0.6, -0.3, 0.2)), tokens, centers) is None
+    stop = feed(validator(context=context, context_ends=(-0.6, -0.3, 0.7)), tokens, centers)  # at the end
+    assert stop is not None and (stop.reason, stop.index) == ("repetition", 1)
+    stop = feed(validator(context=context), tokens, centers)  # no times: a loop, as before
+    assert stop is not None and (stop.reason, stop.index) == ("repetition", 1)
+    back = feed(validator(context=context, context_ends=(-0.6, -0.3, 0.2)), tokens, [15, 12, 50, 60, 65])
+    assert back is not None and back.reason == "repetition"  # "A" heard where the context was: a loop
