@@ -253,7 +253,8 @@ class WordGuard:
         context (committed words, the forced prefix), which has no attention, the repeat of those
         words must attend that much after the context's last word ends (its committed time); a
         context without times, or a repeat that begins in it, is a loop as before. Punctuation
-        tokens, whose attention peaks anywhere (a "." at the input's end), are not compared."""
+        tokens, whose attention peaks anywhere (a "." at the input's end), are compared only where
+        no other token is ("No, no": the first "No" is the round's first token)."""
         n_decoded = len(decoded)
         c = max(0, n - at)  # words of the first time in the context
         if at < 0 or len(self._peaks) < n_decoded or (c and len(self._ends) != self._context):
@@ -264,11 +265,14 @@ class WordGuard:
         again = self._firsts[at + c] if at + c < len(self._firsts) else n_decoded  # ... their repeat's first
         pairs = zip(peaks[lo:mid], peaks[again:n_decoded], strict=False)  # token by token
         punct = self.vocab.punctuation
-        moves = [(b - a) * FRAME_S for i, (a, b) in enumerate(pairs)  # the round's first token attends everywhere
-                 if lo + i > 0 and a < end and b < end and not (punct[decoded[lo + i]] or punct[decoded[again + i]])]
+        # (move in seconds, a punctuation token); the round's first token attends everywhere
+        moves = [((b - a) * FRAME_S, bool(punct[decoded[lo + i]] or punct[decoded[again + i]]))
+                 for i, (a, b) in enumerate(pairs) if lo + i > 0 and a < end and b < end]
         if c:  # the repeat of the context's words: after the context's last word ends
-            moves += [peaks[i] * FRAME_S - self._ends[-1] for i in range(mid, again)
-                      if i > 0 and peaks[i] < end and not punct[decoded[i]]]
+            moves += [(peaks[i] * FRAME_S - self._ends[-1], bool(punct[decoded[i]]))
+                      for i in range(mid, again) if i > 0 and peaks[i] < end]
+        words = [m for m, p in moves if not p]
+        moves = words or [m for m, _ in moves]
         later = peaks[mid:n_decoded]
         return (bool(moves) and min(moves) >= _REPEAT_AFTER_S
                 and float(np.median(later)) * FRAME_S <= self._input_s - _RESTART_END_S)
