@@ -266,13 +266,12 @@ class WordGuard:
         pairs = zip(peaks[lo:mid], peaks[again:n_decoded], strict=False)  # token by token
         punct = self.vocab.punctuation
         # (move in seconds, a punctuation token); the round's first token attends everywhere
-        moves = [((b - a) * FRAME_S, bool(punct[decoded[lo + i]] or punct[decoded[again + i]]))
+        timed = [((b - a) * FRAME_S, bool(punct[decoded[lo + i]] or punct[decoded[again + i]]))
                  for i, (a, b) in enumerate(pairs) if lo + i > 0 and a < end and b < end]
         if c:  # the repeat of the context's words: after the context's last word ends
-            moves += [(peaks[i] * FRAME_S - self._ends[-1], bool(punct[decoded[i]]))
+            timed += [(peaks[i] * FRAME_S - self._ends[-1], bool(punct[decoded[i]]))
                       for i in range(mid, again) if i > 0 and peaks[i] < end]
-        words = [m for m, p in moves if not p]
-        moves = words or [m for m, _ in moves]
+        moves = [m for m, p in timed if not p] or [m for m, _ in timed]
         later = peaks[mid:n_decoded]
         return (bool(moves) and min(moves) >= _REPEAT_AFTER_S
                 and float(np.median(later)) * FRAME_S <= self._input_s - _RESTART_END_S)
