@@ -67,7 +67,8 @@ After the decode, by kind:
   (``closing_replaces=False``: only the words after them are added, aligned by text, else by
   time), except that a decode whose words begin, word for word, four or more drafted words in
   (Whisper skipped the start of a long input) replaces only the drafts from there, its words
-  aligned to the audio after the kept ones [29]; one that finds no words keeps the drafts; nothing is carried and the utterance ends, except that a decode the chunk plan cuts short,
+  aligned to the audio after the kept ones [29]; one that finds no words keeps the drafts;
+  nothing is carried and the utterance ends, except that a decode the chunk plan cuts short,
   or that a guard stops a second or more before the input's end (measured from where the stopped
   token attends when DTW stretched the kept words to the end [26]), or that Whisper ends (EOT) a
   second or more before the input's end while the speech detector hears half a second of speech
