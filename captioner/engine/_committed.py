@@ -151,7 +151,8 @@ class CommittedLog:
     def words_since(self, sample: int) -> list[bytes]:
         """Normalised texts of the committed words whose first token starts at or after ``sample``
         (empty ones left out)."""
-        return [w for i, w in self.words_from(0) if self.tokens[i].start >= sample]
+        # every word before the first that starts there starts before it: only the rest is read
+        return [w for i, w in self.words_from(self.first_word_since(sample)) if self.tokens[i].start >= sample]
 
     def words_from(self, lo: int) -> list[tuple[int, bytes]]:
         """(first token index, normalised text) of each word of tokens ``[lo, end)`` (``lo`` a word's
