@@ -11,7 +11,7 @@ the measurements, in ``docs/accuracy/deviations.md``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 import numpy as np
@@ -33,6 +33,8 @@ _REACH_BACK_BELOW_STEP_S = 2.0  # the minimum context applies to steps under 2 s
 
 class SpeechQuery(Protocol):
     def speech(self, start: int, end: int) -> SpeechSpan | None: ...
+
+    def pause(self, start: int, end: int, *, min_s: float) -> SpeechSpan | None: ...
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ class RoundPlan:
         draft_from: the committed log's draft start when this round opens an utterance.
         skip: why a ``"skip"`` round is not decoded: ``"short"``, ``"silence"``, ``"no_speech"``;
             None for an empty input.
+        splits: a closing round that cuts a long open utterance at a pause inside the round's
+            input (``end`` is in the pause): the audio after ``end`` stays the utterance's, carried to
+            the next round.
     """
 
     kind: RoundKind
@@ -70,6 +75,7 @@ class RoundPlan:
     opens: tuple[int, int] | None = None
     draft_from: int | None = None
     skip: str | None = None
+    splits: bool = False
 
     @property
     def closes(self) -> bool:
@@ -104,6 +110,8 @@ class RoundPolicy:
     full_n: int = 0  # a closing input shorter than this is heard in the 30 s window
     lead_n: int = 3200  # non-speech kept before detected speech when leading non-speech is trimmed
     from_start: bool = False  # the stream's first utterance, closing within 30 s, decoded from sample 0
+    split_n: int = 0  # an open utterance this long is closed at a pause inside the round's input (0: never)
+    pause_s: float = 0.2  # ... of at least this many seconds of non-speech
 
     @classmethod
     def from_config(cls, cfg) -> RoundPolicy:
@@ -121,6 +129,8 @@ class RoundPolicy:
             full_n=round(cfg.closing_full_s * SAMPLE_RATE),
             lead_n=_frames(round(cfg.onset_pad_s * SAMPLE_RATE)),
             from_start=cfg.closing_from_start,
+            split_n=round(cfg.closing_split_s * SAMPLE_RATE),
+            pause_s=cfg.split_pause_s,
         )
 
 
@@ -183,30 +193,48 @@ def plan_round(s: StreamState, p: RoundPolicy, model: AcousticModel, detector: S
         if s.last or silent or end - span.end >= p.end_silence_n:
             closes = True
             end = start + min(end - start, -(-(span.end + p.pad_n - start) // SAMPLES_PER_FRAME) * SAMPLES_PER_FRAME)
-    own = start
-    if closes and _whole_recording(s, p, end, draft_from):  # as offline Whisper hears a recording this short
-        redo = s.log.first_word_since(0) if s.log.tokens else None
-        return RoundPlan("closing", 0, end, FULL_N, (), redo, own, opens, draft_from)
+        elif opens is None and _splits(s, p, end - utterance):
+            pause = detector.pause(start, end, min_s=p.pause_s)
+            if pause is not None:  # a long utterance: closed at its latest pause, the rest goes on
+                cut = start + _frames(min(pause.start + p.pad_n, pause.end) - start)
+                plan = _closing(s, p, model, start, cut, utterance, opens, draft_from)
+                if plan.looks_back:
+                    return replace(plan, splits=True)
     if closes:
-        if p.context_n and s.log.tokens and not s.hurry:  # look back: the utterance decoded again
-            u = start if utterance is None else utterance
-            begin = max(s.history[0], u, end - p.context_n)
-            if begin > u:  # inside the utterance: begin where a committed word begins
-                begin = max(s.history[0], s.log.word_start_since(begin, start) - p.pad_n)
-            begin = _frames(begin)
-            if begin <= start <= s.history[1]:
-                return RoundPlan("closing", begin, end, _closing_window(model, end - begin, p.full_n), (),
-                                 s.log.first_word_since(begin), own - begin, opens, draft_from)
-        return RoundPlan("closing", start, end, _closing_window(model, end - start, p.full_n), s.prefix,
-                         opens=opens, draft_from=draft_from)
+        return _closing(s, p, model, start, end, utterance, opens, draft_from)
     if p.context_n and utterance is not None:  # an open utterance: its drafts may be decoded again
         revise = _reach_back(s, p, model, start, end, _frames(utterance or 0), draft_from or 0)
         if revise is not None:
             begin, prefix, redo = revise
             kind: RoundKind = "live" if prefix else "opening"
             heard = p.opening_window_n if kind == "opening" else end - begin
-            return RoundPlan(kind, begin, end, heard, prefix, redo, own - begin, opens, draft_from)
+            return RoundPlan(kind, begin, end, heard, prefix, redo, start - begin, opens, draft_from)
     return RoundPlan("live", start, end, end - start, s.prefix, opens=opens, draft_from=draft_from)
+
+
+def _closing(s: StreamState, p: RoundPolicy, model: AcousticModel, start: int, end: int, utterance: int | None,
+             opens: tuple[int, int] | None, draft_from: int | None) -> RoundPlan:
+    """The closing round of the utterance whose input (``[start, end)``, the round's own) ends at ``end``."""
+    if _whole_recording(s, p, end, draft_from):  # as offline Whisper hears a recording this short
+        redo = s.log.first_word_since(0) if s.log.tokens else None
+        return RoundPlan("closing", 0, end, FULL_N, (), redo, start, opens, draft_from)
+    if p.context_n and s.log.tokens and not s.hurry:  # look back: the utterance decoded again
+        u = start if utterance is None else utterance
+        begin = max(s.history[0], u, end - p.context_n)
+        if begin > u:  # inside the utterance: begin where a committed word begins
+            begin = max(s.history[0], s.log.word_start_since(begin, start) - p.pad_n)
+        begin = _frames(begin)
+        if begin <= start <= s.history[1]:
+            return RoundPlan("closing", begin, end, _closing_window(model, end - begin, p.full_n), (),
+                             s.log.first_word_since(begin), start - begin, opens, draft_from)
+    return RoundPlan("closing", start, end, _closing_window(model, end - start, p.full_n), s.prefix,
+                     opens=opens, draft_from=draft_from)
+
+
+def _splits(s: StreamState, p: RoundPolicy, length: int) -> bool:
+    """An open utterance ``length`` samples long (its start to the input's end) is long enough to be
+    closed at a pause, and its words are drafts that a closing round can decode again."""
+    return bool(p.split_n and p.context_n and s.log.tokens and not s.hurry and not s.last and length >= p.split_n)
 
 
 def _reach_back(s: StreamState, p: RoundPolicy, model: AcousticModel, start: int, end: int, utterance: int,

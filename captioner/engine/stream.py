@@ -28,6 +28,9 @@ closing  the speech ended ``end_silence_s`` before the input's   cut ``speech_pa
 closing, a closing round of the stream's first utterance whose   from the stream's first sample, heard in     none / the
 whole    input ends within 30 s of the stream's first sample     the 30 s window: offline Whisper's decode    drafts, replaced
          (not in a hurry) [27]                                   of the recording so far
+closing, an open utterance ``closing_split_s`` long or longer    to the latest pause (``speech_pad_s`` into   none / the
+at a     (not in a hurry) whose round input holds a pause of     it) as any closing round; the audio after    committed words of
+pause    ``split_pause_s`` or more that speech follows [31]      it is carried: the utterance goes on there   that audio, replaced
 ======== ======================================================= ============================================ ====================
 
 A round that opens an utterance (the first with speech after none) sets its start (the input's start)
@@ -75,7 +78,9 @@ After the decode, by kind:
   after its last word (a turn or sentence break where greedy Whisper stops) [28], leaves the rest of
   the utterance to be decoded again by itself, from its last kept word [17]; the words decoded so
   far stay (the next closing round replaces only what follows them), and at ``finish()`` the drafts
-  after them stand until a decode of the rest finds words [28]. ``finish()`` decodes everything pending
+  after them stand until a decode of the rest finds words [28]. A round that closed a long utterance
+  at a pause leaves the utterance open after the pause, its words before it final, the drafts after
+  it shown until the next round decodes that audio again [31]. ``finish()`` decodes everything pending
   as a closing round and decodes again what an early stop left (at most 3 times) [1].
 
 Times: audio positions are integer sample indices (16 kHz) from the first fed sample; ``Word``
@@ -183,6 +188,12 @@ class StreamConfig:
         closing_skip: a closing decode that begins, word for word, at least ``_SKIP_MIN_WORDS``
             drafted words into its input (Whisper skipped the start of a long input) replaces only
             the drafts from there; the skipped drafts, heard as speech, stand (deviation 29).
+        closing_split_s: an open utterance at least this long (its start to the input's end) is
+            closed at the latest pause of at least ``split_pause_s`` inside the round's input: the
+            audio before it is decoded as a closing round (30 s window at most), the audio after it
+            goes on as the utterance (deviation 31); 0 = never (an utterance longer than
+            ``closing_context_s`` keeps the live words of its start).
+        split_pause_s: the shortest pause (seconds of non-speech) a long utterance is closed at.
         opening_s: while an open utterance is at most this long (its start to the input's end), a
             live round decodes all of it from its start, heard with silence to ``opening_window_s``,
             and its words replace the utterance's drafts (deviation 20); 0 = off.
@@ -222,6 +233,8 @@ class StreamConfig:
     closing_retry: bool = True
     closing_rest: bool = True
     closing_skip: bool = True
+    closing_split_s: float = 20.0
+    split_pause_s: float = 0.2
     opening_s: float = 4.0
     opening_window_s: float = 6.0
     min_context_s: float = 5.0
@@ -486,15 +499,17 @@ class Stream:
             if self._context_n:
                 self._log.set_draft(plan.draft_from)
         own = plan.start + plan.reach_n
+        tail = audio[plan.end - start :] if plan.splits else None  # the utterance after the pause
         audio = audio[own - start : plan.end - start]
         if plan.reach_n:
             audio = self._with_history(plan.start, own, audio)
         start = plan.start
-        return self._decode(plan, start, audio, stats, t_round, last)
+        return self._decode(plan, start, audio, stats, t_round, last, tail)
 
     def _decode(self, plan: RoundPlan, start: int, audio: np.ndarray, stats: dict, t_round: float,
-                last: bool) -> EngineUpdate:
-        """Encode what the plan hears, decode with its prefix, draft and guards, commit by its kind."""
+                last: bool, tail: np.ndarray | None = None) -> EngineUpdate:
+        """Encode what the plan hears, decode with its prefix, draft and guards, commit by its kind;
+        ``tail``: a splitting closing round's audio after its input (deviation 31)."""
         cfg = self.config
         eff_s = audio.size / SAMPLE_RATE
         stats["input_s"] = eff_s
@@ -556,7 +571,7 @@ class Stream:
             closes=plan.closes,
         )
         if plan.looks_back:
-            return self._close_utterance(start, audio, result, stats, t_round, last)
+            return self._close_utterance(start, audio, result, stats, t_round, last, tail)
         if not result.tokens:  # §2.6: first choice EOT with a garbage runner-up
             if plan.closes and not last:  # the utterance is over: nothing of it is carried
                 self._end_utterance()
@@ -738,10 +753,13 @@ class Stream:
         self._log.set_draft(None)
 
     def _close_utterance(
-        self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool
+        self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool,
+        tail: np.ndarray | None = None,
     ) -> EngineUpdate:
         """Deviation 17: a closing round decoded with left context already committed; emit the
-        decoded words that follow the committed ones (aligned by text, else by time)."""
+        decoded words that follow the committed ones (aligned by text, else by time). ``tail``: the
+        audio after the input of a round that closed a long utterance at a pause (deviation 31),
+        which goes on as the utterance."""
         retracted = self._undo_speculative()
         cands = [t for t in result.candidates if t < self.vocab.eot]
         groups = split_words(cands, self.vocab)
@@ -781,7 +799,6 @@ class Stream:
         )
         self._prefix, self._memory, self._spec_from = (), None, None
         self._repeat, self._repeat_count = None, 0
-        cut = _frames(max(0, new_tokens[-1].start - start + self._offset_n)) if new_tokens else 0
         heard_to = new_tokens[-1].end if new_tokens else start
         if result.stop is not None and result.stop.index < len(result.tokens):
             # where the stopped repeat attends (alignment heads): DTW may stretch the last kept word to the end
@@ -792,11 +809,13 @@ class Stream:
                                          if p < start + audio.size])
             unheard = start + audio.size - heard_to
         early = result.stop_reason == "eot" and unheard >= _REST_MIN_N and self._speech_after(heard_to, start + audio.size)
+        cut = _rest_cut(start, new_tokens[-1].start if new_tokens else None, heard_to, early, self._offset_n)
         rest = early or result.stop_reason in _DECODE_REST
+        after = np.zeros(0, np.float32) if tail is None else tail
         if 0 < cut < audio.size and (result.stop_reason == "limit" or (rest and unheard >= _REST_MIN_N)):
             # the plan ran out, or a guard stopped a loop before the utterance's end: what follows
             # the last kept word is decoded again, by itself (the look-back starts there now)
-            self._set_carry(start + cut, audio[cut:])
+            self._set_carry(start + cut, np.concatenate([audio[cut:], after]))
             self._utterance_start = start + cut
             if self.config.closing_rest:  # deviation 28: the words decoded so far stay (the next closing
                 # replaces only what follows them); at the stream's end, where no live round will show
@@ -804,6 +823,14 @@ class Stream:
                 self._final_n = len(self._log)
                 if last:
                     self._log.extend([t for t in dropped if t.start >= heard_to - _TIME_SLACK_N])
+        elif tail is not None:  # deviation 31: the utterance goes on after the pause, its words so far final;
+            # its drafts after the pause are shown until the next round decodes them again
+            end = start + audio.size
+            self._set_carry(end, tail)
+            self._log.extend(_words_from(dropped, end, self.vocab))
+            self._utterance_start = end
+            self._final_n = self._log.first_word_since(end, self._log.draft_from or 0)
+            self._log.set_draft(self._final_n)
         elif not last:
             self._end_utterance()
         return self._update(stats, t_round)
@@ -1007,6 +1034,31 @@ def _follow(committed: list[bytes], decoded: list[bytes]) -> int | None:
         return None
     last = blocks[-1]
     return last.b + last.size + (len(committed) - last.a - last.size)
+
+
+def _rest_cut(start: int, last_start: int | None, heard_to: int, early: bool, offset_n: int) -> int:
+    """Samples into a closing input that begins at ``start`` from which the rest of its utterance is
+    decoded again (0: from nowhere): ``offset_n`` from the start of the last word it committed
+    (``last_start``, absolute samples; None: it committed none). A decode that Whisper ended early
+    (``early``, deviation 28) but that committed no word (it heard only words already kept: "about."
+    and EOT) or whose words DTW put on the input's first frame is cut ``offset_n`` from where it was
+    heard to (``heard_to``, absolute: its last tokens' attention), or its rest would be lost."""
+    cut = _frames(max(0, last_start - start + offset_n)) if last_start is not None else 0
+    if early and cut == 0:
+        cut = _frames(max(0, heard_to - start + offset_n))
+    return cut
+
+
+def _words_from(tokens: list[CommittedToken], sample: int, vocab) -> list[CommittedToken]:
+    """The tokens of the words of ``tokens`` (in order) whose first token starts at ``sample`` or later."""
+    kept: list[CommittedToken] = []
+    keep = False
+    for t in tokens:
+        if vocab.starts_word(t.id):
+            keep = t.start >= sample
+        if keep:
+            kept.append(t)
+    return kept
 
 
 def _word_groups(tokens: tuple[int, ...], vocab) -> list[tuple[int, ...]]:

@@ -136,6 +136,26 @@ class SpeechDetector:
         last = min(self._n, -(-end // VAD_WINDOW))
         return self._probs[first:last].copy() if last > first else np.zeros(0, np.float32)
 
+    def pause(self, start: int, end: int, *, min_s: float) -> SpeechSpan | None:
+        """The latest run of at least ``min_s`` seconds of non-speech windows that lies whole inside
+        [start, end) and has speech before it there (where a long utterance can be cut between two
+        phrases), as its first and end sample; None when there is none."""
+        self._analyse()
+        first = -(-max(0, start) // VAD_WINDOW)
+        last = min(self._n, end // VAD_WINDOW)
+        if last - first < 2:
+            return None
+        speech = self._speech[first:last]
+        onsets = np.flatnonzero(speech[1:] & ~speech[:-1]) + 1  # a pause ends where speech resumes
+        need = -(-round(min_s * SAMPLE_RATE) // VAD_WINDOW)
+        for stop in onsets[::-1]:
+            run = stop - 1
+            while run >= 0 and not speech[run]:
+                run -= 1
+            if run >= 0 and stop - run - 1 >= need:
+                return SpeechSpan((first + int(run) + 1) * VAD_WINDOW, (first + int(stop)) * VAD_WINDOW)
+        return None
+
     def speech(self, start: int, end: int, *, min_s: float = 0.1) -> SpeechSpan | None:
         """The first and last speech sample of [start, end) (whole windows), or None when it holds
         less than ``min_s`` seconds of speech windows (a lone 32 ms blip in noise is not speech)."""

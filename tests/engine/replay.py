@@ -13,14 +13,15 @@ it got:
 * ``decoder``: which encoding a round's decoder runs over;
 * ``run`` / ``verify`` / ``rewind``: the arguments → the :class:`~captioner.engine.model.ChunkOutput`
   arrays (tokens, logits, log-sum-exp, no-speech logit; the cross-attention rows as float16);
-* ``speech`` / ``flush``: the speech detector's span of a round's input (and the samples fed so far).
+* ``speech`` / ``pause`` / ``flush``: the speech detector's span of a round's input, the pause a long
+  utterance is closed at (and the samples fed so far).
 
 The recorder hands the policy the attention **already rounded to float16**, so the recorded run and
 its replay see bit-identical numbers and take identical decisions (the rounding is ~5e-4 relative,
 far below what the policy's filters resolve).
 
 :class:`ReplayModel` implements the same protocols (``AcousticModel``, ``VerifyingRunner``, the
-detector's ``feed``/``flush``/``speech``) and returns the recorded answers in order; a request that
+detector's ``feed``/``flush``/``speech``/``pause``) and returns the recorded answers in order; a request that
 differs from the recording raises an AssertionError that names both and the command to re-record.
 With ``check_against`` (a real model and detector) it also asks the real model every recorded
 request and compares the answers (the recording must not silently rot), still handing the policy the
@@ -268,6 +269,12 @@ class _RecordingDetector:
                       span=None if span is None else [int(span.start), int(span.end)])
         return span
 
+    def pause(self, start: int, end: int, *, min_s: float) -> SpeechSpan | None:
+        span = self._real.pause(start, end, min_s=min_s)
+        self._log.add(op="pause", fed=self._fed, start=int(start), end=int(end), min_s=min_s,
+                      span=None if span is None else [int(span.start), int(span.end)])
+        return span
+
 
 # ----------------------------------------------------------------------------- replay
 @dataclass(frozen=True)
@@ -467,7 +474,7 @@ class RecordedRound:
 
 
 class ReplayDetector:
-    """The recorded speech detector: ``feed`` counts, ``speech`` and ``flush`` are checked requests."""
+    """The recorded speech detector: ``feed`` counts, ``speech``, ``pause`` and ``flush`` are checked requests."""
 
     def __init__(self, model: ReplayModel, real: Any = None) -> None:
         self._m, self._real, self._fed = model, real, 0
@@ -497,6 +504,19 @@ class ReplayDetector:
             ok = (real is None) == (span is None) and (
                 real is None or (abs(real.start - span.start) <= tol and abs(real.end - span.end) <= tol))  # type: ignore[union-attr]
             assert ok, f"{self._m.rec.name}: the speech detector now says {real} where the recording has {span}"
+        return span
+
+    def pause(self, start: int, end: int, *, min_s: float) -> SpeechSpan | None:
+        asked = f"pause({start}, {end}, min_s={min_s}) after {self._fed} samples fed"
+        event = self._m._next("pause", asked)
+        self._m._expect(event, asked, fed=self._fed, start=int(start), end=int(end), min_s=min_s)
+        span = None if event["span"] is None else SpeechSpan(*event["span"])
+        if self._real is not None:
+            real = self._real.pause(start, end, min_s=min_s)
+            tol = self._m.tolerance.vad_samples
+            ok = (real is None) == (span is None) and (
+                real is None or (abs(real.start - span.start) <= tol and abs(real.end - span.end) <= tol))  # type: ignore[union-attr]
+            assert ok, f"{self._m.rec.name}: the speech detector now finds the pause {real} where the recording has {span}"
         return span
 
 

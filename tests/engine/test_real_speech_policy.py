@@ -137,6 +137,30 @@ def test_speech_detector_is_independent_of_block_sizes() -> None:
     assert whole.speech(0, 0) is None
 
 
+def test_the_latest_pause_between_two_sentences_is_found_and_a_trailing_silence_is_not_a_pause() -> None:
+    """``SpeechDetector.pause`` (deviation 31 cuts a long utterance there): two clips 0.4 s apart; the
+    latest non-speech run of at least ``min_s`` that speech follows inside the range holds the gap
+    (asked up to 1 s into the second clip; the second clip has a pause of its own later on); every
+    window of it is under the threshold and speech resumes right after it."""
+    first, second = (load_audio_file(DATA / c["audio"]) for c in CLIPS[:2])
+    gap = np.zeros(round(0.4 * SR), np.float32)
+    audio = np.concatenate([first, gap, second])
+    detector = SpeechDetector()
+    detector.feed(audio)
+    detector.flush()
+    upto = first.size + gap.size + SR
+    pause = detector.pause(0, upto, min_s=0.3)
+    assert pause is not None and pause.start <= first.size and pause.end >= first.size + gap.size
+    assert pause.start % VAD_WINDOW == 0 and pause.end % VAD_WINDOW == 0 and pause.end - pause.start >= 0.3 * SR
+    assert (detector.probabilities(pause.start, pause.end) < 0.5).all()
+    assert detector.probabilities(pause.end, pause.end + VAD_WINDOW)[0] >= 0.5  # speech resumes
+    assert detector.probabilities(pause.start - VAD_WINDOW, pause.start)[0] >= 0.5  # after speech
+    latest = detector.pause(0, audio.size, min_s=0.3)
+    assert latest is not None and latest.start >= pause.end  # the second clip's own pause, later
+    assert detector.pause(0, first.size + gap.size, min_s=0.3) is None  # no speech after it yet: not a pause
+    assert detector.pause(0, upto, min_s=5.0) is None
+
+
 def test_the_speech_hold_extends_speech_only_after_speech_and_is_independent_of_block_sizes() -> None:
     """Silero's hysteresis (``hold``): a window at most ``hold`` below the threshold counts as speech
     only right after a speech window. Radio speech (8 kHz, noisy) hovers around the threshold, so
@@ -394,3 +418,38 @@ def test_a_sentence_read_twice_keeps_both_copies_and_the_sentence_after(model, s
     text = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s)))
     assert text.startswith("please call stella please call stella"), text
     assert text.endswith("ask her to bring those things with her from the store"), text
+
+
+def _closed_mid_stream(model, audio: np.ndarray, step_s: float, **config) -> tuple[list, list]:
+    """The stream's words at the end, and for each closing round before ``finish()`` the final words
+    shown right after it with the audio time it ran at (seconds)."""
+    stream = Stream(model, StreamConfig(step_s=step_s, **config))
+    step, closed = round(step_s * SR), []
+    for i in range(0, audio.size, step):
+        stream.feed(audio[i : i + step])
+        update = stream.step()
+        if update is not None and update.stats.closes:
+            closed.append(([w for w in stream.words if not w.speculative], (i + step) / SR))
+    stream.finish()
+    return list(stream.words), closed
+
+
+@pytest.mark.parametrize("step_s", [1.0, 2.0])
+def test_a_long_utterance_is_closed_at_its_pauses_and_loses_no_word_there(model, step_s) -> None:
+    """Deviation 31: the four clips joined 0.2 s apart are one 15.6 s utterance without a pause the
+    stream closes at (0.5 s): without the rule (0) nothing is final before the stream's end. With
+    ``closing_split_s`` at 6 s it is closed at a pause between two clips while the speech goes on:
+    at that round every word before the cut is final and stays as it is; in the end every word is
+    there once, in time order, as without the rule."""
+    audio = joined_audio([DATA / c["audio"] for c in CLIPS], [0.0] + [0.2] * (len(CLIPS) - 1))
+    reference = NORMALISE(" ".join(c["text"] for c in CLIPS))
+    plain, never = _closed_mid_stream(model, audio, step_s, closing_split_s=0.0)
+    assert never == []
+    words, closed = _closed_mid_stream(model, audio, step_s, closing_split_s=6.0)
+    assert closed
+    for final, at_s in closed:
+        assert final and final[-1].end < at_s and final == words[: len(final)]
+    text = NORMALISE(" ".join(w.text for w in words))
+    assert jiwer.wer(reference, text) < 0.06 and text == NORMALISE(" ".join(w.text for w in plain)), text
+    starts = [w.start for w in words]
+    assert starts == sorted(starts)

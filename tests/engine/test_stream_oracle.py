@@ -382,3 +382,19 @@ def test_a_closing_decode_is_judged_by_whisper_signs_and_the_better_attempt_kept
     assert _better(loop, "repetition", lower, "logprob") is lower  # a decode that looped loses to one that did not
     assert _better(lower, "logprob", loop, "repetition") is lower
     assert _better(loop, "repetition", unknown, "limit") is loop  # both looped, unknown: the first
+
+
+def test_the_rest_of_an_utterance_is_decoded_again_from_where_the_closing_decode_was_heard_to():
+    """Deviation 28's cut (``_rest_cut``): 0.2 s before the last committed word's start; a decode that
+    Whisper ended early but that committed no word (it heard only the word already kept: "about."
+    then EOT, on whisper-base over continuous reading) or whose words DTW put on the input's first
+    frame is cut 0.2 s before where its last tokens attended, not at 0 (which decoded nothing again:
+    the 13 s after "about." were lost); a decode that was not ended early is not cut there."""
+    from captioner.engine.stream import _rest_cut
+
+    start, offset = 100 * SR, -SR // 5
+    assert _rest_cut(start, start + 4 * SR, start + 5 * SR, True, offset) == round(3.8 * SR)
+    assert _rest_cut(start, None, start + SR, True, offset) == round(0.8 * SR)  # nothing new committed
+    assert _rest_cut(start, start, start + 7 * SR, True, offset) == round(6.8 * SR)  # DTW collapsed onto frame 0
+    assert _rest_cut(start, None, start + SR, False, offset) == 0  # not early: no rest from there
+    assert _rest_cut(start, None, start + SR // 10, True, offset) == 0  # heard nothing: nothing to cut

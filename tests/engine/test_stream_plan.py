@@ -36,8 +36,10 @@ MODEL: Any = Model()
 class Detector:
     """The speech detector's answer: speech in ``[a, b)`` seconds (clipped to the query), or none."""
 
-    def __init__(self, a: float | None = None, b: float | None = None) -> None:
+    def __init__(self, a: float | None = None, b: float | None = None,
+                 pauses: tuple[tuple[float, float], ...] = ()) -> None:
         self.span = None if a is None or b is None else (round(a * SR), round(b * SR))
+        self.pauses = [(round(x * SR), round(y * SR)) for x, y in pauses]  # non-speech inside the span
         self.asked: list[tuple[int, int]] = []
 
     def speech(self, start: int, end: int) -> SpeechSpan | None:
@@ -45,6 +47,10 @@ class Detector:
         if self.span is None or self.span[1] <= start or self.span[0] >= end:
             return None
         return SpeechSpan(max(start, self.span[0]), min(end, self.span[1]))
+
+    def pause(self, start: int, end: int, *, min_s: float) -> SpeechSpan | None:
+        inside = [(a, b) for a, b in self.pauses if start <= a and b < end and b - a >= min_s * SR]
+        return SpeechSpan(*inside[-1]) if inside else None
 
 
 @pytest.fixture(scope="module")
@@ -206,3 +212,31 @@ def test_later_utterances_long_inputs_and_hurried_streams_close_from_the_utteran
     hurried = plan_round(state(first, 2, 2, prefix=(7,), utterance_s=1.3, hurry=True), policy(), MODEL,
                          Detector(1.5, 3.0))
     assert hurried.kind == "closing" and (hurried.start, hurried.prefix, hurried.redo_from) == (2 * SR, (7,), None)
+
+
+def test_a_long_utterance_closes_at_its_latest_pause_and_goes_on_after_it(vocab) -> None:
+    """Closing at a pause [31]: an open utterance ``closing_split_s`` or longer (its start to the
+    input's end) whose round input holds a pause of ``split_pause_s`` or more closes there, cut the
+    pad after the pause begins (never past its end), looking back over the utterance; the plan says
+    it splits (the executor carries the audio after the cut as the utterance)."""
+    log = drafted(vocab, (" He", 0.5, 0.8), (" could", 8.0, 8.4), (" wait", 14.0, 14.5), (" no", 21.0, 21.3))
+    speech = (0.5, 24.0)
+    pauses = ((10.0, 10.4), (21.5, 21.7), (22.0, 22.3))
+    p = policy(closing_split_s=20.0, closing_from_start=False)
+    plan = plan_round(state(log, 21, 3, utterance_s=0.3), p, MODEL, Detector(*speech, pauses))
+    assert plan.kind == "closing" and plan.splits and plan.looks_back
+    assert (plan.start, plan.end, plan.redo_from, plan.heard_n) == (round(0.3 * SR), round(22.2 * SR), 0, 30 * SR)
+    short = plan_round(state(log, 21, 3, utterance_s=0.3), policy(closing_split_s=20.0, split_pause_s=0.1,
+                       closing_from_start=False), MODEL, Detector(*speech, ((22.0, 22.12),)))
+    assert short.end == round(22.12 * SR) and short.splits  # a pause shorter than the pad: cut at its end
+    cases = {
+        "off": (state(log, 21, 3, utterance_s=0.3), policy(closing_split_s=0.0, closing_from_start=False), pauses),
+        "too young": (state(log, 21, 3, utterance_s=5.3), p, pauses),
+        "no pause long enough": (state(log, 21, 3, utterance_s=0.3), policy(closing_split_s=20.0, split_pause_s=0.5,
+                                                                              closing_from_start=False), pauses),
+        "the pause before the input": (state(log, 21, 3, utterance_s=0.3), p, ((10.0, 10.4),)),
+        "in a hurry": (state(log, 21, 3, utterance_s=0.3, hurry=True), p, pauses),
+    }
+    for why, (s, policy_, where) in cases.items():
+        live = plan_round(s, policy_, MODEL, Detector(*speech, where))
+        assert live.kind == "live" and not live.splits, why
