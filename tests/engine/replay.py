@@ -497,26 +497,24 @@ class ReplayDetector:
         if event.get("min_s", _MIN_S) != min_s:
             self._m.at -= 1
             raise self._m._fail(asked, _describe(event))
-        span = None if event["span"] is None else SpeechSpan(*event["span"])
-        if self._real is not None:
-            real = self._real.speech(start, end, min_s=min_s)
-            tol = self._m.tolerance.vad_samples
-            ok = (real is None) == (span is None) and (
-                real is None or (abs(real.start - span.start) <= tol and abs(real.end - span.end) <= tol))  # type: ignore[union-attr]
-            assert ok, f"{self._m.rec.name}: the speech detector now says {real} where the recording has {span}"
-        return span
+        real = self._real.speech(start, end, min_s=min_s) if self._real is not None else None
+        return self._recorded_span(event, real, "speech")
 
     def pause(self, start: int, end: int, *, min_s: float) -> SpeechSpan | None:
         asked = f"pause({start}, {end}, min_s={min_s}) after {self._fed} samples fed"
         event = self._m._next("pause", asked)
         self._m._expect(event, asked, fed=self._fed, start=int(start), end=int(end), min_s=min_s)
+        real = self._real.pause(start, end, min_s=min_s) if self._real is not None else None
+        return self._recorded_span(event, real, "pause")
+
+    def _recorded_span(self, event: dict[str, Any], real: SpeechSpan | None, what: str) -> SpeechSpan | None:
+        """The recorded answer; with a real detector, checked against its answer (``real``) within two windows."""
         span = None if event["span"] is None else SpeechSpan(*event["span"])
         if self._real is not None:
-            real = self._real.pause(start, end, min_s=min_s)
             tol = self._m.tolerance.vad_samples
             ok = (real is None) == (span is None) and (
                 real is None or (abs(real.start - span.start) <= tol and abs(real.end - span.end) <= tol))  # type: ignore[union-attr]
-            assert ok, f"{self._m.rec.name}: the speech detector now finds the pause {real} where the recording has {span}"
+            assert ok, f"{self._m.rec.name}: the speech detector's {what} is now {real} where the recording has {span}"
         return span
 
 
