@@ -233,7 +233,7 @@ class StreamConfig:
     closing_retry: bool = True
     closing_rest: bool = True
     closing_skip: bool = True
-    closing_split_s: float = 20.0
+    closing_split_s: float = 25.0
     split_pause_s: float = 0.2
     opening_s: float = 4.0
     opening_window_s: float = 6.0
