@@ -33,8 +33,11 @@ at a     (not in a hurry) whose round input holds a pause of     it) as any clos
 pause    ``split_pause_s`` or more that speech follows [31]      it is carried: the utterance goes on there   that audio, replaced
 ======== ======================================================= ============================================ ====================
 
-A round that opens an utterance (the first with speech after none) sets its start (the input's start)
-and its speech onset: no word starts before the onset [15]. Until the closing round, the utterance's
+Speech is what the speech detector (Silero VAD, 32 ms windows) rates at ``vad_threshold`` or more, and
+any ``speech_faint_s`` stretch that never reaches it but averages ``speech_faint`` or more (band-limited
+radio turns that Silero rates 0.25–0.45 throughout) [32]. A round that opens an utterance (the first
+with speech after none) sets its start (the input's start) and its speech onset: no word starts
+before the onset [15]. Until the closing round, the utterance's
 words are **drafts** (``Word.speculative``: dimmed, not final for the printer and the live subtitle
 file) [17]. A caller behind real time sets :attr:`Stream.hurry`: rounds then neither look back nor
 reach back (each decodes only its own input, as the paper's rounds do) and the drafts stand; such
@@ -158,6 +161,10 @@ class StreamConfig:
         vad_threshold: Silero speech probability that counts as speech.
         speech_hold: once speech is heard, a probability at most this much below the threshold
             still counts as speech (Silero's hysteresis; 0 = none).
+        speech_faint: a ``speech_faint_s`` stretch that never reaches the threshold but whose mean
+            probability is at least this is speech (deviation 32: radio turns Silero rates 0.25–0.45
+            throughout; :class:`~captioner.engine.vad.SpeechDetector` ``faint``); 0 = off.
+        speech_faint_s: that stretch, seconds.
         end_silence_s: an input whose speech ended at least this long before its end closes the
             utterance (deviation 16).
         speech_pad_s: non-speech kept after detected speech when a closing input is cut.
@@ -223,6 +230,8 @@ class StreamConfig:
     vad: bool = True
     vad_threshold: float = 0.5
     speech_hold: float = 0.0
+    speech_faint: float = 0.25
+    speech_faint_s: float = 1.0
     end_silence_s: float = 0.5
     speech_pad_s: float = 0.2
     onset_pad_s: float = 0.2
@@ -261,6 +270,9 @@ class StreamConfig:
             raise CaptionerError("speech threshold must be in (0, 1), end silence positive, speech pads ≥ 0")
         if not 0.0 <= self.speech_hold < self.vad_threshold:
             raise CaptionerError(f"speech hold must be in [0, threshold), got {self.speech_hold}")
+        if not 0.0 <= self.speech_faint < self.vad_threshold or self.speech_faint_s <= 0:
+            raise CaptionerError(f"faint speech must be in [0, threshold) over a positive stretch, got "
+                                 f"{self.speech_faint} over {self.speech_faint_s} s")
 
 
 def _frames(samples: int) -> int:
@@ -311,7 +323,8 @@ class Stream:
         self._cap_n = _frames(round(2 * cfg.step_s * SAMPLE_RATE))
         self._max_n = _frames(round(cfg.max_input_s * SAMPLE_RATE))
         self._offset_n = round(cfg.word_end_offset_s * SAMPLE_RATE)
-        self._vad = SpeechDetector(cfg.vad_threshold, hold=cfg.speech_hold) if cfg.vad else None
+        self._vad = SpeechDetector(cfg.vad_threshold, hold=cfg.speech_hold, faint=cfg.speech_faint,
+                                   faint_s=cfg.speech_faint_s) if cfg.vad else None
         # audio
         self._pending: list[np.ndarray] = []
         self._pending_n = 0

@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 VAD_WINDOW = 512  # samples per probability (32 ms at 16 kHz)
 _CONTEXT = 64  # samples of the previous window each window is seen with
+_FAINT_FLOOR = 0.1  # a window of a faint stretch is speech when at most this much below ``faint``
 VAD_MODEL = "silero_vad_v6.onnx"
 
 
@@ -54,12 +55,21 @@ class SpeechDetector:
             speech window, is speech too (Silero's own hysteresis: its speech ends below threshold
             − 0.15, ``neg_threshold``); 0: none. Decided window by window in order, so the answer
             does not depend on how the audio was split or asked for.
+        faint: speech that never reaches ``threshold`` (band-limited radio: Silero rates whole Apollo
+            air-to-ground turns 0.25–0.45): a stretch of ``faint_s`` seconds in which no window
+            reaches ``threshold`` and whose mean probability is at least ``faint`` is speech, except
+            its windows more than 0.1 below ``faint`` (``_FAINT_FLOOR``); 0: off. Speech that reaches the threshold
+            anywhere in a stretch is left to the threshold, so where Silero hears speech clearly
+            nothing changes. A stretch counts once its last window is analysed: a query can see it
+            become speech as more audio arrives, the final answer does not depend on the splits.
+        faint_s: the stretch, seconds.
 
     Raises:
         CaptionerError: the model file is missing or ONNX Runtime cannot load it.
     """
 
-    def __init__(self, threshold: float = 0.5, model_path: Path | None = None, *, hold: float = 0.0):
+    def __init__(self, threshold: float = 0.5, model_path: Path | None = None, *, hold: float = 0.0,
+                 faint: float = 0.0, faint_s: float = 1.0):
         import onnxruntime as ort
 
         path = model_path or _model_path()
@@ -82,6 +92,8 @@ class SpeechDetector:
         self._probs = np.zeros(1024, np.float32)
         self._speech = np.zeros(1024, bool)
         self._n = 0  # windows analysed
+        self._faint = float(faint)
+        self._faint_need = max(1, -(-round(faint_s * SAMPLE_RATE) // VAD_WINDOW))
 
     @property
     def analysed(self) -> int:
@@ -127,7 +139,25 @@ class SpeechDetector:
             for i in range(probs.size):
                 before = speech[i] = speech[i] or (held[i] and before)
         self._speech[self._n : self._n + probs.size] = speech
+        if self._faint > 0:
+            self._mark_faint(self._n, self._n + probs.size)
         self._n += probs.size
+
+    def _mark_faint(self, first: int, end: int) -> None:
+        """Mark the faint speech of every ``faint_s`` stretch that ends in the new windows
+        ``[first, end)``: a stretch with no window at or above the threshold whose mean probability is
+        at least ``faint``; its windows within ``_FAINT_FLOOR`` of ``faint`` become speech (the dips
+        between its words stay out, so its pauses stay pauses)."""
+        need = self._faint_need
+        lo = max(0, first - need + 1)
+        if end - lo < need:
+            return
+        probs = self._probs[lo:end]
+        sums = np.cumsum(np.concatenate([[0.0], probs.astype(np.float64)]))
+        strong = np.cumsum(np.concatenate([[0], probs >= self.threshold]))
+        faint = ((sums[need:] - sums[:-need]) / need >= self._faint) & (strong[need:] == strong[:-need])
+        for k in np.flatnonzero(faint).tolist():  # the stretch [lo + k, lo + k + need)
+            self._speech[lo + k : lo + k + need] |= probs[k : k + need] >= self._faint - _FAINT_FLOOR
 
     def probabilities(self, start: int, end: int) -> np.ndarray:
         """float32 [windows]: the probabilities of the windows that overlap samples [start, end)."""
@@ -163,7 +193,7 @@ class SpeechDetector:
         first = max(0, start // VAD_WINDOW)
         last = min(self._n, -(-end // VAD_WINDOW))
         speech = np.flatnonzero(self._speech[first:last]) if last > first else np.zeros(0, np.int64)
-        if speech.size * VAD_WINDOW < min_s * SAMPLE_RATE:
+        if not speech.size or speech.size * VAD_WINDOW < min_s * SAMPLE_RATE:
             return None
         return SpeechSpan(
             max(start, (first + int(speech[0])) * VAD_WINDOW),

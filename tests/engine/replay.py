@@ -378,9 +378,9 @@ class ReplayModel:
         return runner
 
     # -- the speech detector -----------------------------------------------------------------------
-    def detector(self, threshold: float = 0.5, *, hold: float = 0.0) -> ReplayDetector:
-        """The recorded speech detector (a stand-in for ``SpeechDetector(threshold, hold=hold)``)."""
-        real = self._real_detector(threshold, hold=hold) if self._real_detector is not None else None
+    def detector(self, threshold: float = 0.5, **options: float) -> ReplayDetector:
+        """The recorded speech detector (a stand-in for ``SpeechDetector(threshold, **options)``)."""
+        real = self._real_detector(threshold, **options) if self._real_detector is not None else None
         return ReplayDetector(self, real)
 
     def _answer(self, event: dict[str, Any], real_out: ChunkOutput | None) -> ChunkOutput:
@@ -563,7 +563,7 @@ def scenario_audio(parts: Sequence[dict[str, Any]]) -> np.ndarray:
 # ----------------------------------------------------------------------------- streams
 @contextmanager
 def detector_factory(factory: Callable[..., Any]) -> Iterator[None]:
-    """While inside, ``Stream`` builds its speech detector with ``factory(threshold, hold=…)`` instead of
+    """While inside, ``Stream`` builds its speech detector with ``factory(threshold, **options)`` instead of
     Silero (``Stream`` takes no detector argument; its module's ``SpeechDetector`` name is the seam)."""
     import captioner.engine.stream as stream_module
 

@@ -7,6 +7,7 @@ jiwer, as the accuracy bench does.
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
@@ -159,6 +160,35 @@ def test_the_latest_pause_between_two_sentences_is_found_and_a_trailing_silence_
     assert latest is not None and latest.start >= pause.end  # the second clip's own pause, later
     assert detector.pause(0, first.size + gap.size, min_s=0.3) is None  # no speech after it yet: not a pause
     assert detector.pause(0, upto, min_s=5.0) is None
+
+
+RADIO = HARD / "radio-a11-launch-canary-1+2.wav"  # two Apollo 11 turns (tests/data/speech-hard)
+RADIO_SECOND_TURN = "ROGER. READING YOU LOUD AND CLEAR. OUR INSERTION CHECKLIST IS COMPLETE, AND WE HAVE NO ABNORMALITIES."
+
+
+@pytest.mark.parametrize("step_s", [1.0, 2.0])
+def test_a_radio_turn_the_threshold_does_not_hear_is_transcribed(model, step_s) -> None:
+    """The second turn (5.2–11.2 s) is 8 kHz downlink that Silero rates 0.25–0.45 throughout: by the
+    threshold it is not speech and every word of it was lost. As faint speech (deviation 32) it is
+    heard and decoded; the first turn, which Silero hears clearly, comes out the same."""
+    audio = load_audio_file(RADIO)
+    plain, faint = SpeechDetector(), SpeechDetector(faint=0.25)
+    for det in (plain, faint):
+        det.feed(audio)
+        det.flush()
+    turn = (round(5.2 * SR), audio.size // VAD_WINDOW * VAD_WINDOW)
+    assert plain.speech(*turn) is None or plain.speech(*turn).end - plain.speech(*turn).start < 0.2 * SR
+    assert faint.speech(*turn) is not None and faint.speech(*turn).start < 6 * SR
+
+    without = stream_words(model, audio, step_s, speech_faint=0.0)
+    words = stream_words(model, audio, step_s)
+    assert not [w for w in without if w.start >= 4.0]  # the turn was lost
+    first = [w.text for w in words if w.start < 4.0]
+    assert first == [w.text for w in without] and len(first) >= 6  # "Apollo 11, this is Houston …"
+    heard = NORMALISE(" ".join(w.text for w in words if w.start >= 4.0)).split()
+    reference = NORMALISE(RADIO_SECOND_TURN).split()
+    matched = sum(b.size for b in difflib.SequenceMatcher(a=reference, b=heard).get_matching_blocks())
+    assert matched >= 6, heard  # tiny.en on radio: "… clear and efficient system complete and we have no …"
 
 
 def test_the_speech_hold_extends_speech_only_after_speech_and_is_independent_of_block_sizes() -> None:

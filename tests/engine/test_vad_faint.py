@@ -1,0 +1,96 @@
+"""The speech detector's faint speech (``SpeechDetector(faint=…)``), on scripted Silero probabilities.
+
+The rule alone, window by window: which windows become speech, which stay out, and that the answer
+does not depend on how the audio arrives. Real radio speech is in ``test_real_speech_policy.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from captioner.engine import StreamConfig
+from captioner.engine.vad import VAD_WINDOW, SpeechDetector
+from captioner.errors import CaptionerError
+
+
+class ScriptedSilero:
+    """Stands in for the Silero session: the next windows' probabilities, in order."""
+
+    def __init__(self, probs: np.ndarray) -> None:
+        self.probs, self.at = probs.astype(np.float32), 0
+
+    def run(self, _outputs, feeds):
+        n = feeds["input"].shape[0]
+        out = self.probs[self.at : self.at + n].reshape(-1, 1)
+        self.at += n
+        return out, feeds["h"], feeds["c"]
+
+
+# 32 windows = 1.024 s: the shortest stretch that can count (faint_s = 1.0 needs 32 windows)
+RADIO = np.full(45, 0.35)  # a whole turn that Silero rates 0.35: never speech by the threshold
+RADIO[20] = 0.05  # a dip between two words
+SPOKEN = np.concatenate([np.full(20, 0.35), [0.7], np.full(20, 0.35)])  # reaches the threshold once
+SHORT = np.full(15, 0.4)  # 0.5 s of faint speech: its stretches average under 0.25, too little to count
+PROBS = np.concatenate([np.zeros(10), RADIO, np.zeros(20), SPOKEN, np.zeros(20), SHORT, np.zeros(20)])
+
+
+def detector(blocks: list[int], **options) -> SpeechDetector:
+    """A detector fed ``PROBS.size`` windows in blocks of these many windows, asked after each."""
+    det = SpeechDetector(**options)
+    det._session = ScriptedSilero(PROBS)  # type: ignore[assignment]
+    fed = 0
+    while fed < PROBS.size:
+        n = min(blocks[fed % len(blocks)], PROBS.size - fed)
+        det.feed(np.zeros(n * VAD_WINDOW, np.float32))
+        fed += n
+        det.speech(0, fed * VAD_WINDOW)  # asked between blocks, as a stream asks
+    return det
+
+
+def windows(det: SpeechDetector) -> np.ndarray:
+    """bool [windows]: which windows are speech, each asked alone."""
+    return np.array([det.speech(i * VAD_WINDOW, (i + 1) * VAD_WINDOW, min_s=0.0) is not None
+                     for i in range(PROBS.size)])
+
+
+def test_a_faint_turn_is_speech_and_clear_speech_is_left_to_the_threshold() -> None:
+    plain = windows(detector([PROBS.size]))
+    faint = windows(detector([PROBS.size], faint=0.25))
+    radio = slice(10, 10 + RADIO.size)
+    spoken = 10 + RADIO.size + 20
+    assert not plain[radio].any()  # the threshold hears nothing of the radio turn
+    assert faint[radio].sum() == RADIO.size - 1 and not faint[10 + 20]  # all of it but the dip
+    expected = plain.copy()
+    expected[radio] = faint[radio]
+    # a stretch that reaches the threshold anywhere is the threshold's: only its 0.7 window is
+    # speech, and half a second of faint speech is too little; nothing outside the radio turn changes
+    assert (faint == expected).all() and faint[spoken + 20] and faint.sum() == RADIO.size - 1 + 1
+    assert (windows(detector([PROBS.size], faint=0.4)) == plain).all()  # the turn averages under 0.4
+
+
+@pytest.mark.parametrize("blocks", [[1], [7, 3, 50], [31, 33]])
+def test_faint_speech_does_not_depend_on_how_the_audio_arrives(blocks) -> None:
+    whole = windows(detector([PROBS.size], faint=0.25))
+    assert (windows(detector(blocks, faint=0.25)) == whole).all()
+
+
+def test_a_faint_turn_counts_once_a_whole_stretch_of_it_averages_enough() -> None:
+    """After 10 silent windows, the stretches that end at windows 31 and 32 average 0.23 and 0.24
+    ((21 or 22) × 0.35 and the dip's 0.05, over 32): nothing yet; the one ending at window 33
+    averages 0.25, and the turn so far is speech from its first window, all but the dip."""
+    det = SpeechDetector(faint=0.25)
+    det._session = ScriptedSilero(PROBS)  # type: ignore[assignment]
+    det.feed(np.zeros(33 * VAD_WINDOW, np.float32))
+    assert det.speech(0, 33 * VAD_WINDOW, min_s=0.0) is None
+    det.feed(np.zeros(VAD_WINDOW, np.float32))
+    assert det.speech(0, 34 * VAD_WINDOW) == (10 * VAD_WINDOW, 34 * VAD_WINDOW)
+    assert det.speech(30 * VAD_WINDOW, 31 * VAD_WINDOW, min_s=0.0) is None  # the dip
+
+
+def test_faint_speech_settings_are_checked() -> None:
+    with pytest.raises(CaptionerError, match="faint"):
+        StreamConfig(speech_faint=0.5)
+    with pytest.raises(CaptionerError, match="faint"):
+        StreamConfig(speech_faint_s=0.0)
+    assert StreamConfig().speech_faint == 0.25  # on by default (docs/accuracy/deviations.md, 32)
