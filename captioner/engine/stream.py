@@ -52,7 +52,9 @@ runner-up, backward shift, peak margin, token limit [6]); closing rounds end on 
 and have no attention stops [16]; the two word guards (a phrase repeated with the committed words as
 context, sound annotations) run in every round. Language (``"auto"`` on a multilingual model): read
 from the first decoder step of every round until 4 s of input settle it, and of every closing
-round [19].
+round [19]; once a closing round has heard it on 4 s or more it is the session's: live rounds no
+longer read it, and a closing round changes it only where it hears another language with
+probability 0.8 or more [33].
 
 After the decode, by kind:
 
@@ -80,8 +82,8 @@ After the decode, by kind:
   second or more before the input's end while the speech detector hears half a second of speech
   after its last word (a turn or sentence break where greedy Whisper stops) [28], leaves the rest of
   the utterance to be decoded again by itself, from its last kept word [17]; the words decoded so
-  far stay (the next closing round replaces only what follows them), and at ``finish()`` the drafts
-  after them stand until a decode of the rest finds words [28]. A round that closed a long utterance
+  far stay (the next closing round replaces only what follows them), and the drafts after them
+  stand until a decode of the rest finds words [28, 34]. A round that closed a long utterance
   at a pause leaves the utterance open after the pause, its words before it final, the drafts after
   it shown until the next round decodes that audio again [31]. ``finish()`` decodes everything pending
   as a closing round and decodes again what an early stop left (at most 3 times) [1].
@@ -318,6 +320,7 @@ class Stream:
         self._auto = self.config.language == "auto" and self.vocab.multilingual
         self.language = "en" if self.config.language == "auto" else self.config.language
         self._language_settled = not self._auto
+        self._session_language = False  # deviation 33: a closing round heard the language on _SETTLE_N
         cfg = self.config
         self._step_n = round(cfg.step_s * SAMPLE_RATE)
         self._cap_n = _frames(round(2 * cfg.step_s * SAMPLE_RATE))
@@ -531,7 +534,7 @@ class Stream:
         seen = _heard_with_silence(audio, plan.heard_n) if plan.heard_n > audio.size else audio
         encoding = self.model.encode(seen)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
-        if self._auto and (plan.closes or not self._language_settled):
+        if self._auto and (plan.closes or not (self._language_settled or self._session_language)):
             self._detect_language(encoding, audio.size, plan.closes)
         stats["language"] = self.language
         prefix = plan.prefix
@@ -752,13 +755,17 @@ class Stream:
     def _detect_language(self, encoding, n_audio: int, closes: bool) -> None:
         """Deviation 19: the language of this input from the first decoder step (one chunk dispatch);
         settled for the utterance once heard on ``_SETTLE_N`` of audio, re-checked when it closes and
-        for the next utterance."""
+        for the next utterance. Deviation 33: once a closing round heard it on ``_SETTLE_N``, it is the
+        session's: live rounds no longer ask, and a closing round changes it only when it hears another
+        language with probability ``_SWITCH_P`` or more (a short or archaic passage of English was taken
+        for Latin, Welsh or Portuguese)."""
         guess = detect_language(self.model, encoding)
-        if guess.code != self.language:
+        if guess.code != self.language and (guess.probability >= _SWITCH_P or not self._session_language):
             logger.info("language: %s (p %.2f) instead of %s", guess.code, guess.probability, self.language)
             self.language = guess.code
             self._prompt = self.vocab.prompt(guess.code, self.config.task)
         self._language_settled = n_audio >= _SETTLE_N and not closes
+        self._session_language = self._session_language or (closes and n_audio >= _SETTLE_N)
 
     def _end_utterance(self) -> None:
         """The utterance closed: its words are final, the next one starts afresh."""
@@ -836,6 +843,10 @@ class Stream:
                 self._final_n = len(self._log)
                 if last:
                     self._log.extend([t for t in dropped if t.start >= heard_to - _TIME_SLACK_N])
+                else:  # deviation 34: shown as drafts until the rest is decoded again (a rest decode that
+                    # finds nothing, a guard stopping a sentence read twice, leaves them standing)
+                    self._log.extend(_words_from(dropped, heard_to - _TIME_SLACK_N, self.vocab))
+                    self._log.set_draft(self._final_n)
         elif tail is not None:  # deviation 31: the utterance goes on after the pause, its words so far final;
             # its drafts after the pause are shown until the next round decodes them again
             end = start + audio.size
@@ -993,6 +1004,7 @@ _SKIP_MIN_WORDS = 4  # ... at least this many words in: it skipped those drafts 
 _SKIP_SPEECH_S = 1.0  # ... which stand when the speech detector heard this much speech under them
 _SKIP_MARGIN_N = 4800  # 0.3 s: the decode's words are aligned from this much before the first draft it replaces
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
+_SWITCH_P = 0.8  # deviation 33: the probability that changes the session's language
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 
 
