@@ -1,0 +1,500 @@
+#!/usr/bin/env python3
+"""Build the new-speaker corpus (``corpus/``, issue 25) from bare git mirrors of public repositories.
+
+    .venv/bin/python scripts/build_corpus.py --mirrors /work/.mirror [--out corpus]
+
+It writes ``corpus/audio/<id>.flac`` (16 kHz, mono, 16-bit FLAC) and ``corpus/manifest.jsonl`` (the
+development corpus's format, ``../shared/speech/README.md``, with a ``speaker`` field on every item and
+``notes`` that give the exact cut): 31 recordings of 12 people who are not in the development corpus.
+Everything that decides the output is data in this file (:data:`ITEMS`: source file, cut, reference
+text, notes, and the SHA-256 of the 16-bit samples each build must reproduce); nothing is chosen at
+run time. ``--mirrors`` is a folder of bare git mirrors named ``owner+name`` (the ``fetch`` tool's
+``/work/.mirror``: ``owner+name/repo`` or ``owner+name`` itself being the git directory); every file is
+read with ``git show COMMIT:path`` at the commit pinned in :data:`REPOS`.
+
+What it builds, from what, under which licence:
+
+- 12 ``conversational`` items, Apollo 11 air-to-ground radio (US government work, NASA: public domain).
+  Launch day, the Canary and Tananarive passes: ``src/A11_HR1U_CH10_AIR2GND/*.wav`` (8 kHz) of
+  UTD-CRSS/exploreapollo-import-audio, cut at the turn boundaries of the time-aligned transcript
+  beside them (UTD CRSS, Explore Apollo). Flight day 6: ``tests/data/apollo11.mp3`` (8 kb/s MP3) of
+  linto-ai/whisper-timestamped, cut in the pauses between turns. Reference text: NASA's *Apollo 11
+  Technical Air-to-Ground Voice Transcription* (1969, public domain) as cleaned by Spacelog
+  (``missions/a11/transcripts/TEC``), glossary links removed; the build checks each item's text
+  against the Spacelog lines it names.
+- 12 ``other`` items, CSTR VCTK Corpus (Veaux, Yamagishi, MacDonald; University of Edinburgh),
+  CC BY 4.0: speakers p225-p228, 16 kHz audio from auspicious3000/autovc ``wavs/``, text from the
+  VCTK ``txt/`` transcripts as copied in RichardSterry/msc-project ``docs/vctk/vctk_transcripts/``.
+- 4 ``librispeech-dev-clean`` items, LibriSpeech (Panayotov, Chen, Povey, Khudanpur; openslr.org/12),
+  CC BY 4.0: speakers 251 and 3536 from Arm's ML embedded evaluation kit as mirrored in
+  alifsemi/alif_ml-embedded-evaluation-kit ``resources/asr/samples/`` (text: its ``files.md``,
+  upper-cased as LibriSpeech writes it).
+- 3 ``noisy`` items, VoiceBank-DEMAND noisy test set (Valentini-Botinhao et al., Edinburgh DataShare
+  10283/2791), CC BY 4.0: the same kit's ``resources/noise_reduction/samples/`` (48 kHz); text: the
+  VCTK transcript of the same utterance.
+
+Processing, all deterministic: WAV read with :mod:`wave`; the MP3 decoded by ffmpeg's fixed-point
+``mp3`` decoder (bit-exact); resampled to 16 kHz with a fixed Kaiser-windowed sinc polyphase filter
+(:func:`resample`, numpy, float64, rounded to 16-bit); cut at ``round(seconds * 16000)``; encoded by
+ffmpeg's FLAC encoder with ``+bitexact`` and no metadata. The samples are checked against the
+SHA-256 in :data:`ITEMS` (``--no-verify`` skips it); the FLAC bytes also depend on ffmpeg's encoder
+(built here with ffmpeg 5.1), the decoded samples do not. The exit status is 1 when a reference text
+differs from its source, a checksum differs, or the first two Canary items no longer line up with
+``tests/data/speech-hard/radio-a11-launch-canary-1+2.wav`` (which was made from them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import io
+import json
+import math
+import re
+import subprocess
+import sys
+import wave
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+RATE = 16000
+
+# key -> (owner/name, commit): every file is read at this commit
+REPOS: dict[str, tuple[str, str]] = {
+    "utd": ("UTD-CRSS/exploreapollo-import-audio", "0767d3be39e760913f282937bff368f60fe51faa"),
+    "wts": ("linto-ai/whisper-timestamped", "137f4e0415d6c1ccf00a2008231b74dc8a01c1d9"),
+    "spacelog": ("Spacelog/Spacelog", "4d3bfefd8aae9e341d379ddd3c2cf8793c8e3e7a"),
+    "autovc": ("auspicious3000/autovc", "c1827a60e83e6d26030b8953843b2f7cf2bd36db"),
+    "msc": ("RichardSterry/msc-project", "638c3e775250ba3a7f050ae350b859648400f854"),
+    "arm": ("alifsemi/alif_ml-embedded-evaluation-kit", "b1b93fc01d915da47a4f6ea8475c193aef56e871"),
+}
+
+CANARY = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00001058000.wav"
+TANANARIVE = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00002316000.wav"
+DAY6 = "tests/data/apollo11.mp3"
+TEC = "missions/a11/transcripts/TEC"
+VCTK_TXT = "docs/vctk/vctk_transcripts/transcript_{speaker}"
+LIBRI_MD = "resources/asr/samples/files.md"
+
+APOLLO_LICENSE = ("US government work (NASA), public domain; text: NASA's Apollo 11 Technical Air-to-Ground "
+                  "Voice Transcription (1969, public domain) as cleaned by Spacelog")
+VCTK_LICENSE = ("CSTR VCTK Corpus (Christophe Veaux, Junichi Yamagishi, Kirsten MacDonald; The Centre for "
+                "Speech Technology Research, University of Edinburgh), CC BY 4.0")
+LIBRI_LICENSE = ("LibriSpeech CC BY 4.0 (Vassil Panayotov, Guoguo Chen, Daniel Povey, Sanjeev Khudanpur; "
+                 "https://www.openslr.org/12)")
+NOISY_LICENSE = ("VoiceBank-DEMAND noisy test set (Cassia Valentini-Botinhao et al., University of Edinburgh "
+                 "DataShare 10283/2791), CC BY 4.0; text: CSTR VCTK Corpus, CC BY 4.0")
+
+CANARY_CUT = ("cut {start:.3f}-{end:.3f} s of {file} (launch day, Canary pass; UTD's file starts at MET "
+              "00:17:38): {turns}. ")
+TANANARIVE_CUT = ("cut {start:.3f}-{end:.3f} s of {file} (launch day, Tananarive pass; UTD's file starts at "
+                  "MET 00:38:36): {turns}. ")
+UTD_RULE = ("Each edge is the centre of the quietest 20 ms window (centres on a 5 ms grid, 8 kHz source) within "
+            "0.15 s of UTD's turn boundary; an edge that faces one of UTD's [SIL] stretches is first moved 0.25 s "
+            "into the silence. ")
+DAY6_CUT = ("cut {start:.3f}-{end:.3f} s of apollo11.mp3 (flight day 6, MET 06:14:33:30 on; decoded with ffmpeg's "
+            "fixed-point mp3 decoder at 8 kHz): {turns}. There is no time-aligned transcript: a turn runs from "
+            "its first to its last 20 ms frame (on a 20 ms grid) at 40 dB or more, the mean square of the 16-bit "
+            "samples (the pauses are about 35 dB), "
+            "CAPCOM's quindar out-tone included; each edge is the centre of the quietest 20 ms window within "
+            "0.15 s of a point 0.25 s into the pause (the clip's start for the first item). "
+            "The turns of Armstrong (CDR) and Collins (CMP) are left out. ")
+WHOLE = "not cut: the whole file; "
+
+
+def _apollo(id_: str, speaker: str, repo: str, path: str, start: float, end: float, met: list[str], text: str,
+            notes: str, sha: str) -> dict[str, Any]:
+    return {"id": id_, "kind": "conversational", "speaker": speaker, "repo": repo, "path": path, "start": start,
+            "end": end, "met": met, "text": text, "notes": notes, "license_note": APOLLO_LICENSE, "sha256": sha}
+
+
+def _vctk(speaker: str, utt: str, text: str, sha: str) -> dict[str, Any]:
+    return {"id": f"vctk-p{speaker}_{utt}", "kind": "other", "speaker": f"vctk-p{speaker}", "repo": "autovc",
+            "path": f"wavs/p{speaker}/p{speaker}_{utt}.wav", "start": None, "end": None, "text": text,
+            "vctk": f"p{speaker}_{utt}", "license_note": VCTK_LICENSE, "sha256": sha,
+            "notes": WHOLE + "16 kHz 16-bit WAV in the source, copied sample for sample."}
+
+
+def _libri(id_: str, wav: str, text: str, sha: str) -> dict[str, Any]:
+    return {"id": id_, "kind": "librispeech-dev-clean", "speaker": id_.split("-")[0], "repo": "arm",
+            "path": f"resources/asr/samples/{wav}", "start": None, "end": None, "text": text,
+            "license_note": LIBRI_LICENSE, "sha256": sha,
+            "notes": WHOLE + f"16 kHz 16-bit WAV in the source ({wav}, LibriSpeech {id_}.flac converted to WAV by "
+                             "Arm), copied sample for sample."}
+
+
+def _noisy(speaker: str, utt: str, text: str, sha: str) -> dict[str, Any]:
+    return {"id": f"vctk-p{speaker}_{utt}-noisy", "kind": "noisy", "speaker": f"vctk-p{speaker}", "repo": "arm",
+            "path": f"resources/noise_reduction/samples/p{speaker}_{utt}.wav", "start": None, "end": None,
+            "text": text, "vctk": f"p{speaker}_{utt}", "license_note": NOISY_LICENSE, "sha256": sha,
+            "notes": WHOLE + "48 kHz 16-bit WAV in the source, resampled to 16 kHz."}
+
+
+LAUNCH = "apollo11-launch-day"
+DAY6_SPEAKER = "apollo11-day6"
+
+# Manifest order. The accuracy bench splits speakers into halves per kind in this order: launch day
+# (9 items) -> tune, day 6 (3) -> check; p225, p227 -> tune, p226, p228 -> check; 251 -> tune,
+# 3536 -> check; p232 -> tune, p257 -> check.
+ITEMS: list[dict[str, Any]] = [
+    _apollo("a11-launch-canary-1", LAUNCH, "utd", CANARY, 69.760, 73.318, ["00:00:18:18"],
+            "Apollo 11, this is Houston through Canary. Over.",
+            CANARY_CUT.format(start=69.760, end=73.318, file="A11_HR1U_CH10_00001058000.wav",
+                              turns="UTD's turn 70.033-73.308 (CC, quindar tones included)")
+            + "Lined up with tests/data/speech-hard/radio-a11-launch-canary-1+2.wav by cross-correlation: its first "
+            "3.558 s are this cut (the rule below gives 69.763 for the start). " + UTD_RULE
+            + "UTD's verbatim transcript agrees with NASA's.",
+            "2004b5f24f9994ee14f72bfcd509f2b7d135d091152eead733602944a021370e"),
+    _apollo("a11-launch-canary-2", LAUNCH, "utd", CANARY, 73.318, 80.612, ["00:00:18:23"],
+            "Roger. Reading you loud and clear. Our insertion checklist is complete, and we have no abnormalities.",
+            CANARY_CUT.format(start=73.318, end=80.612, file="A11_HR1U_CH10_00001058000.wav",
+                              turns="UTD's turn 73.308-80.467 (CDR)")
+            + "Lined up with tests/data/speech-hard/radio-a11-launch-canary-1+2.wav by cross-correlation: its "
+            "3.758-11.052 s are this cut. " + UTD_RULE + "UTD's verbatim transcript agrees with NASA's.",
+            "26e5ad9a483c142713eac1c0ce31da8521c17e8ae49d5473db12cf3f8c20ddd5"),
+    _apollo("a11-launch-canary-3", LAUNCH, "utd", CANARY, 80.612, 93.468,
+            ["00:00:18:30", "00:00:18:36", "00:00:18:40"],
+            "Roger. And I'd like to pass up your Delta azimuth correction at this time if you're ready to copy. "
+            "Stand by. Roger. Go ahead. Ready to copy.",
+            CANARY_CUT.format(start=80.612, end=93.468, file="A11_HR1U_CH10_00001058000.wav",
+                              turns="UTD's turns 80.467-87.179 (CC), 87.179-88.368 (CDR), 91.974-93.463 (CDR)")
+            + UTD_RULE + "UTD's verbatim transcript has \"at this time. Are you ready to copy?\" where NASA's has "
+            "\"at this time if you're ready to copy.\"",
+            "d30557e9e288c9cf3f01ab641018b9fbc9daaf4910c36c0313b5b21b0b25a6c0"),
+    _apollo("a11-launch-canary-4", LAUNCH, "utd", CANARY, 93.468, 104.718, ["00:00:18:42"],
+            "Okay. Delta azimuth correction is plus 0.22, that is plus 0.22, and we do recommend the P52 "
+            "alignment. Over.",
+            CANARY_CUT.format(start=93.468, end=104.718, file="A11_HR1U_CH10_00001058000.wav",
+                              turns="UTD's turn 93.463-104.733 (CC)")
+            + UTD_RULE + "UTD's verbatim transcript agrees with NASA's (numbers spelt out).",
+            "d4dc8bf7e86267abcb759ac49c806582cc96eb9a58939a7fde41f1bf184639fb"),
+    _apollo("a11-launch-canary-5", LAUNCH, "utd", CANARY, 104.718, 111.451, ["00:00:18:54"],
+            "Okay. We'll go ahead with the P52, and detecting angle plus 0.22.",
+            CANARY_CUT.format(start=104.718, end=111.451, file="A11_HR1U_CH10_00001058000.wav",
+                              turns="UTD's turn 104.733-111.486 (CDR)")
+            + UTD_RULE + "UTD's verbatim transcript agrees with NASA's (numbers spelt out).",
+            "5d5dc8f89aa127a2b4947171202b20fb33fd690ce7833c46a390ff3528038547"),
+    _apollo("a11-launch-canary-6", LAUNCH, "utd", CANARY, 111.451, 122.367, ["00:00:19:01", "00:00:19:09"],
+            "Roger. And your LOS time at Canary is 23 37. Over. 23 37.",
+            CANARY_CUT.format(start=111.451, end=122.367, file="A11_HR1U_CH10_00001058000.wav",
+                              turns="UTD's turns 111.486-117.600 (CC) and 120.878-122.507 (CDR), the silence "
+                                    "between them kept")
+            + UTD_RULE + "The next turn (CC \"Houston. Roger. Out.\", from 122.507 s) is cut off by the end of "
+            "the file (122.855 s) and left out. UTD's verbatim transcript has \"your L.O.S. at Canary\" where "
+            "NASA's has \"your LOS time at Canary\".",
+            "f419e0173d1df97335a3e47516c246e761f2494f9c8bee37cfb514ed57394892"),
+    _apollo("a11-launch-tananarive-1", LAUNCH, "utd", TANANARIVE, 3.091, 21.838, ["00:00:38:37", "00:00:38:50"],
+            "Apollo 11, this is Houston through Tananarive. Over. Apollo 11, Apollo 11, this is Houston through "
+            "Tananarive. Over.",
+            TANANARIVE_CUT.format(start=3.091, end=21.838, file="A11_HR1U_CH10_00002316000.wav",
+                                  turns="UTD's turns 3.196-6.935 and 16.621-21.738 (both CC, the call repeated), "
+                                        "the silence between them kept; the Public Affairs line before "
+                                        "(0-3.196 s) left out")
+            + UTD_RULE + "UTD's verbatim transcript agrees with NASA's (it spells \"Tenanarive\").",
+            "85f45d1bdb13490b517a189579b88b298a943f1a08750e5310a019de67f32fde"),
+    _apollo("a11-launch-tananarive-2", LAUNCH, "utd", TANANARIVE, 29.489, 35.335, ["00:00:39:04"],
+            "Houston, Apollo 11. Read you on VHF A Simplex. How do you read? Over.",
+            TANANARIVE_CUT.format(start=29.489, end=35.335, file="A11_HR1U_CH10_00002316000.wav",
+                                  turns="UTD's turn 29.709-35.480 (CDR)")
+            + UTD_RULE + "UTD's verbatim transcript has \"read you on the V.H.F. system\" where NASA's has "
+            "\"Read you on VHF A Simplex.\"",
+            "13d75cf4ea6a678560948b4f1f3c3f4fbc86337cb2e69885367c892e316a85fe"),
+    _apollo("a11-launch-tananarive-3", LAUNCH, "utd", TANANARIVE, 35.335, 49.596, ["00:00:39:10"],
+            "Roger, 11. This is Houston. We're reading you loud and fairly clearly. For your information, Canary "
+            "radar shows you in a 103.0 by 103.0 orbit. Over.",
+            TANANARIVE_CUT.format(start=35.335, end=49.596, file="A11_HR1U_CH10_00002316000.wav",
+                                  turns="UTD's turn 35.480-49.451 (CC)")
+            + UTD_RULE + "UTD's verbatim transcript agrees with NASA's (numbers spelt out). The reply after it "
+            "(UTD: \"Clear, over.\", NASA: \"Beautiful.\") is left out.",
+            "60c1d1ccfe0893b691b69c522d47327eb112e299116ee50e46c910147db44c58"),
+    _apollo("a11-day6-stowage-1", DAY6_SPEAKER, "wts", DAY6, 0.000, 7.865, ["06:14:33:30"],
+            "Apollo 11, Houston. We got a recommendation for you on your stowage of the EVVA's. Over.",
+            DAY6_CUT.format(start=0.0, end=7.865, turns="CAPCOM Charlie Duke's call, 0.46-7.58 s"),
+            "33a1a717c28146f81161a604418c00da8c53c2d5cdb297885631844bb6e94878"),
+    _apollo("a11-day6-stowage-2", DAY6_SPEAKER, "wts", DAY6, 10.080, 26.375, ["06:14:33:39", "06:14:33:41"],
+            "Go ahead. Okay. We'd like - the SPAN guys say it looks - they think that one would go on the helmet "
+            "that you're going to have in B1, and you could put the other one on Mike's helmet, which will be in "
+            "the sleep restraint. Over.",
+            DAY6_CUT.format(start=10.080, end=26.375,
+                            turns="Aldrin (LMP) \"Go ahead\" from 10.30 s, CAPCOM's answer to 25.98 s"),
+            "4b013f7964126b04bcdb827f9ddff6388ac75901ae34d2e7931bbba07ded218b"),
+    _apollo("a11-day6-stowage-3", DAY6_SPEAKER, "wts", DAY6, 74.115, 78.905, ["06:14:34:44", "06:14:34:47"],
+            "Okay. There's no problem. We'll let you know where they end up. Roger.",
+            DAY6_CUT.format(start=74.115, end=78.905,
+                            turns="Aldrin (LMP) from 74.22 s, CAPCOM's \"Roger\" and out-tone to 78.74 s; "
+                                  "CAPCOM's long turn before it (06:14:34:31) is left out"),
+            "32679cebdce4d23d2f8e6a0798b8706e5ca1dee4e7524f1017ff1e9dbd3a6d7e"),
+    _vctk("225", "003", "Six spoons of fresh snow peas, five thick slabs of blue cheese, and maybe a snack for her "
+                        "brother Bob.", "19f983c449b90b2fb32fb0c263d7578c0278db2842166293ec359b202c06ac92"),
+    _vctk("225", "011", "When a man looks for something beyond his reach, his friends say he is looking for the pot "
+                        "of gold at the end of the rainbow.", "1cc0f03b617fb874523294336ec72f061559be4acc1164e49e33b34fdaf239f6"),
+    _vctk("225", "023", "If the red of the second bow falls upon the green of the first, the result is to give a "
+                        "bow with an abnormally wide yellow band, since red and green light when mixed form "
+                        "yellow.", "67fd9d3e755ef86d3d151836aace70ac209c60432a57c6236cf05378a532b084"),
+    _vctk("226", "003", "Six spoons of fresh snow peas, five thick slabs of blue cheese, and maybe a snack for her "
+                        "brother Bob.", "a1b70cfabfbfe782ade6dea514a13c7f583cf9cf67c4f7efbeb9ca9d8ee7534f"),
+    _vctk("226", "008", "These take the shape of a long round arch, with its path high above, and its two ends "
+                        "apparently beyond the horizon.", "ab552d19c392605a7402bbffc906a06f83a6ab440bec5794e0d1c3f47e584657"),
+    _vctk("226", "021", "The difference in the rainbow depends considerably upon the size of the drops, and the "
+                        "width of the colored band increases as the size of the drops increases.", "7e9911dc5a5cc9aa97cf49c50954bf81b135a6f9f74444ee764a7212a8571514"),
+    _vctk("227", "005", "She can scoop these things into three red bags, and we will go meet her Wednesday at the "
+                        "train station.", "155c93170bf6c63df9b8cc7f6407f0186305f8818ef40e6e2d6f29951a5b3980"),
+    _vctk("227", "016", "The Norsemen considered the rainbow as a bridge over which the gods passed from earth to "
+                        "their home in the sky.", "1cef3051f7c7e56248751ee0e839bfc5aaa9eda6883dcb923e66310fad72c5ab"),
+    _vctk("227", "022", "The actual primary rainbow observed is said to be the effect of super-imposition of a "
+                        "number of bows.", "1003295ff65e4c13dee44abe62eeb71db28437a14ed0ee2f5ecb8bb56f582f4d"),
+    _vctk("228", "005", "She can scoop these things into three red bags, and we will go meet her Wednesday at the "
+                        "train station.", "89e7abc5fa7cc7bc305d087c75f75dc5c2afc229e67310b0ba760584a4aba411"),
+    _vctk("228", "019", "Since then physicists have found that it is not reflection, but refraction by the "
+                        "raindrops which causes the rainbows.", "1d9d5ab0569870cbfb2621316fa787ada994057527f1487264295e0a8658349b"),
+    _vctk("228", "024", "This is a very common type of bow, one showing mainly red and yellow, with little or no "
+                        "green or blue.", "d19616e3a86cb6e2d441b9d0b407f15ca82a0d511b7621b2b41223400d0e2f35"),
+    _libri("251-118436-0001", "i_tell_you.wav", "I TELL YOU IT IS NOT POISON SHE CRIED", "dfaa68c37f618ffb313605c90426101ae545bd7a3fedc9c7c99f55e32856a4a1"),
+    _libri("251-137823-0002", "testing_routine.wav", "THIS ISN'T PART OF YOUR TESTING ROUTINE IS IT", "75a27531f0a43122d13e371c32c34642dc8d7590ffe6e7e32596968688f54cc2"),
+    _libri("251-137823-0003", "another_engineer.wav",
+           "ANOTHER ENGINEER RUSHED TOWARD THE DOOR TO SEE WHAT WAS HAPPENING OUTSIDE", "9ab348fed2dd4150ee3db42b39189ab51504319c7f86b8c733b326bf97741aff"),
+    _libri("3536-23268-0010", "another_door.wav", "AND HE WALKED IMMEDIATELY OUT OF THE APARTMENT BY ANOTHER DOOR", "bfa816b32bae180b47bbc3a0ea40df44f18a59ae94a35dd7a6f4d0668880c7b4"),
+    _noisy("232", "113", "It's not fair.", "fd55b30e7abe3d94009348289490fecd4862c8f357b21ea3cb684fef96264bb4"),
+    _noisy("232", "208", "Now, it's all right.", "47e2f1b04d6332fb8868baa6b1d6102e2f71408a75695032e3c31180d37c08d5"),
+    _noisy("257", "031", "It was clear.", "c0826d7048d04fcad680a92023991daf623bc121c6146c93eafe62a45862006c"),
+]
+
+FIXTURE = "tests/data/speech-hard/radio-a11-launch-canary-1+2.wav"  # canary-1, 0.2 s of silence, canary-2 (11.5 s)
+
+
+# ------------------------------------------------------------------------------------------ sources
+def _git_dir(mirrors: Path, repo: str) -> Path:
+    """The bare git directory of ``owner/name`` under ``mirrors`` (``owner+name/repo`` or ``owner+name``)."""
+    base = mirrors / repo.replace("/", "+")
+    for candidate in (base / "repo", base):
+        if (candidate / "HEAD").is_file() and (candidate / "objects").is_dir():
+            return candidate
+    raise SystemExit(f"no git mirror of {repo} under {mirrors} (fetch github:{repo})")
+
+
+def _show(mirrors: Path, key: str, path: str) -> bytes:
+    """The bytes of ``path`` at the pinned commit of repository ``key``."""
+    repo, commit = REPOS[key]
+    proc = subprocess.run(["git", f"--git-dir={_git_dir(mirrors, repo)}", "show", f"{commit}:{path}"],
+                          capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{repo}@{commit[:7]}:{path}: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
+
+
+def _read_wav(data: bytes) -> tuple[int, npt.NDArray[np.int16]]:
+    with wave.open(io.BytesIO(data)) as w:
+        if w.getnchannels() != 1 or w.getsampwidth() != 2 or w.getcomptype() != "NONE":
+            raise SystemExit(f"not 16-bit mono PCM: {w.getnchannels()} channels, {w.getsampwidth()} bytes")
+        return w.getframerate(), np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.int16)
+
+
+def _read_mp3(data: bytes) -> tuple[int, npt.NDArray[np.int16]]:
+    """An MP3 decoded by ffmpeg's fixed-point decoder (bit-exact), mono 16-bit at its own rate."""
+    probe = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "a:0", "-show_entries",
+                            "stream=sample_rate,channels", "-of", "json", "-i", "pipe:0"],
+                           input=data, capture_output=True, check=True)
+    stream = json.loads(probe.stdout)["streams"][0]
+    if int(stream["channels"]) != 1:
+        raise SystemExit("the MP3 is not mono")
+    pcm = subprocess.run(["ffmpeg", "-v", "error", "-nostdin", "-c:a", "mp3", "-i", "pipe:0", "-fflags", "+bitexact",
+                          "-flags:a", "+bitexact", "-f", "s16le", "-acodec", "pcm_s16le", "pipe:1"],
+                         input=data, capture_output=True, check=True).stdout
+    return int(stream["sample_rate"]), np.frombuffer(pcm, dtype="<i2").astype(np.int16)
+
+
+def resample(x: npt.NDArray[np.int16], rate_in: int, rate_out: int = RATE) -> npt.NDArray[np.int16]:
+    """``x`` at ``rate_out``: zero-stuffed by ``up``, filtered, kept every ``down``-th sample (``up/down`` =
+    ``rate_out/rate_in`` in lowest terms; sample 0 stays at time 0). The filter is a windowed sinc with its
+    cutoff at the lower of the two Nyquist frequencies, 16 zero crossings either side, Kaiser window beta 8,
+    unit gain at DC; float64, rounded half to even and clipped to 16-bit.
+
+    Args:
+        x: 16-bit samples at ``rate_in``.
+        rate_in: their sample rate (Hz).
+        rate_out: the wanted sample rate (Hz).
+    """
+    g = math.gcd(rate_in, rate_out)
+    up, down = rate_out // g, rate_in // g
+    if up == down == 1:
+        return x.copy()
+    top = max(up, down)
+    half = 16 * top
+    n = np.arange(-half, half + 1, dtype=np.float64)
+    h = np.sinc(n / top) * np.kaiser(2 * half + 1, 8.0)
+    h *= up / h.sum()
+    stuffed = np.zeros(len(x) * up, dtype=np.float64)
+    stuffed[::up] = x.astype(np.float64)
+    y = np.convolve(stuffed, h)[half: half + len(stuffed)][::down]
+    return np.clip(np.round(y), -32768, 32767).astype(np.int16)
+
+
+# ------------------------------------------------------------------------------------------ texts
+_MARKUP = re.compile(r"\[(?:glossary|time):([^\]|]*)(?:\|([^\]]*))?\]")
+
+
+def _spacelog_lines(tec: str) -> dict[str, str]:
+    """MET stamp -> the text of its line in Spacelog's transcript file (speaker label, ``_page``/``_tape``
+    lines and glossary/time markup removed; a stamp given twice keeps its first line)."""
+    lines: dict[str, str] = {}
+    for block in re.split(r"\n\s*\n", tec):
+        rows = [r for r in block.strip().splitlines() if r.strip()]
+        if not rows or not re.fullmatch(r"\[\d\d:\d\d:\d\d:\d\d\]", rows[0].strip()):
+            continue
+        said = " ".join(r.strip() for r in rows[1:] if not r.startswith("_"))
+        said = re.sub(r"^[A-Z0-9 ()]+:\s*", "", said)
+        said = _MARKUP.sub(lambda m: m.group(2) if m.group(2) is not None else m.group(1), said)
+        lines.setdefault(rows[0].strip()[1:-1], said)
+    return lines
+
+
+def _vctk_texts(mirrors: Path, speaker: str) -> dict[str, str]:
+    """Utterance id -> text of one VCTK speaker (msc-project's copy of the corpus's ``txt/`` files)."""
+    raw = _show(mirrors, "msc", VCTK_TXT.format(speaker=speaker)).decode("utf-8")
+    return {row[0]: " ".join(row[1].split()) for row in csv.reader(io.StringIO(raw)) if len(row) >= 2 and row[0]}
+
+
+def _libri_texts(mirrors: Path) -> dict[str, str]:
+    """LibriSpeech utterance id -> text, from the Arm kit's ``files.md``."""
+    md = _show(mirrors, "arm", LIBRI_MD).decode("utf-8")
+    pairs = re.findall(r"\(orig - ([\d-]+)\.flac\)\s*\n\s*-\s*\"([^\"]+)\"", md)
+    return dict(pairs)
+
+
+def _check_texts(mirrors: Path) -> list[str]:
+    """Each item's reference text against the source it names; returns the mismatches."""
+    problems: list[str] = []
+    spacelog = _spacelog_lines(_show(mirrors, "spacelog", TEC).decode("utf-8"))
+    libri = _libri_texts(mirrors)
+    vctk: dict[str, dict[str, str]] = {}
+    for item in ITEMS:
+        if "met" in item:
+            want = " ".join(spacelog.get(met, f"<no line at {met}>") for met in item["met"])
+        elif "vctk" in item:
+            speaker = item["vctk"][1:4]
+            vctk.setdefault(speaker, _vctk_texts(mirrors, speaker))
+            want = vctk[speaker].get(item["vctk"], "<missing>")
+        else:
+            want = libri.get(item["id"], "<missing>").upper()
+        if item["text"] != want:
+            problems.append(f"{item['id']}: text {item['text']!r} but the source has {want!r}")
+    return problems
+
+
+def _text_source(item: dict[str, Any]) -> str:
+    if "met" in item:
+        stamps = ", ".join(item["met"])
+        return (f"NASA Apollo 11 Technical Air-to-Ground Voice Transcription as cleaned by Spacelog "
+                f"({TEC} of Spacelog/Spacelog at {REPOS['spacelog'][1][:7]}, glossary links removed): the lines "
+                f"at MET {stamps}, joined")
+    if item["kind"] == "librispeech-dev-clean":
+        return (f"{LIBRI_MD} of {REPOS['arm'][0]} at {REPOS['arm'][1][:7]} (utterance id and text), upper-cased "
+                "as LibriSpeech's trans.txt writes it")
+    return (f"VCTK txt/{item['vctk'][:4]}/{item['vctk']}.txt as copied in {REPOS['msc'][0]} "
+            f"{VCTK_TXT.format(speaker=item['vctk'][1:4])} (at {REPOS['msc'][1][:7]}), whitespace trimmed")
+
+
+# ------------------------------------------------------------------------------------------ build
+def _encode_flac(samples: npt.NDArray[np.int16], out: Path) -> None:
+    """16 kHz mono 16-bit FLAC, byte-for-byte the same for the same samples and ffmpeg."""
+    subprocess.run(["ffmpeg", "-v", "error", "-nostdin", "-y", "-f", "s16le", "-ar", str(RATE), "-ac", "1",
+                    "-i", "pipe:0", "-map_metadata", "-1", "-fflags", "+bitexact", "-flags:a", "+bitexact",
+                    "-c:a", "flac", "-compression_level", "8", str(out)],
+                   input=samples.astype("<i2").tobytes(), check=True)
+
+
+def _check_fixture(built: dict[str, npt.NDArray[np.int16]], root: Path) -> tuple[float, str] | None:
+    """How well canary-1 and -2 match the test file made from them (their audio, 0.2 s apart): the
+    normalised correlation and a line that says so; None where the file or the items are absent."""
+    path = root / FIXTURE
+    if not path.is_file() or not {"a11-launch-canary-1", "a11-launch-canary-2"} <= built.keys():
+        return None
+    rate, fixture = _read_wav(path.read_bytes())
+    one, two = built["a11-launch-canary-1"], built["a11-launch-canary-2"]
+    joined = np.concatenate([one, np.zeros(int(0.2 * RATE), np.int16), two])[: len(fixture)].astype(np.float64)
+    ref = fixture.astype(np.float64)[: len(joined)]
+    corr = float(np.dot(joined, ref) / math.sqrt(float(np.dot(joined, joined)) * float(np.dot(ref, ref))))
+    return corr, f"{FIXTURE}: correlation {corr:.5f} with canary-1 + 0.2 s + canary-2 ({rate} Hz, {len(ref)} samples)"
+
+
+def build(mirrors: Path, out: Path, verify: bool = True) -> int:
+    """Write ``out/audio/*.flac`` and ``out/manifest.jsonl``; returns the exit status.
+
+    Args:
+        mirrors: folder of bare git mirrors named ``owner+name``.
+        out: the corpus folder (``corpus/``).
+        verify: check each item's samples against its SHA-256 in :data:`ITEMS`.
+    """
+    problems = _check_texts(mirrors)
+    (out / "audio").mkdir(parents=True, exist_ok=True)
+    sources: dict[tuple[str, str], npt.NDArray[np.int16]] = {}
+    built: dict[str, npt.NDArray[np.int16]] = {}
+    entries = []
+    for item in ITEMS:
+        key = (item["repo"], item["path"])
+        if key not in sources:
+            data = _show(mirrors, *key)
+            rate, x = _read_mp3(data) if item["path"].endswith(".mp3") else _read_wav(data)
+            sources[key] = resample(x, rate)
+        x16 = sources[key]
+        if item["start"] is None:
+            samples = x16
+        else:
+            a, b = round(item["start"] * RATE), round(item["end"] * RATE)
+            if not 0 <= a < b <= len(x16):
+                raise SystemExit(f"{item['id']}: cut {item['start']}-{item['end']} s outside the source")
+            samples = x16[a:b]
+        built[item["id"]] = samples
+        digest = hashlib.sha256(samples.astype("<i2").tobytes()).hexdigest()
+        if verify and digest != item["sha256"]:
+            problems.append(f"{item['id']}: samples have SHA-256 {digest}, expected {item['sha256'] or '(none)'}")
+        audio = out / "audio" / f"{item['id']}.flac"
+        _encode_flac(samples, audio)
+        repo, commit = REPOS[item["repo"]]
+        entries.append({
+            "id": item["id"],
+            "audio": f"audio/{audio.name}",
+            "seconds": round(len(samples) / RATE, 3),
+            "text": item["text"],
+            "language": "en",
+            "kind": item["kind"],
+            "speaker": item["speaker"],
+            "source_repo": repo,
+            "source_path": item["path"],
+            "license_note": item["license_note"],
+            "text_source": _text_source(item),
+            "notes": f"{item['notes'].rstrip()} Source: {repo} at {commit[:7]}; 16-bit samples SHA-256 {digest}.",
+        })
+        print(f"{item['id']:26} {item['kind']:22} {item['speaker']:20} {len(samples) / RATE:6.2f} s")
+    with (out / "manifest.jsonl").open("w", encoding="utf-8", newline="\n") as f:
+        for entry in entries:
+            f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+    fixture = _check_fixture(built, Path(__file__).resolve().parents[1])
+    if fixture:
+        print(fixture[1])
+        if fixture[0] < 0.999:
+            problems.append(f"canary-1 and -2 are not lined up with the test file: {fixture[1]}")
+    total = sum(len(s) for s in built.values()) / RATE
+    print(f"{len(entries)} recordings, {total / 60:.2f} min -> {out}")
+    for problem in problems:
+        print(f"MISMATCH {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def main() -> int:
+    """Command line: ``--mirrors DIR [--out corpus] [--no-verify]``."""
+    here = Path(__file__).resolve().parents[1]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--mirrors", type=Path, required=True, help="folder of bare git mirrors (owner+name)")
+    parser.add_argument("--out", type=Path, default=here / "corpus", help="corpus folder (default: corpus/)")
+    parser.add_argument("--no-verify", action="store_true", help="do not compare samples with the SHA-256s")
+    args = parser.parse_args()
+    return build(args.mirrors, args.out, verify=not args.no_verify)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
