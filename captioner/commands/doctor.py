@@ -23,6 +23,7 @@ from captioner import __version__
 from captioner.commands import described
 from captioner.commands.models import describe_pack, disk_mb
 from captioner.core import PROVIDERS, Provider
+from captioner.engine import int8_kernel
 from captioner.engine.providers import QNN_EP, Attempt, Candidate, Host, plan_candidates, qnn_devices
 from captioner.models.install import DEFAULT_MODEL, list_packs
 from captioner.models.verify import pack_problems
@@ -127,6 +128,10 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
               + (" - the x86-64 HTP emulator" if host.qnn_emulated else ""))
     else:
         print(f"onnxruntime-qnn: {reason}")
+    if int8_kernel.u8s8_saturates():
+        print("CPU int8 kernel: u8×s8 saturates here (x86-64 without VNNI): int8 weights are fitted to it as they load")
+    else:
+        print("CPU int8 kernel: u8×s8 exact")
     print("Execution providers:")
     _print_plan("auto")
     if args.provider and args.provider != "auto":

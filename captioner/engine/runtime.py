@@ -37,6 +37,8 @@ only a graph outside the pack (the bench's) is read with it. MatMul/Gemm weight 
 disabled on the CPU provider (``session.disable_prepacking``), because ORT prepacks a shared
 initializer into a private copy per session: measured with a 80 MB weight file and four sessions,
 +330 MB with prepacking against +0 MB without, and sessions are created ~8× faster.
+Int8 weights are the pack's as stored, except on a CPU whose u8×s8 kernel saturates (x86-64 without
+VNNI), where they are fitted to it as they are read (:mod:`~captioner.engine.int8_kernel`).
 CPU variant: a pack may carry a second set of graphs for the CPU provider over the same
 ``weights.bin`` (``Pack.cpu_file``; Windows ARM64 packs get int8 ones beside the NPU's fp32 graphs),
 so the CPU, chosen or fallen back to, keeps the int8 speed-up; every other provider runs the main
@@ -128,7 +130,7 @@ import numpy as np
 import onnxruntime as ort
 
 from captioner.core import PROVIDERS, Provider
-from captioner.engine import npu_probe
+from captioner.engine import int8_kernel, npu_probe
 from captioner.engine.providers import (
     CPU_EP,
     QNN_EP,
@@ -252,12 +254,23 @@ class SharedWeights:
     was; a file changed in place (another size or modification time) or cut short is a ModelError,
     never a read of the wrong bytes and never SIGBUS (module docstring).
 
+    Int8 weights (a pack's int8 layers and vocabulary ranking, each a ``…int8_t`` [K, N] tensor with
+    its ``…int8_scale`` [N]) are fitted as they are read where this CPU's u8×s8 kernel saturates
+    (:mod:`~captioner.engine.int8_kernel`); both tensors of a pair must then be in ``index``.
+
     Args:
         path: ``weights.bin`` of the pack.
+        index: every weight of the pack by name (:meth:`~captioner.models.pack.Pack.weight_index`): where
+            an int8 scale finds the weight it belongs to.
+        fit_u8s8: fit int8 weights to a saturating kernel; None (default): where
+            :func:`~captioner.engine.int8_kernel.u8s8_saturates` says so, asked at the first int8 weight.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, index: Mapping[str, WeightRef] | None = None, fit_u8s8: bool | None = None) -> None:
         self.path = Path(path)
+        self._index = dict(index or {})
+        self._fit_u8s8 = fit_u8s8
+        self._factors: dict[str, np.ndarray] = {}  # int8 weight name -> its columns' factors
         try:
             self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except OSError as exc:
@@ -310,19 +323,42 @@ class SharedWeights:
             why = self.changed()
             if why:
                 raise ModelError(f"{self.path} {why}; restart captioning (reinstall the model if it is damaged)")
-            data = np.empty(ref.length, dtype=np.uint8)
-            try:
-                got = self._read_at(data, ref.offset)
-            except (OSError, ValueError) as exc:
-                raise ModelError(f"cannot read {ref.name} from {self.path}: {exc}") from exc
-            if got != ref.length:
-                raise ModelError(f"{self.path} was cut short after the model was opened ({ref.name} "
-                                 f"reads {got} of {ref.length} bytes); reinstall the model")
-            array = data.view(np.dtype(ref.dtype)).reshape(ref.shape)
+            array = self._fitted(ref, self._array(ref))
             value = ort.OrtValue.ortvalue_from_numpy(array)
             self._values[ref.name] = (key, value)
             self._loaded += ref.length
             return value
+
+    def _array(self, ref: WeightRef) -> np.ndarray:
+        """The tensor ``ref`` read from the file into owned memory; under the lock."""
+        data = np.empty(ref.length, dtype=np.uint8)
+        try:
+            got = self._read_at(data, ref.offset)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot read {ref.name} from {self.path}: {exc}") from exc
+        if got != ref.length:
+            raise ModelError(f"{self.path} was cut short after the model was opened ({ref.name} "
+                             f"reads {got} of {ref.length} bytes); reinstall the model")
+        return data.view(np.dtype(ref.dtype)).reshape(ref.shape)
+
+    def _fitted(self, ref: WeightRef, array: np.ndarray) -> np.ndarray:
+        """``array`` as the sessions get it: an int8 weight of the pack, or its scales, fitted to a
+        saturating u8×s8 kernel where there is one (class docstring); else unchanged. Under the lock."""
+        q_name = int8_kernel.weight_name(ref.name) or ref.name
+        s_name = int8_kernel.scale_name(q_name)
+        if s_name is None or q_name not in self._index or s_name not in self._index:
+            return array
+        if self._fit_u8s8 is None:
+            self._fit_u8s8 = int8_kernel.u8s8_saturates()
+        if not self._fit_u8s8:
+            return array
+        factors = self._factors.get(q_name)
+        if factors is None:
+            q = array if ref.name == q_name else self._array(self._index[q_name])
+            factors = self._factors[q_name] = int8_kernel.pair_factors(q)
+        if ref.name == q_name:
+            return int8_kernel.fit_weight(array, factors)
+        return int8_kernel.fit_scale(array, factors)
 
     def _read_at(self, data: np.ndarray, offset: int) -> int:
         """Fill ``data`` from ``offset`` (fewer bytes only at the end of the file); under the lock."""
@@ -395,7 +431,7 @@ class Runtime:
         self.threads = threads or default_threads()
         limit_host_blas_threads()
         self.cache_dir = Path(cache_dir) if cache_dir else None
-        self.weights = SharedWeights(pack.weights_file())
+        self.weights = SharedWeights(pack.weights_file(), pack.weight_index())
         self._graph_ids = _identities(pack)
         self._plan: list[Candidate | Attempt] = [_fit_for_pack(c, pack) for c in plan_candidates(provider)]
         self._fallbacks: list[Attempt] = []

@@ -335,6 +335,10 @@ class Pack:
             return None
         return self._graph_weights.get(graph.name)
 
+    def weight_index(self) -> dict[str, WeightRef]:
+        """Every shared weight of the pack's graphs (main and CPU variant) by name."""
+        return {ref.name: ref for refs in self._graph_weights.values() for ref in refs}
+
     def weights_file(self) -> Path:
         """The shared external-data file that every graph's initializers reference."""
         return self.root / self.manifest["weights"]

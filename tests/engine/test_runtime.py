@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from captioner.engine import providers
+from captioner.engine import int8_kernel, providers
 from captioner.engine.onnx_model import OnnxAcousticModel
 from captioner.engine.providers import Attempt, Candidate, Host, plan_candidates
 from captioner.engine.runtime import Runtime, default_threads
@@ -351,6 +351,7 @@ def test_doctor_reports_providers_packs_and_paths(tiny_pack, tmp_path, capsys) -
     assert "provider 'auto' -> " in out and "provider 'gpu' -> CPU" in out
     assert "QNN-GPU: skipped:" in out and "CPU: chosen" in out
     assert "tiny: OK (80 mel, d_model 64" in out
+    assert ("CPU int8 kernel: u8×s8 saturates here" in out) == int8_kernel.u8s8_saturates()
     assert str(paths.cache) in out and "Audio devices:" in out
 
 
