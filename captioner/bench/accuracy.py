@@ -58,7 +58,7 @@ from captioner.bench.scoring import (
     summary,
 )
 from captioner.core import SAMPLE_RATE, Provider, RoundStats
-from captioner.engine import Stream, StreamConfig
+from captioner.engine import Stream, StreamConfig, int8_kernel
 from captioner.engine.align import align_words
 from captioner.engine.decoder import decode_round
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
@@ -611,6 +611,7 @@ def accuracy_bench(pack, items: Sequence[Item], options: AccuracyOptions, progre
                  "precision": pack.precision},
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "onnxruntime": ort.__version__, "cpus": os.cpu_count(),
+                    "u8s8_saturates": int8_kernel.u8s8_saturates(),
                     "load_average_at_start": load_at_start},
         "provider": runtime.provider,
         "threads": runtime.threads,

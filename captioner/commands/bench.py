@@ -185,7 +185,9 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
                              threads=args.threads, label=label)
         result = {**acc, **result, "accuracy": acc["accuracy"]}
         head = (f"## Accuracy on real speech — {label}\n\ncaptioner {acc['captioner']}, commit {acc['commit']}; "
-                f"{acc['provider']}, {acc['threads']} threads; {acc['machine']['cpus']} CPUs.")
+                f"{acc['provider']}, {acc['threads']} threads; {acc['machine']['cpus']} CPUs"
+                + ("; int8 weights fitted to this CPU's saturating u8×s8 kernel (no VNNI)."
+                   if acc['machine'].get('u8s8_saturates') else "."))
         texts.append(accuracy_report.markdown(acc["accuracy"], header=head))
     if soak:
         soak_result, soak_texts = _soak(args, paths)

@@ -17,6 +17,7 @@ import pytest
 from captioner import cli
 from captioner.bench import accuracy_report
 from captioner.bench.nonspeech import KINDS
+from captioner.engine.int8_kernel import u8s8_saturates
 from captioner.storage.paths import AppPaths
 
 CLIP = Path(__file__).resolve().parents[1] / "data" / "speech" / "1089-134691-0000.wav"
@@ -100,6 +101,8 @@ def test_nonspeech_runs_every_signal_through_every_mode(acc_run) -> None:
 def test_report_json_and_plots(acc_run) -> None:
     result, report, plots = acc_run
     assert result["commit"] is None or len(result["commit"]) >= 7
+    assert result["machine"]["u8s8_saturates"] == u8s8_saturates()  # reports are comparable only with it
+    assert ("fitted to this CPU's saturating u8×s8 kernel" in report) == u8s8_saturates()
     assert result["accuracy"]["settings"]["modes"] == ["offline", "live_2s", "fw_default", "fw_greedy"]
     assert "| mode | English WER | gap vs offline (points) |" in report
     assert "### WER by kind" in report and "### Words on non-speech" in report
