@@ -80,8 +80,13 @@ def pair_factors(q: np.ndarray) -> np.ndarray:
 
 
 def fit_weight(q: np.ndarray, factors: np.ndarray) -> np.ndarray:
-    """The int8 weight ``q`` [K, N] scaled per column by ``factors`` [N] and rounded (C order)."""
-    return np.ascontiguousarray(np.rint(q.astype(np.float32) * factors[None, :]).astype(np.int8))
+    """The int8 weight ``q`` [K, N] scaled per column by ``factors`` [N] and rounded (C order).
+    Row blocks keep the float temporary small (the vocabulary table is 512 × 51 865)."""
+    out = np.empty(q.shape, np.int8)
+    rows = max(1, (1 << 20) // max(1, q.shape[1]))
+    for i in range(0, q.shape[0], rows):
+        out[i : i + rows] = np.rint(q[i : i + rows].astype(np.float32) * factors[None, :])
+    return out
 
 
 def fit_scale(scale: np.ndarray, factors: np.ndarray) -> np.ndarray:
