@@ -7,6 +7,8 @@ a worst-case product shows, and a fitted weight gives the exact integer product 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -124,3 +126,32 @@ def test_shared_weights_fit_a_weight_and_its_scales_in_either_order(real_tiny_en
     assert np.array_equal(unlisted.ortvalue(index[q_name]).numpy(), q)
     for w in (raw, first, scales_first, unlisted):
         w.close()
+
+
+def test_the_runtimes_choice_is_the_closer_to_fp32_on_this_machine(real_tiny_en_pack: Pack,
+                                                                  real_tiny_en_int8_pack: Pack) -> None:
+    """Real speech through the real tiny.en encoder: with int8 layers as the runtime loads them here
+    (fitted only where the kernel saturates), the cross-attention keys are closer to the fp32
+    layers' than with the other choice, on either kind of CPU."""
+    from captioner.audio.files import load_audio_file
+    from captioner.engine import Transcriber
+
+    speech = Path(__file__).resolve().parents[1] / "data" / "speech"
+    clips = [load_audio_file(p)[: 5 * 16000] for p in sorted(speech.glob("*.wav"))[:3]]
+
+    def keys(pack: Pack, fit: bool | None) -> list[np.ndarray]:
+        engine = Transcriber.from_pack(Pack.load(pack.root), "cpu", threads=1)
+        if fit is not None:
+            engine.runtime.weights._fit_u8s8 = fit
+        try:
+            return [np.array(engine.model.encode(np.pad(a, (0, -a.size % 320))).payload[0]) for a in clips]
+        finally:
+            engine.runtime.close()
+
+    def distance(got: list[np.ndarray], ref: list[np.ndarray]) -> float:
+        return float(np.mean([np.linalg.norm(g - r) / np.linalg.norm(r) for g, r in zip(got, ref, strict=True)]))
+
+    fp32 = keys(real_tiny_en_pack, None)
+    chosen = distance(keys(real_tiny_en_int8_pack, None), fp32)
+    other = distance(keys(real_tiny_en_int8_pack, not u8s8_saturates()), fp32)
+    assert chosen < other, (chosen, other)
