@@ -15,7 +15,8 @@ says so, every int8 weight column is scaled down just enough that each pair's ``
 most 128 (255 · 128 = 32 640 ≤ 32 767), and its float scale up by the same factor
 (:func:`pair_factors`): on average ×0.80 (7.7 bits) for whisper-base, instead of ×0.5 for ONNX
 Runtime's 7-bit ``reduce_range``. The pack is not changed; the runtime applies it as it reads the
-weights (:class:`~captioner.engine.runtime.SharedWeights`).
+weights (:class:`~captioner.engine.runtime.SharedWeights`), once per weight: ~0.5 s for all of
+whisper-base's on that machine (0.2 s of it the vocabulary table).
 """
 
 from __future__ import annotations
