@@ -280,6 +280,9 @@ class _RecordingDetector:
 @dataclass(frozen=True)
 class _Tolerance:
     logit: float = 0.05  # logits are O(10); ORT on another CPU differs by ~1e-4
+    # the int8 vocabulary's estimate of the log-sum-exp moves with the CPU's int8 kernel: 0.45 where the
+    # weights are fitted to a saturating one (x86-64 without VNNI, captioner/engine/int8_kernel.py)
+    logsumexp: float = 0.75
     attention: float = 5e-3  # attention rows sum to 1 over ≤ 1500 frames
     vad_samples: int = 1024  # two detector windows
 
@@ -531,7 +534,8 @@ def _compare(recorded: ChunkOutput, real: ChunkOutput, tol: _Tolerance, where: s
         a, b = getattr(recorded, name), getattr(real, name)
         assert (a is None) == (b is None), f"{where}: {name} present in one answer only"
         if a is not None:
-            np.testing.assert_allclose(a, b, rtol=0, atol=tol.logit, err_msg=f"{where}: {name}")
+            atol = tol.logsumexp if name == "logsumexp" else tol.logit
+            np.testing.assert_allclose(a, b, rtol=0, atol=atol, err_msg=f"{where}: {name}")
     for name in _ATTN_FIELDS:
         np.testing.assert_allclose(getattr(recorded, name), getattr(real, name), rtol=0, atol=tol.attention,
                                    err_msg=f"{where}: {name}")

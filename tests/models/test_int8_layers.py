@@ -16,8 +16,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
+from captioner.engine import int8_kernel
 from captioner.models.build import BuildOptions, PackBuildError
 from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
 from models.ct2_reference import clip_features
@@ -36,6 +37,16 @@ def _linear_session(tmp_path: Path, w: np.ndarray, b: np.ndarray, rows: int) -> 
     g.op("Identity", [g.linear("x", "layer", lambda: w, lambda: b, rows, n_in, n_out, batch=False)], outputs=["y"])
     model = g.model([value_info("x", TensorProto.FLOAT, [rows, n_in])], [value_info("y", TensorProto.FLOAT, [rows, n_out])])
     store.close()
+    if int8_kernel.u8s8_saturates():  # as the runtime loads int8 weights on this CPU (int8_kernel.py)
+        tensors = {t.name: t for t in model.graph.initializer}
+        for name, q in list(tensors.items()):
+            s_name = int8_kernel.scale_name(name)
+            if s_name in tensors:
+                qa = numpy_helper.to_array(q, base_dir=str(tmp_path))
+                sa = numpy_helper.to_array(tensors[s_name], base_dir=str(tmp_path))
+                f = int8_kernel.pair_factors(qa)
+                q.CopyFrom(numpy_helper.from_array(int8_kernel.fit_weight(qa, f), name))
+                tensors[s_name].CopyFrom(numpy_helper.from_array(int8_kernel.fit_scale(sa, f), s_name))
     path = tmp_path / f"linear_{rows}.onnx"
     onnx.save(model, path)
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

@@ -74,6 +74,7 @@ def test_real_tiny_en_decodes_the_same_tokens_with_either_projection(real_tiny_e
             for name in ("token_logit", "eot_logit", "nospeech_logit"):
                 if name in b:
                     assert np.abs(a[name] - b[name]).max() <= 1e-3, name
-            # an int8 estimate: measured up to 0.23 here (the no-speech probability only uses it)
-            assert np.abs(a["logsumexp"] - b["logsumexp"]).max() <= 0.5
+            # an int8 estimate: measured up to 0.23 on a CPU with VNNI, 0.51 where the weights are
+            # fitted to a saturating u8×s8 kernel (captioner/engine/int8_kernel.py)
+            assert np.abs(a["logsumexp"] - b["logsumexp"]).max() <= 0.75
     assert total > 40
