@@ -46,8 +46,8 @@ def weight_name(s_name: str) -> str | None:
 
 
 # The probe graph: y[1, 1] = MatMulInteger(a uint8 [1, 2], b int8 [2, 1]), opset 13, serialised
-# once (tests/engine/test_int8_kernel.py builds it again with onnx's helper and compares), so the
-# app does not import the onnx package for it.
+# once (tests/engine/test_int8_kernel.py parses it with onnx and checks its one node and shapes), so
+# the app does not import the onnx package for it.
 PROBE_MODEL = base64.b64decode(
     "CAgSCWNhcHRpb25lcjplChgKAWEKAWISAXkiDU1hdE11bEludGVnZXISCnU4czhfcHJvYmVaEwoBYRIOCgwIAhIICgIIAQoCCAJa"
     "EwoBYhIOCgwIAxIICgIIAgoCCAFiEwoBeRIOCgwIBhIICgIIAQoCCAFCBAoAEA0=")
