@@ -5,7 +5,7 @@
 
 It writes ``corpus/audio/<id>.flac`` (16 kHz, mono, 16-bit FLAC) and ``corpus/manifest.jsonl`` (the
 development corpus's format, ``../shared/speech/README.md``, with a ``speaker`` field on every item and
-``notes`` that give the exact cut): 31 recordings of 12 people who are not in the development corpus.
+``notes`` that give the exact cut): 38 recordings of 16 people who are not in the development corpus.
 Everything that decides the output is data in this file (:data:`ITEMS`: source file, cut, reference
 text, notes, and the SHA-256 of the 16-bit samples each build must reproduce); nothing is chosen at
 run time. ``--mirrors`` is a folder of bare git mirrors named ``owner+name`` (the ``fetch`` tool's
@@ -22,6 +22,11 @@ What it builds, from what, under which licence:
   Technical Air-to-Ground Voice Transcription* (1969, public domain) as cleaned by Spacelog
   (``missions/a11/transcripts/TEC``), glossary links removed; the build checks each item's text
   against the Spacelog lines it names.
+- 7 more ``conversational`` items, AMI Meeting Corpus (AMI Consortium), CC BY 4.0: four participants of
+  meetings EN2002b and ES2002a, each item one speaker's individual headset channel (16 kHz) of a
+  two-channel 9 s clip in attenlabs/hotato ``corpus/real/audio/``, cut 0.25 s outside that speaker's talk
+  spurts in the clip; text: their words in the clip's ``transcript`` (``corpus/real/scenarios/``), which
+  hotato took from AMI's manual word alignments (``ami_public_manual_1.6.2``); the build checks it there.
 - 12 ``other`` items, CSTR VCTK Corpus (Veaux, Yamagishi, MacDonald; University of Edinburgh),
   CC BY 4.0: speakers p225-p228, 16 kHz audio from auspicious3000/autovc ``wavs/``, text from the
   VCTK ``txt/`` transcripts as copied in RichardSterry/msc-project ``docs/vctk/vctk_transcripts/``.
@@ -33,14 +38,14 @@ What it builds, from what, under which licence:
   10283/2791), CC BY 4.0: the same kit's ``resources/noise_reduction/samples/`` (48 kHz); text: the
   VCTK transcript of the same utterance.
 
-Processing, all deterministic: WAV read with :mod:`wave`; the MP3 decoded by ffmpeg's fixed-point
-``mp3`` decoder (bit-exact); resampled to 16 kHz with a fixed Kaiser-windowed sinc polyphase filter
-(:func:`resample`, numpy, float64, rounded to 16-bit); cut at ``round(seconds * 16000)``; encoded by
-ffmpeg's FLAC encoder with ``+bitexact`` and no metadata. The samples are checked against the
-SHA-256 in :data:`ITEMS` (``--no-verify`` skips it); the FLAC bytes also depend on ffmpeg's encoder
-(built here with ffmpeg 5.1), the decoded samples do not. The exit status is 1 when a reference text
-differs from its source, a checksum differs, or the first two Canary items no longer line up with
-``tests/data/speech-hard/radio-a11-launch-canary-1+2.wav`` (which was made from them).
+Processing, all deterministic: WAV read with :mod:`wave` (one channel of hotato's two-channel clips); the
+MP3 decoded by ffmpeg's fixed-point ``mp3`` decoder (bit-exact); resampled to 16 kHz with a fixed
+Kaiser-windowed sinc polyphase filter (:func:`resample`, numpy, float64, rounded to 16-bit); cut at
+``round(seconds * 16000)``; encoded by ffmpeg's FLAC encoder with ``+bitexact`` and no metadata. The
+samples are checked against the SHA-256 in :data:`ITEMS` (``--no-verify`` skips it); the FLAC bytes also
+depend on ffmpeg's encoder (built here with ffmpeg 5.1), the decoded samples do not. The exit status is
+1 when a reference text differs from its source, a checksum differs, or the first two Canary items no
+longer line up with ``tests/data/speech-hard/radio-a11-launch-canary-1+2.wav`` (which was made from them).
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ REPOS: dict[str, tuple[str, str]] = {
     "autovc": ("auspicious3000/autovc", "c1827a60e83e6d26030b8953843b2f7cf2bd36db"),
     "msc": ("RichardSterry/msc-project", "638c3e775250ba3a7f050ae350b859648400f854"),
     "arm": ("alifsemi/alif_ml-embedded-evaluation-kit", "b1b93fc01d915da47a4f6ea8475c193aef56e871"),
+    "hotato": ("attenlabs/hotato", "c4c3a3841979e2d7f88649829c72bd516f8ba5ef"),
 }
 
 CANARY = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00001058000.wav"
@@ -79,6 +85,8 @@ DAY6 = "tests/data/apollo11.mp3"
 TEC = "missions/a11/transcripts/TEC"
 VCTK_TXT = "docs/vctk/vctk_transcripts/transcript_{speaker}"
 LIBRI_MD = "resources/asr/samples/files.md"
+AMI_WAV = "corpus/real/audio/ami-{clip}.example.wav"
+AMI_JSON = "corpus/real/scenarios/ami-{clip}.json"
 
 APOLLO_LICENSE = ("US government work (NASA), public domain; text: NASA's Apollo 11 Technical Air-to-Ground "
                   "Voice Transcription (1969, public domain) as cleaned by Spacelog")
@@ -103,6 +111,14 @@ DAY6_CUT = ("cut {start:.3f}-{end:.3f} s of apollo11.mp3 (flight day 6, MET 06:1
             "CAPCOM's quindar out-tone included; each edge is the centre of the quietest 20 ms window within "
             "0.15 s of a point 0.25 s into the pause (the clip's start for the first item). "
             "The turns of Armstrong (CDR) and Collins (CMP) are left out. ")
+AMI_LICENSE = ("AMI Meeting Corpus (AMI Consortium; https://groups.inf.ed.ac.uk/ami/corpus/), CC BY 4.0: audio "
+               "and the manual word-level transcription (ami_public_manual_1.6.2), as cut by attenlabs/hotato "
+               "(corpus/real/, which keeps them under CC BY 4.0)")
+AMI_CUT = ("cut {start:.2f}-{end:.2f} s of channel {ch} of {file} ({meeting}, window {w0:.2f}-{w1:.2f} s of the "
+           "meeting; the channel is {who}'s individual headset microphone, {headset}, 16 kHz): {turns}. The edges "
+           "are 0.25 s outside the first and last talk spurt of this speaker that the AMI word alignments put in "
+           "the window (hotato's reference_render, words less than 0.4 s apart merged into one spurt), so no word "
+           "of theirs is cut. The other participant is faintly audible (headset bleed, about 30 dB down). ")
 WHOLE = "not cut: the whole file; "
 
 
@@ -134,12 +150,27 @@ def _noisy(speaker: str, utt: str, text: str, sha: str) -> dict[str, Any]:
             "notes": WHOLE + "48 kHz 16-bit WAV in the source, resampled to 16 kHz."}
 
 
+def _ami(clip: str, meeting: str, channel: int, role: str, who: str, headset: str, window: tuple[float, float],
+         start: float, end: float, text: str, turns: str, notes: str, sha: str,
+         words: int | None = None) -> dict[str, Any]:
+    """One speaker's headset channel of one of hotato's two-channel AMI clips, cut to their talk spurts; the
+    text is their words in the clip's transcript (``words``: only the first so many, the rest being a later
+    spurt outside the cut)."""
+    return {"id": f"ami-{clip.split('-')[0]}-{who.lower()}-{clip.split('-')[-1]}", "kind": "conversational",
+            "speaker": f"ami-{who}", "repo": "hotato", "path": AMI_WAV.format(clip=clip), "channel": channel,
+            "start": start, "end": end, "text": text, "ami": (clip, role, words), "license_note": AMI_LICENSE,
+            "sha256": sha,
+            "notes": AMI_CUT.format(start=start, end=end, ch=channel, file=f"ami-{clip}.example.wav",
+                                    meeting=meeting, w0=window[0], w1=window[1], who=who, headset=headset,
+                                    turns=turns) + notes}
+
+
 LAUNCH = "apollo11-launch-day"
 DAY6_SPEAKER = "apollo11-day6"
 
 # Manifest order. The accuracy bench splits speakers into halves per kind in this order: launch day
-# (9 items) -> tune, day 6 (3) -> check; p225, p227 -> tune, p226, p228 -> check; 251 -> tune,
-# 3536 -> check; p232 -> tune, p257 -> check.
+# (9 items) -> tune, day 6 (3) -> check, AMI FEE005, FEO072, MEE073 (2 each) -> check, MEE008 (1) -> tune;
+# p225, p227 -> tune, p226, p228 -> check; 251 -> tune, 3536 -> check; p232 -> tune, p257 -> check.
 ITEMS: list[dict[str, Any]] = [
     _apollo("a11-launch-canary-1", LAUNCH, "utd", CANARY, 69.760, 73.318, ["00:00:18:18"],
             "Apollo 11, this is Houston through Canary. Over.",
@@ -228,6 +259,46 @@ ITEMS: list[dict[str, Any]] = [
                             turns="Aldrin (LMP) from 74.22 s, CAPCOM's \"Roger\" and out-tone to 78.74 s; "
                                   "CAPCOM's long turn before it (06:14:34:31) is left out"),
             "32679cebdce4d23d2f8e6a0798b8706e5ca1dee4e7524f1017ff1e9dbd3a6d7e"),
+    _ami("en2002b-take-0913", "EN2002b", 0, "caller", "MEE073", "EN2002b.Headset-3.wav", (910.03, 919.03),
+         2.75, 8.05, "Well it's no but the thing is if you're looking if you could check them both um you wanna "
+         "see all the results", "his one spurt, 3.00-7.80 s, taking the floor from FEO072",
+         "His words in the clip's transcript (caller), all of them.",
+         "1b443a3a91f96f6e8729eebeacba1ddeb003d20b3a713b3b63ef8d4702605300"),
+    _ami("en2002b-take-0930", "EN2002b", 0, "caller", "FEO072", "EN2002b.Headset-2.wav", (927.8, 936.8),
+         2.75, 7.37, "Yeah I mean we could we could order them by meeting for example",
+         "her one spurt, 3.00-7.12 s, taking the floor from MEE073",
+         "Her words in the clip's transcript (caller), all of them.",
+         "6916d87132ae1d314808c1847a949490ebf8e232a5df9a0320554f1123a6df1b"),
+    _ami("en2002b-bc-1049", "EN2002b", 0, "caller", "FEO072", "EN2002b.Headset-2.wav", (1046.91, 1055.91),
+         2.75, 7.86, "Oh mm-hmm Yeah yeah I can imagine",
+         "her spurts 3.00-3.95 and 6.45-7.61 s, backchannels while MEE073 holds the floor (his voice is the bleed "
+         "between them)", "Her words in the clip's transcript (caller), all of them.",
+         "90e81f9816a5c586406dd685b83877b5f4f1cb573c4236efd516fcaa9562bede"),
+    _ami("en2002b-bc-1114", "EN2002b", 0, "caller", "MEE073", "EN2002b.Headset-3.wav", (1111.86, 1120.86),
+         2.75, 3.79, "Okay", "his one spurt, 3.00-3.54 s, a backchannel while FEO072 talks",
+         "His words in the clip's transcript (caller), all of them.",
+         "0708e1031938ae78956fb28a82964b4d5466c8c6a40eef0e3bdd49067e1e0325"),
+    _ami("es2002a-bc-0687", "ES2002a", 0, "caller", "MEE008", "ES2002a.Headset-3.wav", (684.72, 693.72),
+         2.75, 7.50, "Mm-hmm Yep Yeah I'd say so yeah",
+         "his spurts 3.00-3.39, 5.05-5.26 and 6.44-7.25 s, backchannels and an answer while FEE005 holds the "
+         "floor (her voice is the bleed between them)",
+         "His words in the clip's transcript (caller), all of them. whisper-base hears \"Yeah, I'd say so.\" on "
+         "the last spurt alone.",
+         "2f13e166ac032de3c2bef569a466d01b8e51527d7965eabfba1e7e0e97b6f48e"),
+    _ami("es2002a-bc-0687", "ES2002a", 1, "agent", "FEE005", "ES2002a.Headset-1.wav", (684.72, 693.72),
+         0.00, 7.11, "that's about like eighteen pounds or something isn't it Or no is it as much as that Sixteen "
+         "seventeen eighteen pounds", "her spurt 0.18-6.86 s (the clip's start is 0.18 s before it, so the edge is "
+         "the clip's start); MEE008's backchannels are the bleed in it",
+         "Her words in the clip's transcript (agent) but the last, \"Um\": that is her next spurt, 7.70 s on, "
+         "outside the cut.",
+         "5aaf02025ea94698d68d452085cf680c459f5095ff8ce1f70129e00abb4b875a", words=21),
+    _ami("es2002a-take-0677", "ES2002a", 0, "caller", "FEE005", "ES2002a.Headset-1.wav", (674.15, 683.15),
+         2.75, 6.63, "Yeah yeah Like how much does you know a remote control cost",
+         "her spurt 3.00-6.38 s, taking the floor from MEE008",
+         "Her words in the clip's transcript (caller) up to \"cost\": the rest (\"Well twenty five Euro I mean "
+         "that's\") is her next spurt, 7.51 s on, outside the cut (whisper-base hears it from 7.65 s).",
+         "1b1505138c5c4c835afcc1f07e51d40da3ef6ce1804deaaa070ba493fc93c766",
+         words=12),
     _vctk("225", "003", "Six spoons of fresh snow peas, five thick slabs of blue cheese, and maybe a snack for her "
                         "brother Bob.", "19f983c449b90b2fb32fb0c263d7578c0278db2842166293ec359b202c06ac92"),
     _vctk("225", "011", "When a man looks for something beyond his reach, his friends say he is looking for the pot "
@@ -286,11 +357,15 @@ def _show(mirrors: Path, key: str, path: str) -> bytes:
     return proc.stdout
 
 
-def _read_wav(data: bytes) -> tuple[int, npt.NDArray[np.int16]]:
+def _read_wav(data: bytes, channel: int | None = None) -> tuple[int, npt.NDArray[np.int16]]:
+    """A 16-bit PCM WAV: mono, or one ``channel`` of a multichannel file."""
     with wave.open(io.BytesIO(data)) as w:
-        if w.getnchannels() != 1 or w.getsampwidth() != 2 or w.getcomptype() != "NONE":
-            raise SystemExit(f"not 16-bit mono PCM: {w.getnchannels()} channels, {w.getsampwidth()} bytes")
-        return w.getframerate(), np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.int16)
+        n = w.getnchannels()
+        if w.getsampwidth() != 2 or w.getcomptype() != "NONE" or (n != 1 if channel is None else not 0 <= channel < n):
+            raise SystemExit(f"not 16-bit PCM with channel {channel if channel is not None else '(mono)'}: "
+                             f"{n} channels, {w.getsampwidth()} bytes")
+        x = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.int16)
+        return w.getframerate(), x if channel is None else x.reshape(-1, n)[:, channel].copy()
 
 
 def _read_mp3(data: bytes) -> tuple[int, npt.NDArray[np.int16]]:
@@ -374,6 +449,11 @@ def _check_texts(mirrors: Path) -> list[str]:
     for item in ITEMS:
         if "met" in item:
             want = " ".join(spacelog.get(met, f"<no line at {met}>") for met in item["met"])
+        elif "ami" in item:
+            clip, role, count = item["ami"]
+            scenario = json.loads(_show(mirrors, "hotato", AMI_JSON.format(clip=clip)))
+            words = str(scenario["transcript"][role]).split()
+            want = " ".join(words[:count] if count else words)
         elif "vctk" in item:
             speaker = item["vctk"][1:4]
             vctk.setdefault(speaker, _vctk_texts(mirrors, speaker))
@@ -391,6 +471,13 @@ def _text_source(item: dict[str, Any]) -> str:
         return (f"NASA Apollo 11 Technical Air-to-Ground Voice Transcription as cleaned by Spacelog "
                 f"({TEC} of Spacelog/Spacelog at {REPOS['spacelog'][1][:7]}, glossary links removed): the lines "
                 f"at MET {stamps}, joined")
+    if "ami" in item:
+        clip, role, count = item["ami"]
+        which = f"the first {count} words" if count else "the words"
+        return (f"AMI Meeting Corpus manual word-level transcription (ami_public_manual_1.6.2, words/*.words.xml) as "
+                f"hotato gives it for the clip: {which} of transcript.{role} in {AMI_JSON.format(clip=clip)} of "
+                f"{REPOS['hotato'][0]} at {REPOS['hotato'][1][:7]} (this speaker's words that overlap the clip's "
+                "9 s window, in time order)")
     if item["kind"] == "librispeech-dev-clean":
         return (f"{LIBRI_MD} of {REPOS['arm'][0]} at {REPOS['arm'][1][:7]} (utterance id and text), upper-cased "
                 "as LibriSpeech's trans.txt writes it")
@@ -431,14 +518,14 @@ def build(mirrors: Path, out: Path, verify: bool = True) -> int:
     """
     problems = _check_texts(mirrors)
     (out / "audio").mkdir(parents=True, exist_ok=True)
-    sources: dict[tuple[str, str], npt.NDArray[np.int16]] = {}
+    sources: dict[tuple[str, str, int | None], npt.NDArray[np.int16]] = {}
     built: dict[str, npt.NDArray[np.int16]] = {}
     entries = []
     for item in ITEMS:
-        key = (item["repo"], item["path"])
+        key = (item["repo"], item["path"], item.get("channel"))
         if key not in sources:
-            data = _show(mirrors, *key)
-            rate, x = _read_mp3(data) if item["path"].endswith(".mp3") else _read_wav(data)
+            data = _show(mirrors, item["repo"], item["path"])
+            rate, x = _read_mp3(data) if item["path"].endswith(".mp3") else _read_wav(data, item.get("channel"))
             sources[key] = resample(x, rate)
         x16 = sources[key]
         if item["start"] is None:
