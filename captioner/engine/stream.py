@@ -838,14 +838,12 @@ class Stream:
             self._set_carry(start + cut, np.concatenate([audio[cut:], after]))
             self._utterance_start = start + cut
             if self.config.closing_rest:  # deviation 28: the words decoded so far stay (the next closing
-                # replaces only what follows them); at the stream's end, where no live round will show
-                # the rest again, the drafts after them stand until a decode of the rest finds words
+                # replaces only what follows them); the replaced drafts of the rest stand until a decode
+                # of the rest finds words (deviation 34: a rest decode that finds nothing, a guard
+                # stopping a sentence read twice, leaves them standing), as drafts while live rounds go on
                 self._final_n = len(self._log)
-                if last:
-                    self._log.extend([t for t in dropped if t.start >= heard_to - _TIME_SLACK_N])
-                else:  # deviation 34: shown as drafts until the rest is decoded again (a rest decode that
-                    # finds nothing, a guard stopping a sentence read twice, leaves them standing)
-                    self._log.extend(_words_from(dropped, heard_to - _TIME_SLACK_N, self.vocab))
+                self._log.extend(_words_from(dropped, heard_to - _TIME_SLACK_N, self.vocab))
+                if not last:
                     self._log.set_draft(self._final_n)
         elif tail is not None:  # deviation 31: the utterance goes on after the pause, its words so far final;
             # its drafts after the pause are shown until the next round decodes them again
