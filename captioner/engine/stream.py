@@ -81,7 +81,8 @@ After the decode, by kind:
   token attends when DTW stretched the kept words to the end [26]), or that Whisper ends (EOT) a
   second or more before the input's end while the speech detector hears half a second of speech
   after its last word (a turn or sentence break where greedy Whisper stops) [28], leaves the rest of
-  the utterance to be decoded again by itself, from its last kept word [17]; the words decoded so
+  the utterance to be decoded again by itself, from its last kept word [17] (from where the stopped
+  word is heard when a guard's stop kept no new word [35]); the words decoded so
   far stay (the next closing round replaces only what follows them), and the drafts after them
   stand until a decode of the rest finds words [28, 34]. A round that closed a long utterance
   at a pause leaves the utterance open after the pause, its words before it final, the drafts after
@@ -819,17 +820,19 @@ class Stream:
         )
         self._prefix, self._memory, self._spec_from = (), None, None
         self._repeat, self._repeat_count = None, 0
-        heard_to = new_tokens[-1].end if new_tokens else start
+        heard_to, stopped = (new_tokens[-1].end if new_tokens else start), None
         if result.stop is not None and result.stop.index < len(result.tokens):
             # where the stopped repeat attends (alignment heads): DTW may stretch the last kept word to the end
-            heard_to = min(heard_to, _attended(result.attn_align[result.stop.index : result.stop.index + 1], start)[0])
+            stopped = _attended(result.attn_align[result.stop.index : result.stop.index + 1], start)[0]
+            heard_to = min(heard_to, stopped)
         unheard = start + audio.size - heard_to
         if result.stop_reason == "eot" and cands:  # deviation 28: DTW can also end the last word early
             heard_to = max([heard_to] + [p for p in _attended(result.attn_align[max(0, len(cands) - 3) : len(cands)], start)
                                          if p < start + audio.size])
             unheard = start + audio.size - heard_to
         early = result.stop_reason == "eot" and unheard >= _REST_MIN_N and self._speech_after(heard_to, start + audio.size)
-        cut = _rest_cut(start, new_tokens[-1].start if new_tokens else None, heard_to, early, self._offset_n)
+        cut = _rest_cut(start, new_tokens[-1].start if new_tokens else None, heard_to, early, self._offset_n,
+                        stopped if result.stop_reason in _DECODE_REST else None)
         rest = early or result.stop_reason in _DECODE_REST
         after = np.zeros(0, np.float32) if tail is None else tail
         if 0 < cut < audio.size and (result.stop_reason == "limit" or (rest and unheard >= _REST_MIN_N)):
@@ -1059,16 +1062,20 @@ def _follow(committed: list[bytes], decoded: list[bytes]) -> int | None:
     return last.b + last.size + (len(committed) - last.a - last.size)
 
 
-def _rest_cut(start: int, last_start: int | None, heard_to: int, early: bool, offset_n: int) -> int:
+def _rest_cut(start: int, last_start: int | None, heard_to: int, early: bool, offset_n: int,
+              stopped: int | None = None) -> int:
     """Samples into a closing input that begins at ``start`` from which the rest of its utterance is
     decoded again (0: from nowhere): ``offset_n`` from the start of the last word it committed
     (``last_start``, absolute samples; None: it committed none). A decode that Whisper ended early
     (``early``, deviation 28) but that committed no word (it heard only words already kept: "about."
     and EOT) or whose words DTW put on the input's first frame is cut ``offset_n`` from where it was
-    heard to (``heard_to``, absolute: its last tokens' attention), or its rest would be lost."""
+    heard to (``heard_to``, absolute: its last tokens' attention), or its rest would be lost. So is a
+    decode that a guard stopped (``stopped``, absolute: where the stopped word attends) with no new
+    word: the rest of a quick "Yeah, yeah, like how much …", decoded again from the kept "Yeah", stopped
+    at the same repeat each time, and the words after it were lost (AMI meeting speech)."""
     cut = _frames(max(0, last_start - start + offset_n)) if last_start is not None else 0
-    if early and cut == 0:
-        cut = _frames(max(0, heard_to - start + offset_n))
+    if cut == 0 and (early or stopped is not None):
+        cut = _frames(max(0, (heard_to if early else stopped) - start + offset_n))
     return cut
 
 

@@ -398,3 +398,18 @@ def test_the_rest_of_an_utterance_is_decoded_again_from_where_the_closing_decode
     assert _rest_cut(start, start, start + 7 * SR, True, offset) == round(6.8 * SR)  # DTW collapsed onto frame 0
     assert _rest_cut(start, None, start + SR, False, offset) == 0  # not early: no rest from there
     assert _rest_cut(start, None, start + SR // 10, True, offset) == 0  # heard nothing: nothing to cut
+
+
+def test_the_rest_after_a_guard_stop_that_kept_no_new_word_is_decoded_from_the_stopped_word():
+    """A closing decode that a guard stopped and that committed no new word (the rest of a quick
+    "Yeah, yeah, like how much …", decoded again from the kept "Yeah", stops at the same repeat on
+    whisper-base every time) is cut 0.2 s before where the stopped word attends: decoding it again
+    from the kept word lost the words after the repeat (AMI meeting speech, corpus/README.md).
+    A decode that committed a word is still cut at that word, one without a stop nowhere."""
+    from captioner.engine.stream import _rest_cut
+
+    start, offset = 100 * SR, -SR // 5
+    assert _rest_cut(start, None, start, False, offset, start + SR) == round(0.8 * SR)  # from the stopped word
+    assert _rest_cut(start, start + 2 * SR, start + 3 * SR, False, offset, start + SR) == round(1.8 * SR)  # a new word
+    assert _rest_cut(start, None, start, False, offset) == 0  # no stop: nothing to decode again
+    assert _rest_cut(start, None, start, False, offset, start + SR // 10) == 0  # stopped on the input's start
