@@ -77,7 +77,7 @@ After the decode, by kind:
   (Whisper skipped the start of a long input) replaces only the drafts from there, its words
   aligned to the audio after the kept ones [29]; one that finds no words keeps the drafts;
   nothing is carried and the utterance ends, except that a decode the chunk plan cuts short,
-  or that a guard stops a second or more before the input's end (measured from where the stopped
+  or that a guard stops 0.3 s or more before the input's end [36] (measured from where the stopped
   token attends when DTW stretched the kept words to the end [26]), or that Whisper ends (EOT) a
   second or more before the input's end while the speech detector hears half a second of speech
   after its last word (a turn or sentence break where greedy Whisper stops) [28], leaves the rest of
@@ -835,7 +835,7 @@ class Stream:
                         stopped if result.stop_reason in _DECODE_REST else None)
         rest = early or result.stop_reason in _DECODE_REST
         after = np.zeros(0, np.float32) if tail is None else tail
-        if 0 < cut < audio.size and (result.stop_reason == "limit" or (rest and unheard >= _REST_MIN_N)):
+        if 0 < cut < audio.size and (result.stop_reason == "limit" or (rest and unheard >= _GUARD_REST_MIN_N)):
             # the plan ran out, or a guard stopped a loop before the utterance's end: what follows
             # the last kept word is decoded again, by itself (the look-back starts there now)
             self._set_carry(start + cut, np.concatenate([audio[cut:], after]))
@@ -998,7 +998,8 @@ _COMPRESSION_RATIO = 2.4  # ... and one whose text compresses more (faster-whisp
 _LOGPROB_FLOOR = -1.0  # ... or whose average log-probability is lower (openai/whisper's, faster-whisper's)
 _REPETITIVE = ("limit", "repetition", "compression")  # failures that say a decode looped
 _DECODE_REST = ("limit", "repetition", "nonspeech")  # closing stops after which the rest is decoded again
-_REST_MIN_N = SAMPLE_RATE  # ... when a guard stopped it at least this long before the input's end
+_REST_MIN_N = SAMPLE_RATE  # ... when Whisper ended it (EOT) at least this long before the input's end
+_GUARD_REST_MIN_N = round(0.3 * SAMPLE_RATE)  # ... when a guard stopped it this long before ("Yeah, yeah, I can imagine")
 _REST_SPEECH_S = 0.5  # ... or Whisper ended it (EOT) with this much speech after its last word (deviation 28)
 _SKIP_RUN = 3  # deviation 29: a closing decode's first words matched word for word in the drafts ...
 _SKIP_MIN_WORDS = 4  # ... at least this many words in: it skipped those drafts ...
