@@ -1075,8 +1075,10 @@ def _rest_cut(start: int, last_start: int | None, heard_to: int, early: bool, of
     word: the rest of a quick "Yeah, yeah, like how much …", decoded again from the kept "Yeah", stopped
     at the same repeat each time, and the words after it were lost (AMI meeting speech)."""
     cut = _frames(max(0, last_start - start + offset_n)) if last_start is not None else 0
-    if cut == 0 and (early or stopped is not None):
-        cut = _frames(max(0, (heard_to if early else stopped) - start + offset_n))
+    if cut == 0 and early:
+        cut = _frames(max(0, heard_to - start + offset_n))
+    elif cut == 0 and stopped is not None:
+        cut = _frames(max(0, stopped - start + offset_n))
     return cut
 
 
