@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -49,20 +52,27 @@ class XServer:
         return env
 
 
-def _free_display() -> int:
-    for n in range(90, 200):
-        if not Path(f"/tmp/.X{n}-lock").exists() and not Path(f"/tmp/.X11-unix/X{n}").exists():
-            return n
-    raise RuntimeError("no free X display number between :90 and :199")
+def _stderr_of(log: IO[bytes]) -> str:
+    log.seek(0)
+    return log.read().decode(errors="replace")[-2000:]
 
 
-def _wait_for(check, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)  # waiting for an external process to come up; no Qt event loop here
-    raise RuntimeError(f"timed out waiting for {what}")
+def _start_xvfb(log: IO[bytes]) -> tuple[subprocess.Popen, str]:
+    """Xvfb on a display number it picks itself (``-displayfd``), so that no other X server (nor one
+    that holds only an abstract socket and no lock file) can answer in its place; returns the
+    process and ``":N"`` once the server accepts connections: it writes N only then."""
+    read_end, write_end = os.pipe()
+    xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write_end), "-screen", "0", "1280x800x24",
+                             "-nolisten", "tcp"], pass_fds=(write_end,),
+                            stdout=subprocess.DEVNULL, stderr=log)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as ready:
+        up = select.select([ready], [], [], 60)[0]
+        number = ready.readline().strip() if up else b""  # b"" also when Xvfb exited (EOF)
+    if not number:
+        xvfb.kill()
+        raise RuntimeError(f"Xvfb did not start (exit {xvfb.wait(10)}): {_stderr_of(log)}")
+    return xvfb, f":{number.decode()}"
 
 
 @contextlib.contextmanager
@@ -72,17 +82,13 @@ def running_xvfb(tools: tuple[str, ...] = ()) -> Iterator[dict[str, str]]:
     missing = [tool for tool in ("Xvfb", "xwininfo", *tools) if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"needs {', '.join(missing)} (scripts/setup --dev installs them)")
-    display = f":{_free_display()}"
-    xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    env = {**os.environ, "DISPLAY": display}
-    try:
-        _wait_for(lambda: subprocess.run(["xwininfo", "-root"], env=env, capture_output=True).returncode == 0,
-                  20, "Xvfb")
-        yield env
-    finally:
-        xvfb.terminate()
-        xvfb.wait(10)
+    with tempfile.TemporaryFile() as log:
+        xvfb, display = _start_xvfb(log)
+        try:
+            yield {**os.environ, "DISPLAY": display}
+        finally:
+            xvfb.terminate()
+            xvfb.wait(10)
 
 
 def quit_app(proc: subprocess.Popen, env: dict[str, str], timeout: float = 120) -> str:
@@ -99,17 +105,32 @@ def quit_app(proc: subprocess.Popen, env: dict[str, str], timeout: float = 120) 
 def xserver() -> Iterator[XServer]:
     """Xvfb (1280x800x24) plus trayer; skipped with a reason where they are not installed."""
     with running_xvfb(("trayer",)) as env:
-        display = env["DISPLAY"]
-        tray = subprocess.Popen(["trayer", "--edge", "top", "--align", "right", "--widthtype", "request",
-                                 "--height", "24", "--SetDockType", "true"],
-                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        tray = _start_trayer(env)
         try:
-            _wait_for(lambda: b"panel" in subprocess.run(["xwininfo", "-root", "-tree"], env=env,
-                                                         capture_output=True).stdout, 20, "trayer")
-            yield XServer(display, 1280, 800)
+            yield XServer(env["DISPLAY"], 1280, 800)
         finally:
             tray.terminate()
             tray.wait(10)
+
+
+def _start_trayer(env: dict[str, str], attempts: int = 3) -> subprocess.Popen:
+    """trayer as the tray host, once its ``panel`` window is on the display. A trayer that exits, or
+    shows no panel within 30 s, is started again (``attempts`` in all); the error quotes its stderr."""
+    tried = ""
+    for _ in range(attempts):
+        with tempfile.TemporaryFile() as log:
+            tray = subprocess.Popen(["trayer", "--edge", "top", "--align", "right", "--widthtype",
+                                     "request", "--height", "24", "--SetDockType", "true"],
+                                    env=env, stdout=subprocess.DEVNULL, stderr=log)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and tray.poll() is None:
+                tree = subprocess.run(["xwininfo", "-root", "-tree"], env=env, capture_output=True).stdout
+                if b"panel" in tree:
+                    return tray  # the file stays open for trayer after the block closes our handle
+                time.sleep(0.1)  # waiting for an external process to come up; no Qt event loop here
+            tray.kill()
+            tried += f"\n[exit {tray.wait(10)}] {_stderr_of(log)}"
+    raise RuntimeError(f"trayer showed no panel on {env['DISPLAY']} in {attempts} tries:{tried}")
 
 
 @pytest.fixture(autouse=True)
