@@ -97,7 +97,8 @@ class RoundStats:
         speculative: the round's words were emitted speculatively.
         reinferred: the round ran the 30 s re-inference fallback (NPUSPER.md §11.3).
         retried: the round's closing decode looked wrong by Whisper's own signs and was decoded
-            again in the 30 s window (``engine/stream.py`` deviations 23–24; one more encoder pass).
+            again in the 30 s window (``engine/stream.py`` deviations 23–24; one more encoder pass),
+            or the phrase guard stopped it and it was decoded again without that guard (37).
         language: the language the round was decoded in (detected when the stream's is "auto").
         closes: the round closed an utterance (its speech ended before the input did, or the
             stream finished): decoded to the end without the peak-margin stop, nothing carried.

@@ -71,7 +71,9 @@ After the decode, by kind:
   word guard or the token limit stopped it, its text compresses more than 2.4 times, or its average
   log-probability is below −1) is decoded again heard in the 30 s window; the retry is kept when it
   looks right, and when both look wrong the one with the higher average log-probability among those
-  that did not loop [23, 24]. Its words replace the committed words of its input
+  that did not loop [23, 24]. A decode that the phrase-repetition guard still stopped is decoded
+  again in the 30 s window without that guard, as offline Whisper decodes it, and that decode is
+  kept when it looks right by the same signs [37]. Its words replace the committed words of its input
   (``closing_replaces=False``: only the words after them are added, aligned by text, else by
   time), except that a decode whose words begin, word for word, four or more drafted words in
   (Whisper skipped the start of a long input) replaces only the drafts from there, its words
@@ -189,6 +191,9 @@ class StreamConfig:
             the token limit stopped it, its text compresses more than 2.4 times, or its average
             log-probability is below −1) is decoded again in the 30 s window; the better of the
             two is kept (``_better``).
+        closing_unguarded: a closing decode that the phrase-repetition guard stopped (after the
+            retry) is decoded again in the 30 s window without that guard, as offline Whisper
+            decodes it, and kept when it looks right (deviation 37).
         closing_rest: a closing decode that Whisper ended (EOT) while the speech detector still
             hears at least ``_REST_SPEECH_S`` of speech after its last word (Whisper ends early at a
             turn or sentence break; offline Whisper seeks past it to the next window): the audio
@@ -243,6 +248,7 @@ class StreamConfig:
     closing_full_s: float = 0.0
     closing_from_start: bool = True
     closing_retry: bool = True
+    closing_unguarded: bool = True
     closing_rest: bool = True
     closing_skip: bool = True
     closing_split_s: float = 25.0
@@ -551,10 +557,10 @@ class Stream:
             context += forced
             ends = ends + ((heard - start) / SAMPLE_RATE,) * len(forced) if heard is not None else ()
 
-        def validator() -> TokenValidator:
+        def validator(phrases: bool = True) -> TokenValidator:
             checks = RoundValidator(self.vocab, input_s=eff_s, peak_margin_s=0.0 if plan.closes else cfg.peak_margin_s,
                                     exclude_s=cfg.exclude_s, median=cfg.median, average=cfg.average, context=context,
-                                    context_ends=ends, closing=plan.closes)
+                                    context_ends=ends, closing=plan.closes, phrases=phrases)
             return self._vocabulary.guard(checks, self._speech(start, audio.size))  # a listed word must be heard
 
         # words decoded again are proposed to the verifier (draft decoding)
@@ -563,9 +569,10 @@ class Stream:
         self._closed = self._closed or plan.closes
         chunks, decoder_ms, validation_ms = result.chunks, result.decoder_ms, result.validation_ms
         wrong = self._looks_wrong(result) if plan.closes and cfg.closing_retry and plan.heard_n < FULL_N else None
+        full = encoding if plan.heard_n >= FULL_N else None  # the input heard in the 30 s window
         if wrong is not None:
             # a short window's decode that looks wrong: heard again as offline Whisper hears it
-            again = self.model.encode(_heard_with_silence(audio, FULL_N))
+            again = full = self.model.encode(_heard_with_silence(audio, FULL_N))
             retry = self._decode_told(again, prefix, validator, draft, eff_s)
             stats.update(retried=True, bucket=again.bucket, mel_ms=stats["mel_ms"] + again.mel_ms,
                          encoder_ms=stats["encoder_ms"] + again.encoder_ms)
@@ -578,6 +585,22 @@ class Stream:
                          self.vocab.decode(retry.candidates), retry_wrong or "fine", _logprob(retry),
                          "retry" if kept is retry else "first")
             result = kept
+        if plan.closes and cfg.closing_unguarded and result.stop_reason == "repetition":
+            # deviation 37: the phrase guard stopped it; offline Whisper, which has no such guard,
+            # hears the whole input: kept when that looks right by Whisper's own signs
+            if full is None:
+                full = self.model.encode(_heard_with_silence(audio, FULL_N))
+                stats.update(mel_ms=stats["mel_ms"] + full.mel_ms, encoder_ms=stats["encoder_ms"] + full.encoder_ms)
+            stats["retried"] = True
+            free = self._decode_told(full, prefix, lambda: validator(phrases=False), draft, eff_s)
+            chunks, decoder_ms, validation_ms = (chunks + free.chunks, decoder_ms + free.decoder_ms,
+                                                 validation_ms + free.validation_ms)
+            free_wrong = self._looks_wrong(free)
+            logger.debug("round %d: closing decode stopped by the phrase guard: %r; unguarded in 30 s: %r (%s, %s)",
+                         stats["round_index"], self.vocab.decode(result.candidates), self.vocab.decode(free.candidates),
+                         free_wrong or "fine", _logprob(free))
+            if free_wrong is None:
+                result, stats["bucket"] = free, full.bucket
         stats.update(
             tokens=len(result.tokens),
             chunks=chunks,

@@ -196,8 +196,10 @@ class WordGuard:
     """The repetition and annotation guards over one round's decoded tokens (module docstring)."""
 
     def __init__(self, vocab: Vocabulary, context: tuple[bytes, ...] = (), peaks: list[int] | None = None,
-                 input_s: float = 0.0, align_peaks: list[int] | None = None, context_ends: tuple[float, ...] = ()):
+                 input_s: float = 0.0, align_peaks: list[int] | None = None, context_ends: tuple[float, ...] = (),
+                 phrases: bool = True):
         self.vocab = vocab
+        self._phrases = phrases  # False: the annotation guard only
         self._peaks = peaks if peaks is not None else []  # decoded index -> attention peak frame
         self._align = align_peaks if align_peaks is not None else []  # ... of the alignment heads, when known
         self._input_s = input_s
@@ -217,7 +219,7 @@ class WordGuard:
             if is_annotation(text):
                 return Stop("nonspeech", self._open)
             word = normalize_word(text)
-            if word:
+            if word and self._phrases:
                 self._words.append(word)
                 self._firsts.append(self._open)
                 n = repeated_tail(self._words)
@@ -312,6 +314,8 @@ class RoundValidator:
             it as offline Whisper does — EOT ends the round whenever it wins, and neither the
             backward-shift test nor the peak margin applies (the speech is complete, so the
             last words attend to the end of the input; the word guards still apply).
+        phrases: False: no phrase-repetition guard (a closing decode heard again as offline Whisper
+            decodes it, which has none; judged afterwards by Whisper's own signs instead).
     """
 
     def __init__(
@@ -326,6 +330,7 @@ class RoundValidator:
         context: tuple[bytes, ...] = (),
         context_ends: tuple[float, ...] = (),
         closing: bool = False,
+        phrases: bool = True,
     ):
         self.vocab = vocab
         self.input_s = float(input_s)
@@ -341,7 +346,7 @@ class RoundValidator:
         self._first_delta = True
         self.peaks: list[int] = []  # per checked token: the frame its attention peaks at
         self.align_peaks: list[int] = []  # ... its alignment heads' attention (when the decoder gives them)
-        self._words = WordGuard(vocab, context, self.peaks, self.input_s, self.align_peaks, context_ends)
+        self._words = WordGuard(vocab, context, self.peaks, self.input_s, self.align_peaks, context_ends, phrases)
         self.closing = closing
 
     def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:

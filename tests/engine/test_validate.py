@@ -312,3 +312,18 @@ def test_a_repeat_of_the_committed_context_is_judged_by_where_the_context_ended(
     assert stop is not None and (stop.reason, stop.index) == ("repetition", 1)
     back = feed(validator(context=context, context_ends=(-0.6, -0.3, 0.2)), tokens, [15, 12, 50, 60, 65])
     assert back is not None and back.reason == "repetition"  # "A" heard where the context was: a loop
+
+
+def test_without_the_phrase_guard_repeats_pass_and_sound_captions_still_stop() -> None:
+    """``phrases=False`` (a closing decode heard again as offline Whisper decodes it, deviation 37):
+    a repeated word block that the phrase guard stops is decoded through; three copies of one token
+    still stop it (the id rule is not a word guard). Sound captions are checked before the phrase
+    guard (``WordGuard.on_token``) and stop it as before."""
+    loop = [A, B, A, B, C]  # "w000 w001" twice, attending back to the first time, then another word
+    stop = feed(validator(closing=True), loop, [20, 30, 20, 30, 60])
+    assert stop is not None and (stop.reason, stop.index) == ("repetition", 2)  # the guard stops it
+    free = validator(closing=True, phrases=False)
+    assert feed(free, loop, [20, 30, 20, 30, 60]) is None and free.close() is None
+    assert free.decoded == loop
+    stop = feed(validator(closing=True, phrases=False), [B, B, B], [20, 40, 60])
+    assert stop is not None and (stop.reason, stop.index) == ("repetition", 0)
