@@ -54,7 +54,10 @@ context, sound annotations) run in every round. Language (``"auto"`` on a multil
 from the first decoder step of every round until 4 s of input settle it, and of every closing
 round [19]; once a closing round has heard it on 4 s or more it is the session's: live rounds no
 longer read it, and a closing round changes it only where it hears another language with
-probability 0.8 or more [33].
+probability 0.8 or more [33]. Before that, a closing round that is unsure of the language (under 0.5)
+and whose decode looks wrong by Whisper's own signs (token limit, compression, log-probability) is
+decoded in the other of its two likeliest languages too, and that decode is kept with its language
+when it looks right [39].
 
 After the decode, by kind:
 
@@ -118,7 +121,7 @@ from captioner.engine._committed import (
 )
 from captioner.engine.align import Alignment, align_words, split_words
 from captioner.engine.decoder import DecodeResult, NativeValidator, TokenValidator, decode_round, max_prefix
-from captioner.engine.language import detect_language
+from captioner.engine.language import LanguageGuess, detect_language
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
 from captioner.engine.rounds import FULL_N, RoundPlan, RoundPolicy, StreamState, plan_round
 from captioner.engine.tokens import TASKS, normalize_word
@@ -541,9 +544,12 @@ class Stream:
         seen = _heard_with_silence(audio, plan.heard_n) if plan.heard_n > audio.size else audio
         encoding = self.model.encode(seen)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
+        unsure: tuple[str, str] | None = None  # deviation 39: the two likeliest languages of an unsure closing
         if self._auto and (plan.closes or not (self._language_settled or self._session_language)):
-            self._detect_language(encoding, audio.size, plan.closes)
-        stats["language"] = self.language
+            held = self._session_language
+            guess = self._detect_language(encoding, audio.size, plan.closes)
+            if plan.closes and not held and guess.probability < _UNSURE_P and len(guess.top) > 1:
+                unsure = (guess.top[0][0], guess.top[1][0])
         prefix = plan.prefix
         if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # no room in the chunk plan
             logger.debug("prefix of %d tokens too long for the plan; not forced", len(prefix))
@@ -566,6 +572,9 @@ class Stream:
         # words decoded again are proposed to the verifier (draft decoding)
         draft = [t.id for t in self._log.tokens[plan.redo_from:]] if plan.redo_from is not None else []
         result = self._decode_told(encoding, prefix, validator, draft, eff_s)
+        if unsure is not None and self.language in unsure:
+            result = self._other_language(result, unsure, encoding, prefix, validator, draft, eff_s, stats)
+        stats["language"] = self.language
         self._closed = self._closed or plan.closes
         chunks, decoder_ms, validation_ms = result.chunks, result.decoder_ms, result.validation_ms
         wrong = self._looks_wrong(result) if plan.closes and cfg.closing_retry and plan.heard_n < FULL_N else None
@@ -624,12 +633,13 @@ class Stream:
             self._prefix, self._memory = plan.prefix, None
         return self._end_of_round(start, audio, result, stats, t_round, last, plan.closes, replaced)
 
-    def _looks_wrong(self, result: DecodeResult) -> str | None:
+    def _looks_wrong(self, result: DecodeResult, guards: bool = True) -> str | None:
         """Why a decode looks failed by Whisper's own signs, in this order, else None: a word guard or
-        the token limit stopped it (its stop reason); its text compresses more than 2.4 times
-        (``"compression"``: a loop the guards let through); its average log-probability is below
-        −1 (``"logprob"``; openai/whisper's and faster-whisper's thresholds)."""
-        if result.stop_reason in _LOOKS_WRONG_STOPS:
+        the token limit stopped it (its stop reason; ``guards=False``: the token limit only); its text
+        compresses more than 2.4 times (``"compression"``: a loop the guards let through); its
+        average log-probability is below −1 (``"logprob"``; openai/whisper's and faster-whisper's
+        thresholds)."""
+        if result.stop_reason in _LOOKS_WRONG_STOPS and (guards or result.stop_reason == "limit"):
             return result.stop_reason
         if _compression_ratio(self.vocab.text_bytes(t for t in result.candidates if t < self.vocab.eot)) > _COMPRESSION_RATIO:
             return "compression"
@@ -776,7 +786,37 @@ class Stream:
         """``audio`` (from absolute sample ``start``) with the taken audio ``[begin, start)`` before it."""
         return np.concatenate([self._history[begin - self._history_start : start - self._history_start], audio])
 
-    def _detect_language(self, encoding, n_audio: int, closes: bool) -> None:
+    def _other_language(self, result: DecodeResult, unsure: tuple[str, str], encoding, prefix: tuple[int, ...],
+                           validator: Callable[[], TokenValidator], draft: Sequence[int], input_s: float,
+                           stats: dict) -> DecodeResult:
+        """Deviation 39: a closing decode whose language detection was unsure (the likeliest under
+        ``_UNSURE_P``) before the session has a language, and that looks wrong by Whisper's own signs
+        (:meth:`_looks_wrong`; a word guard's stop is left to the guards' own remedies, deviations 35-37,
+        and says nothing of the language), is decoded in the other of the two likeliest languages
+        too; that decode is kept, with its language as the stream's, when it looks right (a short English
+        meeting turn was detected as Welsh at 0.47 against English's 0.36 and came out "Yna yn
+        yw'r ymwr cost.", average log-probability −1.34; in English −0.19). Two decodes that both
+        look wrong keep the detected language: the average log-probability alone chose German for
+        an English "Yeah, I'd say so" (−1.01 against −1.05)."""
+        if self._looks_wrong(result, guards=False) is None:
+            return result
+        other = unsure[1] if self.language == unsure[0] else unsure[0]
+        mine, self._prompt = self._prompt, self.vocab.prompt(other, self.config.task)
+        alt = self._decode_told(encoding, prefix, validator, draft, input_s)
+        right = self._looks_wrong(alt, guards=False) is None
+        logger.debug("round %d: unsure language %s/%s: %r (%s) vs %r (%s)", stats["round_index"], self.language,
+                     other, self.vocab.decode(result.candidates), _logprob(result), self.vocab.decode(alt.candidates),
+                     _logprob(alt))
+        kept = alt if right else result
+        if right:
+            logger.info("language: %s (its decode looks right) instead of %s", other, self.language)
+            self.language = other
+        else:
+            self._prompt = mine
+        return replace(kept, chunks=alt.chunks + result.chunks, decoder_ms=alt.decoder_ms + result.decoder_ms,
+                       validation_ms=alt.validation_ms + result.validation_ms)
+
+    def _detect_language(self, encoding, n_audio: int, closes: bool) -> LanguageGuess:
         """Deviation 19: the language of this input from the first decoder step (one chunk dispatch);
         settled for the utterance once heard on ``_SETTLE_N`` of audio, re-checked when it closes and
         for the next utterance. Deviation 33: once a closing round heard it on ``_SETTLE_N``, it is the
@@ -790,6 +830,7 @@ class Stream:
             self._prompt = self.vocab.prompt(guess.code, self.config.task)
         self._language_settled = n_audio >= _SETTLE_N and not closes
         self._session_language = self._session_language or (closes and n_audio >= _SETTLE_N)
+        return guess
 
     def _end_utterance(self) -> None:
         """The utterance closed: its words are final, the next one starts afresh."""
@@ -1030,6 +1071,7 @@ _SKIP_SPEECH_S = 1.0  # ... which stand when the speech detector heard this much
 _SKIP_MARGIN_N = 4800  # 0.3 s: the decode's words are aligned from this much before the first draft it replaces
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _SWITCH_P = 0.8  # deviation 33: the probability that changes the session's language
+_UNSURE_P = 0.5  # deviation 39: a closing detection under this is decoded in its two likeliest languages
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 
 
