@@ -57,7 +57,7 @@ longer read it, and a closing round changes it only where it hears another langu
 probability 0.8 or more [33]. Before that, a closing round that is unsure of the language (under 0.5)
 and whose decode looks wrong by Whisper's own signs (token limit, compression, log-probability) is
 decoded in the other of its two likeliest languages too, and that decode is kept with its language
-when it looks right [39].
+when it looks right [38].
 
 After the decode, by kind:
 
@@ -544,7 +544,7 @@ class Stream:
         seen = _heard_with_silence(audio, plan.heard_n) if plan.heard_n > audio.size else audio
         encoding = self.model.encode(seen)
         stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
-        unsure: tuple[str, str] | None = None  # deviation 39: the two likeliest languages of an unsure closing
+        unsure: tuple[str, str] | None = None  # deviation 38: the two likeliest languages of an unsure closing
         if self._auto and (plan.closes or not (self._language_settled or self._session_language)):
             held = self._session_language
             guess = self._detect_language(encoding, audio.size, plan.closes)
@@ -789,7 +789,7 @@ class Stream:
     def _other_language(self, result: DecodeResult, unsure: tuple[str, str], encoding, prefix: tuple[int, ...],
                            validator: Callable[[], TokenValidator], draft: Sequence[int], input_s: float,
                            stats: dict) -> DecodeResult:
-        """Deviation 39: a closing decode whose language detection was unsure (the likeliest under
+        """Deviation 38: a closing decode whose language detection was unsure (the likeliest under
         ``_UNSURE_P``) before the session has a language, and that looks wrong by Whisper's own signs
         (:meth:`_looks_wrong`; a word guard's stop is left to the guards' own remedies, deviations 35-37,
         and says nothing of the language), is decoded in the other of the two likeliest languages
@@ -1071,7 +1071,7 @@ _SKIP_SPEECH_S = 1.0  # ... which stand when the speech detector heard this much
 _SKIP_MARGIN_N = 4800  # 0.3 s: the decode's words are aligned from this much before the first draft it replaces
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _SWITCH_P = 0.8  # deviation 33: the probability that changes the session's language
-_UNSURE_P = 0.5  # deviation 39: a closing detection under this is decoded in its two likeliest languages
+_UNSURE_P = 0.5  # deviation 38: a closing detection under this is decoded in its two likeliest languages
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 
 

@@ -240,7 +240,7 @@ def test_the_sessions_language_changes_only_when_a_closing_round_is_sure(base, m
                                              ("de", (("de", 0.45), ("en", 0.40))),
                                              ("en", (("en", 0.55), ("cy", 0.30)))])
 def test_an_unsure_closing_detection_tries_the_other_language_when_its_decode_looks_wrong(base, monkeypatch, spoken, top) -> None:
-    """Deviation 39: before the session has a language, a closing round whose detection is unsure
+    """Deviation 38: before the session has a language, a closing round whose detection is unsure
     (the likeliest language under 0.5) and whose decode looks wrong by Whisper's own signs is decoded
     in the other of its two likeliest languages, and that decode is kept with its language when it
     looks right: a real English clip detected as Welsh at 0.47 comes out in English (a short English
