@@ -35,7 +35,10 @@ pause    ``split_pause_s`` or more that speech follows [31]      it is carried: 
 
 Speech is what the speech detector (Silero VAD, 32 ms windows) rates at ``vad_threshold`` or more, and
 any ``speech_faint_s`` stretch that never reaches it but averages ``speech_faint`` or more (band-limited
-radio turns that Silero rates 0.25–0.45 throughout) [32]. A round that opens an utterance (the first
+radio turns that Silero rates 0.25–0.45 throughout) [32], and the speaker going on where Silero lets
+go: a window ``speech_loud_db`` above the recording's quiet level and within 10 dB of the phrase
+before it, between two phrases the threshold heard at most ``speech_bridge_s`` apart (a meeting's
+soft "I mean"), which counts as speech while the second phrase may still come [39]. A round that opens an utterance (the first
 with speech after none) sets its start (the input's start) and its speech onset: no word starts
 before the onset [15]. Until the closing round, the utterance's
 words are **drafts** (``Word.speculative``: dimmed, not final for the printer and the live subtitle
@@ -173,6 +176,14 @@ class StreamConfig:
             probability is at least this is speech (deviation 32: radio turns Silero rates 0.25–0.45
             throughout; :class:`~captioner.engine.vad.SpeechDetector` ``faint``); 0 = off.
         speech_faint_s: that stretch, seconds.
+        speech_loud_db: the speaker goes on where Silero lets go (deviation 39): a window at least
+            this many dB above the recording's quiet level (the 10th percentile of the last 10 s of
+            windows) and within 10 dB of the phrase before it, between two stretches of speech the
+            threshold heard at most ``speech_bridge_s`` apart, is speech, and counts as speech while
+            the second may still come (:class:`~captioner.engine.vad.SpeechDetector` ``loud_db``);
+            0 = off. Where the recording is not that quiet between words (noise, music) nothing
+            changes.
+        speech_bridge_s: the longest stretch between two phrases that loud windows join, seconds.
         end_silence_s: an input whose speech ended at least this long before its end closes the
             utterance (deviation 16).
         speech_pad_s: non-speech kept after detected speech when a closing input is cut.
@@ -243,6 +254,8 @@ class StreamConfig:
     speech_hold: float = 0.0
     speech_faint: float = 0.25
     speech_faint_s: float = 1.0
+    speech_loud_db: float = 20.0
+    speech_bridge_s: float = 1.5
     end_silence_s: float = 0.5
     speech_pad_s: float = 0.2
     onset_pad_s: float = 0.2
@@ -285,6 +298,9 @@ class StreamConfig:
         if not 0.0 <= self.speech_faint < self.vad_threshold or self.speech_faint_s <= 0:
             raise CaptionerError(f"faint speech must be in [0, threshold) over a positive stretch, got "
                                  f"{self.speech_faint} over {self.speech_faint_s} s")
+        if self.speech_loud_db < 0 or self.speech_bridge_s <= 0:
+            raise CaptionerError(f"loud speech must be ≥ 0 dB within a positive bridge, got {self.speech_loud_db} dB "
+                                 f"within {self.speech_bridge_s} s")
 
 
 def _frames(samples: int) -> int:
@@ -337,7 +353,8 @@ class Stream:
         self._max_n = _frames(round(cfg.max_input_s * SAMPLE_RATE))
         self._offset_n = round(cfg.word_end_offset_s * SAMPLE_RATE)
         self._vad = SpeechDetector(cfg.vad_threshold, hold=cfg.speech_hold, faint=cfg.speech_faint,
-                                   faint_s=cfg.speech_faint_s) if cfg.vad else None
+                                   faint_s=cfg.speech_faint_s, loud_db=cfg.speech_loud_db,
+                                   bridge_s=cfg.speech_bridge_s) if cfg.vad else None
         # audio
         self._pending: list[np.ndarray] = []
         self._pending_n = 0

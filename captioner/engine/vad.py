@@ -31,6 +31,10 @@ logger = logging.getLogger(__name__)
 VAD_WINDOW = 512  # samples per probability (32 ms at 16 kHz)
 _CONTEXT = 64  # samples of the previous window each window is seen with
 _FAINT_FLOOR = 0.1  # a window of a faint stretch is speech when at most this much below ``faint``
+_FLOOR_N = 312  # windows (10 s) over which the recording's quiet level (its 10th percentile) is read
+_DIGITAL_SILENCE_DB = -90.0  # windows below this are left out of the quiet level (joins, muted players)
+_PHRASE_N = 31  # the last windows the threshold heard (1 s) whose median level is the phrase's level
+_PHRASE_DB = 10.0  # a loud window is at most this far below the phrase's level
 VAD_MODEL = "silero_vad_v6.onnx"
 
 
@@ -63,13 +67,26 @@ class SpeechDetector:
             nothing changes. A stretch counts once its last window is analysed: a query can see it
             become speech as more audio arrives, the final answer does not depend on the splits.
         faint_s: the stretch, seconds.
+        loud_db: the speaker goes on where Silero lets go (a meeting's soft "I mean", "we could"
+            between two phrases, rated under 0.1): a window as loud as speech there, at least
+            ``loud_db`` dB above the recording's quiet level (the 10th percentile of the window
+            levels of the last 10 s, digital silence left out) and at most 10 dB under the level of
+            the phrase before it (the median of its last second), between two windows the threshold
+            hears at most ``bridge_s`` apart, is speech; until the second comes (or the bridge
+            ends), such windows after the first count as speech, so an utterance does not close
+            while its speaker may be going on. 0: off. Where the recording is not that quiet between
+            words (noise, music, radio) no window is loud enough, nor is breath or room sound well
+            under the voice; loud sound that no speech follows within the bridge is not speech in
+            the end.
+        bridge_s: the longest stretch between two windows the threshold hears that loud windows
+            join, seconds.
 
     Raises:
         CaptionerError: the model file is missing or ONNX Runtime cannot load it.
     """
 
     def __init__(self, threshold: float = 0.5, model_path: Path | None = None, *, hold: float = 0.0,
-                 faint: float = 0.0, faint_s: float = 1.0):
+                 faint: float = 0.0, faint_s: float = 1.0, loud_db: float = 0.0, bridge_s: float = 1.5):
         import onnxruntime as ort
 
         path = model_path or _model_path()
@@ -94,6 +111,15 @@ class SpeechDetector:
         self._n = 0  # windows analysed
         self._faint = float(faint)
         self._faint_need = max(1, -(-round(faint_s * SAMPLE_RATE) // VAD_WINDOW))
+        self._levels = np.zeros(1024, np.float32)  # dBFS of each window
+        self._detected = np.zeros(1024, bool)  # speech by the threshold (and hold)
+        self._faint_speech = np.zeros(1024, bool)  # speech by ``faint``
+        self._loud = np.zeros(1024, bool)  # speech by its level between two phrases (``loud_db``)
+        self._loud_db = float(loud_db)
+        self._bridge_need = max(1, round(bridge_s * SAMPLE_RATE / VAD_WINDOW))
+        self._last_detected = -1
+        self._phrase: list[float] = []  # levels of the last ``_PHRASE_N`` windows the threshold heard
+        self._waiting: list[int] = []  # loud windows since the last detected one: speech until the bridge ends
 
     @property
     def analysed(self) -> int:
@@ -130,18 +156,27 @@ class SpeechDetector:
         if self._n + probs.size > self._probs.size:
             size = max(2 * self._probs.size, self._n + probs.size)
             self._probs = np.concatenate([self._probs[: self._n], np.zeros(size - self._n, np.float32)])
-            self._speech = np.concatenate([self._speech[: self._n], np.zeros(size - self._n, bool)])
+            self._levels = np.concatenate([self._levels[: self._n], np.zeros(size - self._n, np.float32)])
+            for name in ("_speech", "_detected", "_faint_speech", "_loud"):
+                mask = getattr(self, name)
+                setattr(self, name, np.concatenate([mask[: self._n], np.zeros(size - self._n, bool)]))
         self._probs[self._n : self._n + probs.size] = probs
         speech = probs >= self.threshold
         if self._hold_from < self.threshold:  # held: a window above the lower bound after a speech window
             held = probs >= self._hold_from
-            before = bool(self._speech[self._n - 1]) if self._n else False
+            before = bool(self._detected[self._n - 1]) if self._n else False
             for i in range(probs.size):
                 before = speech[i] = speech[i] or (held[i] and before)
-        self._speech[self._n : self._n + probs.size] = speech
+        first, end = self._n, self._n + probs.size
+        self._detected[first:end] = speech
+        self._levels[first:end] = 10 * np.log10(np.mean(np.square(windows, dtype=np.float64), axis=1) + 1e-12)
         if self._faint > 0:
-            self._mark_faint(self._n, self._n + probs.size)
-        self._n += probs.size
+            self._mark_faint(first, end)
+        if self._loud_db > 0:
+            self._mark_loud(first, end)
+        lo = max(0, first - max(self._faint_need, self._bridge_need))  # how far back the rules change windows
+        self._speech[lo:end] = self._detected[lo:end] | self._faint_speech[lo:end] | self._loud[lo:end]
+        self._n = end
 
     def _mark_faint(self, first: int, end: int) -> None:
         """Mark the faint speech of every ``faint_s`` stretch that ends in the new windows
@@ -157,7 +192,38 @@ class SpeechDetector:
         strong = np.cumsum(np.concatenate([[0], probs >= self.threshold]))
         faint = ((sums[need:] - sums[:-need]) / need >= self._faint) & (strong[need:] == strong[:-need])
         for k in np.flatnonzero(faint).tolist():  # the stretch [lo + k, lo + k + need)
-            self._speech[lo + k : lo + k + need] |= probs[k : k + need] >= self._faint - _FAINT_FLOOR
+            self._faint_speech[lo + k : lo + k + need] |= probs[k : k + need] >= self._faint - _FAINT_FLOOR
+
+    def _quiet_level(self, j: int) -> float:
+        """dBFS: the 10th percentile of the window levels of the 10 s up to window ``j``, digital
+        silence left out (−inf when that is all there is)."""
+        levels = self._levels[max(0, j - _FLOOR_N + 1) : j + 1]
+        levels = levels[levels > _DIGITAL_SILENCE_DB]
+        return float(np.percentile(levels, 10)) if levels.size else float("-inf")
+
+    def _loud_enough(self, j: int) -> bool:
+        """Window ``j`` is as loud as speech here: ``loud_db`` above the quiet level and at most
+        ``_PHRASE_DB`` below the level of the phrase before it."""
+        level = float(self._levels[j])
+        return level >= float(np.median(self._phrase)) - _PHRASE_DB and level >= self._quiet_level(j) + self._loud_db
+
+    def _mark_loud(self, first: int, end: int) -> None:
+        """Decide the new windows ``[first, end)`` in order of arrival: a loud window within
+        ``bridge_s`` after the last window the threshold heard is speech while that bridge lasts; a
+        window the threshold hears keeps the loud windows before it, and the bridge's end without
+        one takes them back."""
+        detected, loud, levels, bridge = self._detected, self._loud, self._levels, self._bridge_need
+        for j in range(first, end):
+            if self._waiting and j - self._last_detected > bridge:  # no speech came: a tail of sound
+                loud[self._waiting] = False
+                self._waiting.clear()
+            if detected[j]:
+                self._last_detected = j
+                self._waiting.clear()  # the speaker went on: the loud windows stay speech
+                self._phrase = [*self._phrase[1 - _PHRASE_N :], float(levels[j])]
+            elif self._last_detected >= 0 and j - self._last_detected <= bridge and self._loud_enough(j):
+                loud[j] = True
+                self._waiting.append(j)
 
     def probabilities(self, start: int, end: int) -> np.ndarray:
         """float32 [windows]: the probabilities of the windows that overlap samples [start, end)."""
@@ -169,13 +235,15 @@ class SpeechDetector:
     def pause(self, start: int, end: int, *, min_s: float) -> SpeechSpan | None:
         """The latest run of at least ``min_s`` seconds of non-speech windows that lies whole inside
         [start, end) and has speech before it there (where a long utterance can be cut between two
-        phrases), as its first and end sample; None when there is none."""
+        phrases), as its first and end sample; None when there is none. Loud windows that join two
+        phrases (``loud_db``) count as non-speech here: they keep an utterance open, but a long one
+        can still be cut where Silero hears a pause."""
         self._analyse()
         first = -(-max(0, start) // VAD_WINDOW)
         last = min(self._n, end // VAD_WINDOW)
         if last - first < 2:
             return None
-        speech = self._speech[first:last]
+        speech = self._detected[first:last] | self._faint_speech[first:last]  # the loud ones excepted
         onsets = np.flatnonzero(speech[1:] & ~speech[:-1]) + 1  # a pause ends where speech resumes
         need = -(-round(min_s * SAMPLE_RATE) // VAD_WINDOW)
         for stop in onsets[::-1]:

@@ -192,6 +192,33 @@ def test_a_radio_turn_the_threshold_does_not_hear_is_transcribed(model, step_s) 
     assert matched >= 6, heard  # tiny.en on radio: "… clear and efficient system complete and we have no …"
 
 
+MEETING = HARD / "ami-en2002b-feo072-0930.wav"  # AMI EN2002b, FEO072's headset (tests/data/speech-hard)
+
+
+@pytest.mark.parametrize("step_s", [1.0, 2.0])
+def test_soft_words_between_two_phrases_of_a_meeting_are_not_lost(model, step_s) -> None:
+    """"Yeah I mean we could we could order them by meeting for example": Silero rates the soft "I
+    mean" (0.55–0.95 s) 0.01–0.3 and "we could" (1.6–1.95 s) 0.27–0.41, so by the threshold the
+    first phrase ended at 0.55 s, the round at 2 s closed it, and both were lost. Their level is
+    that of the speech (−43 to −53 dBFS against a −80 dBFS room) and the next phrase comes 1.47 s
+    after the first: as the speaker going on (deviation 39) they are speech, the utterance stays
+    open across the pause, and its closing decode hears them."""
+    audio = load_audio_file(MEETING)
+    plain, loud = SpeechDetector(), SpeechDetector(loud_db=20.0)
+    for det in (plain, loud):
+        det.feed(audio)
+        det.flush()
+    i_mean, we_could = (round(0.6 * SR), round(0.9 * SR)), (round(1.65 * SR), round(1.9 * SR))
+    assert plain.speech(*i_mean, min_s=0.0) is None and loud.speech(*i_mean) == i_mean
+    assert plain.speech(*we_could, min_s=0.0) is None and loud.speech(*we_could) == we_could
+    assert loud.speech(round(1.0 * SR), round(1.5 * SR), min_s=0.0) is None  # the pause stays a pause
+
+    without = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s, speech_loud_db=0.0)))
+    words = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s)))
+    assert "i mean" not in without and words.startswith("yeah i mean we could"), (without, words)
+    assert words.endswith("order them by meeting for example")
+
+
 def test_the_speech_hold_extends_speech_only_after_speech_and_is_independent_of_block_sizes() -> None:
     """Silero's hysteresis (``hold``): a window at most ``hold`` below the threshold counts as speech
     only right after a speech window. Radio speech (8 kHz, noisy) hovers around the threshold, so
