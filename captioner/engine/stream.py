@@ -590,7 +590,8 @@ class Stream:
         draft = [t.id for t in self._log.tokens[plan.redo_from:]] if plan.redo_from is not None else []
         result = self._decode_told(encoding, prefix, validator, draft, eff_s)
         if unsure is not None and self.language in unsure:
-            result = self._other_language(result, unsure, encoding, prefix, validator, draft, eff_s, stats)
+            result = self._other_language(result, unsure, lambda: self._decode_told(encoding, prefix, validator, draft,
+                                                                                   eff_s), stats["round_index"])
         stats["language"] = self.language
         self._closed = self._closed or plan.closes
         chunks, decoder_ms, validation_ms = result.chunks, result.decoder_ms, result.validation_ms
@@ -803,9 +804,8 @@ class Stream:
         """``audio`` (from absolute sample ``start``) with the taken audio ``[begin, start)`` before it."""
         return np.concatenate([self._history[begin - self._history_start : start - self._history_start], audio])
 
-    def _other_language(self, result: DecodeResult, unsure: tuple[str, str], encoding, prefix: tuple[int, ...],
-                           validator: Callable[[], TokenValidator], draft: Sequence[int], input_s: float,
-                           stats: dict) -> DecodeResult:
+    def _other_language(self, result: DecodeResult, unsure: tuple[str, str], decode: Callable[[], DecodeResult],
+                        round_index: int) -> DecodeResult:
         """Deviation 38: a closing decode whose language detection was unsure (the likeliest under
         ``_UNSURE_P``) before the session has a language, and that looks wrong by Whisper's own signs
         (:meth:`_looks_wrong`; a word guard's stop is left to the guards' own remedies, deviations 35-37,
@@ -814,14 +814,15 @@ class Stream:
         meeting turn was detected as Welsh at 0.47 against English's 0.36 and came out "Yna yn
         yw'r ymwr cost.", average log-probability −1.34; in English −0.19). Two decodes that both
         look wrong keep the detected language: the average log-probability alone chose German for
-        an English "Yeah, I'd say so" (−1.01 against −1.05)."""
+        an English "Yeah, I'd say so" (−1.01 against −1.05). ``decode``: the round's decode again,
+        with the stream's prompt as it is then."""
         if self._looks_wrong(result, guards=False) is None:
             return result
         other = unsure[1] if self.language == unsure[0] else unsure[0]
         mine, self._prompt = self._prompt, self.vocab.prompt(other, self.config.task)
-        alt = self._decode_told(encoding, prefix, validator, draft, input_s)
+        alt = decode()
         right = self._looks_wrong(alt, guards=False) is None
-        logger.debug("round %d: unsure language %s/%s: %r (%s) vs %r (%s)", stats["round_index"], self.language,
+        logger.debug("round %d: unsure language %s/%s: %r (%s) vs %r (%s)", round_index, self.language,
                      other, self.vocab.decode(result.candidates), _logprob(result), self.vocab.decode(alt.candidates),
                      _logprob(alt))
         kept = alt if right else result

@@ -15,6 +15,7 @@ anything the NPU could save, and it keeps the NPU's session count down.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
@@ -118,7 +119,7 @@ class SpeechDetector:
         self._loud_db = float(loud_db)
         self._bridge_need = max(1, round(bridge_s * SAMPLE_RATE / VAD_WINDOW))
         self._last_detected = -1
-        self._phrase: list[float] = []  # levels of the last ``_PHRASE_N`` windows the threshold heard
+        self._phrase: deque[float] = deque(maxlen=_PHRASE_N)  # levels of the last windows the threshold heard
         self._waiting: list[int] = []  # loud windows since the last detected one: speech until the bridge ends
 
     @property
@@ -220,7 +221,7 @@ class SpeechDetector:
             if detected[j]:
                 self._last_detected = j
                 self._waiting.clear()  # the speaker went on: the loud windows stay speech
-                self._phrase = [*self._phrase[1 - _PHRASE_N :], float(levels[j])]
+                self._phrase.append(float(levels[j]))
             elif self._last_detected >= 0 and j - self._last_detected <= bridge and self._loud_enough(j):
                 loud[j] = True
                 self._waiting.append(j)
