@@ -157,6 +157,9 @@ class AccuracyOptions:
         fw_threads: CPU threads of the faster-whisper reference.
         vocabulary: the live engine's vocabulary (``--vocabulary``; :mod:`captioner.engine.vocabulary`):
             each live mode also reports its listed words, recalled and invented (:func:`listed_words`).
+        settings: other :class:`~captioner.engine.StreamConfig` fields of the live modes
+            (``--set FIELD=VALUE``): a rule's variant measured on both halves without editing the
+            engine; recorded in the result.
     """
 
     steps: tuple[float, ...] = (1.0, 2.0)
@@ -165,6 +168,7 @@ class AccuracyOptions:
     reference_ct2: Path | None = None
     fw_threads: int = 2
     vocabulary: tuple[str, ...] = ()
+    settings: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(slots=True)
@@ -518,7 +522,8 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
                "offline_words": [[w.text, round(w.start, 3), round(w.end, 3)] for w in offline.words], "modes": {}}
         row["modes"]["offline"] = _score(item.text, item.language, offline, None, sc, latency=False, onset_s=onset)
         for step in options.steps:
-            live = run_live(model, audio, step, item.language, vocabulary=options.vocabulary)
+            live = run_live(model, audio, step, item.language, vocabulary=options.vocabulary,
+                            config=dict(options.settings))
             row["modes"][f"live_{step:g}s"] = _score(item.text, item.language, live, offline, sc, latency=True,
                                                      onset_s=onset)
             if options.vocabulary:
@@ -533,7 +538,8 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
     return {
         "settings": {"steps": list(options.steps), "modes": modes, "nonspeech_s": options.nonspeech_s,
                      "reference_ct2": str(options.reference_ct2) if options.reference_ct2 else None,
-                     "window_s": WINDOW_S, "max_tokens": MAX_TOKENS, "vocabulary": list(options.vocabulary)},
+                     "window_s": WINDOW_S, "max_tokens": MAX_TOKENS, "vocabulary": list(options.vocabulary),
+                     "stream_config": dict(options.settings)},
         "items": results,
         "skipped": skipped,
         "summary": summarise(results, modes),
@@ -552,7 +558,8 @@ def _nonspeech(model: AcousticModel, options: AccuracyOptions, fw, progress: Cal
         audio = nonspeech.generate(kind, options.nonspeech_s)
         runs = {"offline": run_offline(model, audio)}
         for step in options.steps:
-            runs[f"live_{step:g}s"] = run_live(model, audio, step, vocabulary=options.vocabulary)
+            runs[f"live_{step:g}s"] = run_live(model, audio, step, vocabulary=options.vocabulary,
+                                               config=dict(options.settings))
         if fw is not None:
             runs.update(fw.transcribe(audio, "en"))
         out[kind] = {"seconds": options.nonspeech_s, "level_dbfs": nonspeech.LEVEL_DBFS[kind],

@@ -66,6 +66,10 @@ def markdown(acc: dict, header: str = "") -> str:
     modes = acc["settings"]["modes"]
     summ = acc["summary"]
     lines = [header or "## Accuracy on real speech", ""]
+    variant = acc["settings"].get("stream_config") or {}
+    if variant:
+        lines += ["The live modes ran with " + ", ".join(f"`{k}={v}`" for k, v in variant.items())
+                  + " (`--set`); the engine's defaults otherwise.", ""]
     english = summ.get("english", {})
     noise = acc.get("nonspeech", {})
     lines += ["| mode | English WER | gap vs offline (points) | CER | latency median / mean / p90 (s) | "

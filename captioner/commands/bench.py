@@ -23,6 +23,7 @@ from pathlib import Path
 from captioner.audio import load_audio_file
 from captioner.bench import accuracy_report
 from captioner.bench.accuracy import AccuracyOptions, accuracy_bench, load_manifest
+from captioner.bench.jitter import parse_setting
 from captioner.bench.joined import join_halves
 from captioner.bench.plots import matplotlib_available, write_plots
 from captioner.bench.random_pack import RANDOM_DIMS, cached_random_pack
@@ -31,6 +32,7 @@ from captioner.bench.run import BenchOptions, run_bench
 from captioner.commands import described
 from captioner.commands._engine import command_vocabulary, resolve_pack_path
 from captioner.core import PROVIDERS
+from captioner.engine import StreamConfig
 from captioner.errors import CaptionerError
 from captioner.models.pack import Pack
 from captioner.storage.paths import AppPaths
@@ -81,6 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     acc.add_argument("--reference-ct2", type=Path, metavar="DIR",
                      help="CTranslate2 Whisper folder of the same weights: add faster-whisper's scores "
                           "(dev extra)")
+    acc.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="settings",
+                     help="a StreamConfig field of the live modes (repeatable), e.g. closing_split_s=12: a rule's "
+                          "variant measured on both halves; recorded in the report")
     words = acc.add_mutually_exclusive_group()
     words.add_argument("--vocabulary", metavar="WORDS", help="the live engine's vocabulary (comma-separated); "
                        "each live mode also reports its listed words recalled and invented")
@@ -142,7 +147,21 @@ def _accuracy_options(args: argparse.Namespace):
         items = join_halves(items, args.join)
     steps = tuple(sorted(set(args.step))) if args.step else (1.0, 2.0)
     return items, AccuracyOptions(steps=steps, nonspeech_s=args.nonspeech_s, reference_ct2=args.reference_ct2,
-                                  vocabulary=command_vocabulary(args) or ())
+                                  vocabulary=command_vocabulary(args) or (), settings=_settings(args.settings, steps))
+
+
+def _settings(texts: list[str], steps: tuple[float, ...]) -> tuple[tuple[str, object], ...]:
+    """``--set FIELD=VALUE`` as typed :class:`StreamConfig` fields, checked by the config itself at
+    every step (a bad value fails here, before any model is loaded)."""
+    try:
+        settings = tuple(dict(parse_setting(t) for t in texts).items())
+        if any(key == "step_s" for key, _ in settings):
+            raise ValueError("step_s: use --step")
+        for step in steps:
+            StreamConfig(**{"step_s": step, **dict(settings)})
+    except (ValueError, TypeError, CaptionerError) as e:
+        raise CaptionerError(f"--set: {e}") from e
+    return settings
 
 
 def _run(args: argparse.Namespace, paths: AppPaths) -> int:
