@@ -172,7 +172,8 @@ def plan_round(s: StreamState, p: RoundPolicy, model: AcousticModel, detector: S
         return RoundPlan("skip", start, end)
     if not s.last and s.audio.size < p.min_n:
         return RoundPlan("skip", start, end, skip="short")
-    if p.silence_floor_dbfs is not None and dbfs(s.audio) < p.silence_floor_dbfs:
+    if p.silence_floor_dbfs is not None and dbfs(s.audio) < p.silence_floor_dbfs and (
+            detector is None or detector.speech(start, end) is None):  # quiet speech is speech [40]
         return RoundPlan("skip", start, end, skip="silence")
     closes, opens = s.last, None
     utterance, draft_from = s.utterance_start, s.log.draft_from

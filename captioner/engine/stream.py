@@ -10,7 +10,7 @@ the rows of ``docs/accuracy/deviations.md``, which keeps why each rule is there 
 kind     when                                                    input ``[start, end)`` and what is heard     prefix / draft
 ======== ======================================================= ============================================ ====================
 skip     input empty; a live input under ``min_chunk_s``         —: the input is carried (under 1 s: all of   —
-         (``"short"``); digital silence [2] (``"silence"``);      it; else its last 2 × step), nothing decoded
+         (``"short"``); digital silence [2, 40] (``"silence"``);  it; else its last 2 × step), nothing decoded
          no speech and no open utterance [15] (``"no_speech"``)
 opening  live, the open utterance at most ``opening_s`` long     the whole utterance from its start, heard    none / its drafts,
          (its start to the input's end) [20]                     with silence to ``opening_window_s``         replaced
@@ -165,8 +165,10 @@ class StreamConfig:
         task: "transcribe" or "translate".
         vocabulary: names and terms Whisper is told about before every round, as its previous
             context (:mod:`~captioner.engine.vocabulary`); empty: none.
-        silence_floor_dbfs: inputs with an RMS below this (dB re full scale 1.0) are not decoded
-            but handled as a round that decoded nothing (deviation 2); ``None`` disables the gate.
+        silence_floor_dbfs: inputs with an RMS below this (dB re full scale 1.0) in which the speech
+            detector hears no speech (any input, without a detector) are not decoded but handled
+            as a round that decoded nothing (deviations 2, 40: a quiet microphone's speech is
+            decoded); ``None`` disables the gate.
         vad: gate and trim rounds with the speech detector (deviation 15); False = the paper's
             policy on every input (the scripted-oracle tests, whose audio is not speech).
         vad_threshold: Silero speech probability that counts as speech.

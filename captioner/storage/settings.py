@@ -152,7 +152,8 @@ class EngineConfig:
             pack (the default); an English-only pack always runs as "en".
         task: "transcribe", or "translate" into English (Whisper's own task).
         step_s: seconds of new audio per engine round, 0.5..3.0.
-        silence_floor_dbfs: blocks quieter than this are not sent to the model, -120..0 dBFS.
+        silence_floor_dbfs: blocks quieter than this in which the speech detector hears no speech
+            are not sent to the model, -120..0 dBFS.
         vocabulary: names and terms Whisper is told about (comma- or line-separated; the engine
             parses it: ``engine/vocabulary.py``); "" = none.
     """

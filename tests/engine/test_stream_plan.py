@@ -87,7 +87,10 @@ def test_inputs_that_are_not_decoded(vocab) -> None:
     short = plan_round(state(log, 0, 0.8), p, MODEL, Detector(0, 1))
     assert (short.kind, short.skip) == ("skip", "short")
     assert plan_round(state(log, 0, 0.8, last=True), p, MODEL, Detector(0, 1)).kind == "closing"  # finish()
-    assert plan_round(state(log, 0, 2, level=1e-5), p, MODEL, Detector(0, 2)).skip == "silence"  # -100 dBFS
+    assert plan_round(state(log, 0, 2, level=1e-5), p, MODEL, Detector()).skip == "silence"  # -100 dBFS, no speech
+    assert plan_round(state(log, 0, 2, level=1e-5), p, MODEL, None).skip == "silence"  # no detector: the level decides
+    quiet = plan_round(state(log, 0, 2, level=1e-5), p, MODEL, Detector(0, 2))  # quiet speech is speech [40]
+    assert (quiet.kind, quiet.opens) == ("opening", (0, 0))
     detector = Detector()
     assert plan_round(state(log, 0, 2), p, MODEL, detector).skip == "no_speech"
     assert detector.asked == [(0, 2 * SR)]
