@@ -172,13 +172,12 @@ def plan_round(s: StreamState, p: RoundPolicy, model: AcousticModel, detector: S
         return RoundPlan("skip", start, end)
     if not s.last and s.audio.size < p.min_n:
         return RoundPlan("skip", start, end, skip="short")
-    if p.silence_floor_dbfs is not None and dbfs(s.audio) < p.silence_floor_dbfs and (
-            detector is None or detector.speech(start, end) is None):  # quiet speech is speech [40]
-        return RoundPlan("skip", start, end, skip="silence")
+    span = detector.speech(start, end) if detector is not None else None
+    if span is None and p.silence_floor_dbfs is not None and dbfs(s.audio) < p.silence_floor_dbfs:
+        return RoundPlan("skip", start, end, skip="silence")  # digital silence [2]; quiet speech is speech [40]
     closes, opens = s.last, None
     utterance, draft_from = s.utterance_start, s.log.draft_from
     if detector is not None:
-        span = detector.speech(start, end)
         if span is None and not (utterance is not None and p.context_n and s.log.tokens):
             return RoundPlan("skip", start, end, skip="no_speech")
         silent = span is None  # an open utterance whose end fell on the round boundary: it closes

@@ -89,8 +89,10 @@ def test_inputs_that_are_not_decoded(vocab) -> None:
     assert plan_round(state(log, 0, 0.8, last=True), p, MODEL, Detector(0, 1)).kind == "closing"  # finish()
     assert plan_round(state(log, 0, 2, level=1e-5), p, MODEL, Detector()).skip == "silence"  # -100 dBFS, no speech
     assert plan_round(state(log, 0, 2, level=1e-5), p, MODEL, None).skip == "silence"  # no detector: the level decides
-    quiet = plan_round(state(log, 0, 2, level=1e-5), p, MODEL, Detector(0, 2))  # quiet speech is speech [40]
+    heard = Detector(0, 2)
+    quiet = plan_round(state(log, 0, 2, level=1e-5), p, MODEL, heard)  # quiet speech is speech [40]
     assert (quiet.kind, quiet.opens) == ("opening", (0, 0))
+    assert heard.asked == [(0, 2 * SR)]  # the detector is asked once a round
     detector = Detector()
     assert plan_round(state(log, 0, 2), p, MODEL, detector).skip == "no_speech"
     assert detector.asked == [(0, 2 * SR)]
