@@ -45,6 +45,26 @@ def _split_lines(english: dict, modes: list[str]) -> list[str]:
     return ["Where the live compute went:", "", *lines, ""] if lines else []
 
 
+def _fw_latency_lines(summ: dict, modes: list[str]) -> list[str]:
+    """The live modes' latency against faster-whisper's word ends (``--reference-ct2``), English
+    items, each half and each kind; nothing without that reference."""
+    live = [m for m in modes if m.startswith("live")]
+    rows = []
+    for group, by_mode in summ.items():
+        if group.startswith("language:"):
+            continue
+        cells = [by_mode.get(m, {}).get("latency_fw_s") or {} for m in live]
+        if any(c.get("n") for c in cells):
+            rows.append(f"| {group} | " + " | ".join(
+                f"{c['median']:.2f} / {c['p90']:.2f} ({c['n']})" if c.get("n") else "–" for c in cells) + " |")
+    if not rows:
+        return []
+    return ["### Latency against faster-whisper's word ends", "",
+            "Emission − the end of the same word in faster-whisper's default decoding (word timestamps), "
+            "an independent time reference: median / p90 in seconds (matched words).", "",
+            "| group | " + " | ".join(live) + " |", "|---|" + "---|" * len(live), *rows, ""]
+
+
 def _vocabulary_lines(acc: dict, modes: list[str]) -> list[str]:
     """The listed words of a ``--vocabulary`` run, per live mode: recalled of those in the references,
     and invented (said by the engine, not in the reference); nothing without a vocabulary."""
@@ -99,6 +119,7 @@ def markdown(acc: dict, header: str = "") -> str:
               "Speech onset: Silero VAD (no padding); leading-silence words start > 0.1 s before it. "
               "RTF: compute ÷ audio seconds, same run.", ""]
     lines += _split_lines(english, modes)
+    lines += _fw_latency_lines(summ, modes)
 
     lines += _vocabulary_lines(acc, modes)
     lines += ["### WER by kind", "", "| group | items | min | " + " | ".join(modes) + " | " +

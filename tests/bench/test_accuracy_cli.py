@@ -10,6 +10,7 @@ is the engine's tests' job, issue 17); what is judged is that the bench measures
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,35 @@ def test_faster_whisper_reference_on_the_same_weights(acc_run) -> None:
         assert item["modes"][mode]["wer"] == {**item["modes"][mode]["wer"], "errors": 0, "ref": 5}
         assert item["modes"][mode]["compute_s"] > 0 and "latency_s" not in item["modes"][mode]
     assert "| fw_default |" in report and "| fw_greedy |" in report
+
+
+def test_faster_whisper_word_ends_are_a_second_latency_reference(acc_run) -> None:
+    """faster-whisper's default decoding with word timestamps (an unscored pass) gives each word its own
+    times, and each live mode's latency is also measured against them: one value per live word that
+    matches one of them, after that word's audio."""
+    result, report, _ = acc_run
+    item = result["accuracy"]["items"][0]
+    fw_words = item["fw_words"]  # [text, start, end]
+    assert " ".join(w[0] for w in fw_words) == item["modes"]["fw_default"]["hypothesis"]  # one window: same words
+    assert len(fw_words) == 5 and all(0.0 <= w[1] <= w[2] <= item["seconds"] + 0.02 for w in fw_words)
+    assert len({(w[1], w[2]) for w in fw_words}) == 5  # the words' own times, not one segment's
+    assert [w[1] for w in fw_words] == sorted(w[1] for w in fw_words)
+    live = item["modes"]["live_2s"]
+    lat = live["latency_fw_s"]
+    assert 0 < len(lat) <= min(live["words"], len(fw_words))
+    assert all(x > -0.3 for x in lat)  # shown after the word's audio, by the other reference too
+    def key(text: str) -> str:
+        return text.strip(".,!?").lower()
+
+    timed = {key(w[0]): w for w in live["timed_words"]}  # the clip's five words differ from each other
+    ends = {key(w[0]): w[2] for w in fw_words}
+    expected = sorted(timed[t][3] - ends[t] for t in timed if t in ends)  # both rounded to 1 ms in the JSON
+    assert sorted(lat) == pytest.approx(expected, abs=0.002)
+    summ = result["accuracy"]["summary"]["english"]["live_2s"]["latency_fw_s"]
+    assert summ["n"] == len(lat) and summ["median"] == pytest.approx(statistics.median(lat))
+    assert all("latency_fw_s" not in item["modes"][m] for m in ("offline", "fw_default", "fw_greedy"))
+    assert "### Latency against faster-whisper's word ends" in report
+    assert f"| english | {summ['median']:.2f} / {summ['p90']:.2f} ({summ['n']}) |" in report
 
 
 def test_live_words_are_emitted_after_their_audio_and_matched_to_offline(acc_run) -> None:
