@@ -671,4 +671,6 @@ def test_a_quiet_real_recording_keeps_its_last_words(model, step_s: float) -> No
     live = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s))).split()
     assert live == offline
     alone = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s, vad=False))).split()
-    assert alone[-1] in ("feathers", "and"), alone  # the level alone skips the closing input
+    # the level alone skips the closing input: the stream ends on its drafts ("… feathers and", at 1 s
+    # with the 0.3 s peak margin a partial "conf" after them), not on offline's last word
+    assert alone != offline and alone[-1] != offline[-1], (alone, offline)

@@ -299,9 +299,9 @@ def test_single_word_speculative_round_keeps_prefix_and_dedups():
 
 
 def test_a_later_comma_replaces_the_word_keeping_its_emission_time():
-    # the peak margin stops on "w003" (its centre lies in the last 0.6 s) before its comma
+    # the peak margin stops on "w003" (its centre lies in the input's last 0.3 s) before its comma
     tokens = [(V.word[1],), (V.word[2],), (V.word[3], V.punct[1]), (V.word[4],), (V.word[5],), (V.word[6],)]
-    script = words_script([(0.2, 0.6), (0.7, 1.1), (1.4, 1.9), (2.2, 2.6), (2.7, 3.1), (3.2, 3.6)], tokens, total_s=6.0)
+    script = words_script([(0.2, 0.6), (0.7, 1.1), (1.6, 2.0), (2.2, 2.6), (2.7, 3.1), (3.2, 3.6)], tokens, total_s=6.0)
     stream, _model, clock = stream_of(script, step_s=2.0)
     words, updates = run_stream(stream, script.audio, clock)
     first, second = [u for u in updates if u.words][:2]
