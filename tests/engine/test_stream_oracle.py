@@ -311,6 +311,24 @@ def test_a_later_comma_replaces_the_word_keeping_its_emission_time():
     check_words(words, script)
 
 
+def test_the_peak_margin_shows_a_word_of_the_inputs_last_0_6_s_a_round_sooner():
+    """Deviation 41: a live round stops where attention enters its input's last 0.3 s (the paper: 0.6 s),
+    keeping the token that entered. "w004" (1.65–1.95 s of a 2 s input) is shown by the first round;
+    with the paper's margin the round stops on "w003" (1.3–1.6 s) and "w004" waits a round. The final
+    words are the same."""
+    script = words_script([(0.2, 0.6), (0.7, 1.1), (1.3, 1.6), (1.65, 1.95), (2.2, 2.6), (2.7, 3.1)], total_s=6.0)
+    shown = {}
+    for margin in (StreamConfig().peak_margin_s, 0.6):
+        stream, _model, clock = stream_of(script, step_s=2.0, peak_margin_s=margin)
+        words, updates = run_stream(stream, script.audio, clock)
+        first = next(u for u in updates if u.words)
+        assert first.stats.stop_reason == "peak_margin"
+        shown[margin] = [w.text for w in first.words]
+        check_words(words, script)
+    assert StreamConfig().peak_margin_s == 0.3
+    assert shown == {0.3: ["w001", "w002", "w003", "w004"], 0.6: ["w001", "w002", "w003"]}
+
+
 def test_carry_cut_cap_and_branches():
     from captioner.engine.align import WordSpan
     from captioner.engine.decoder import DecodeResult
