@@ -81,8 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     acc.add_argument("--nonspeech-s", type=float, default=60.0, metavar="S",
                      help="seconds of each non-speech signal (silence, white, brown noise, tones); 0: none")
     acc.add_argument("--reference-ct2", type=Path, metavar="DIR",
-                     help="CTranslate2 Whisper folder of the same weights: add faster-whisper's scores "
-                          "(dev extra)")
+                     help="CTranslate2 Whisper folder of the same weights: add faster-whisper's scores, "
+                          "and the live modes' latency against its word ends (dev extra)")
     acc.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="settings",
                      help="a StreamConfig field of the live modes (repeatable), e.g. closing_split_s=12: a rule's "
                           "variant measured on both halves; recorded in the report")
