@@ -27,7 +27,8 @@ per language; per-word latency and start error against the offline words, and wi
 also the latency against its default decoding's word ends (``latency_fw_s``: an independent time
 reference, the one issue 25 judges by); stutters; words emitted
 on non-speech; compute RTF per mode and, for the live modes, where the compute went (encoder,
-decoder, closing rounds, rounds in the 30 s window: ``compute_split``). Leading silence is judged against the speech onset that Silero
+decoder, closing rounds, rounds in the 30 s window: ``compute_split``) and how much their captions flicker
+(``changed_words``: shown words that a later update takes back and does not show again the same). Leading silence is judged against the speech onset that Silero
 VAD finds (faster-whisper's copy, dev only; no padding), not against the offline words: our DTW puts
 the first word of every window at 0.0 s, offline too. Items in another language than English need a multilingual
 pack (an English-only pack skips them, said so).
@@ -35,6 +36,7 @@ pack (an English-only pack skips them, said so).
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
@@ -356,14 +358,23 @@ def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: s
     reinferred = retried = rounds = 0
     split = dict.fromkeys(COMPUTE_SPLIT, 0.0)
 
+    shown_text: list[bytes] = []  # the captions as shown so far, normalised words
+    changed = 0
+
     def run(call: Callable) -> None:
-        nonlocal reinferred, retried, rounds
+        nonlocal reinferred, retried, rounds, changed
         clock.value = float(len(arrival))
         arrival.append(stream.audio_s)
         t = time.perf_counter()
         update = call()
         compute.append(time.perf_counter() - t)
         rounds += update is not None
+        if update is not None:
+            new = [normalize_word(w.text.encode()) for w in update.words]
+            if update.retract:
+                changed += changed_words(shown_text[len(shown_text) - update.retract :], new)
+                del shown_text[len(shown_text) - update.retract :]
+            shown_text.extend(new)
         if update is not None and update.stats is not None:
             reason = str(update.stats.stop_reason)
             stops[reason] = stops.get(reason, 0) + 1
@@ -385,10 +396,21 @@ def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: s
     return ModeRun(words, sum(compute), {"rounds": rounds, "stop_reasons": stops,
                                          "reinferred_rounds": reinferred, "retried_rounds": retried,
                                          "compute_split": {k: round(v, 4) for k, v in split.items()},
+                                         "changed_words": changed,
                                          "max_backlog_s": max(s - a for s, a in zip(shown, arrival, strict=True))})
 
 
 COMPUTE_SPLIT = ("encoder_s", "decoder_s", "closing_s", "full_window_s")
+
+
+def changed_words(retracted: Sequence[bytes], replacement: Sequence[bytes]) -> int:
+    """Shown words that an update takes back and that do not come back: the ``retracted`` words
+    (normalised, :func:`~captioner.engine.tokens.normalize_word`) without an equal partner among the
+    update's ``replacement`` words, matched in order (``difflib``), so one word put in or taken out
+    does not count the words after it. What a reader sees flicker; a word re-shown with other
+    punctuation or case is not counted."""
+    matcher = difflib.SequenceMatcher(None, list(retracted), list(replacement), autojunk=False)
+    return len(retracted) - sum(block.size for block in matcher.get_matching_blocks())
 
 
 def _split_round(split: dict[str, float], stats: RoundStats) -> None:
@@ -462,6 +484,8 @@ def _group(items: list[dict], mode: str) -> dict:
     splits = [r["info"]["compute_split"] for r in rows if "compute_split" in r.get("info", {})]
     if splits:
         out["compute_split"] = {k: sum(x[k] for x in splits) for k in COMPUTE_SPLIT}
+    if any("changed_words" in r.get("info", {}) for r in rows):
+        out["changed_words"] = sum(r.get("info", {}).get("changed_words", 0) for r in rows)
     if any("latency_s" in r for r in rows):
         out["latency_s"] = summary([x for r in rows for x in r.get("latency_s", [])])
         out["start_error_s"] = summary([x for r in rows for x in r.get("start_error_s", [])])

@@ -45,6 +45,21 @@ def _split_lines(english: dict, modes: list[str]) -> list[str]:
     return ["Where the live compute went:", "", *lines, ""] if lines else []
 
 
+def _changed_lines(english: dict, modes: list[str]) -> list[str]:
+    """How much the live captions flicker (English items): shown words that a later update took back
+    and did not show again the same (``changed_words``), in all and per audio minute."""
+    cells = []
+    for mode in modes:
+        row = english.get(mode, {})
+        if "changed_words" in row and row.get("seconds"):
+            n = row["changed_words"]
+            cells.append(f"{mode} {n} ({60.0 * n / row['seconds']:.1f} per audio minute)")
+    if not cells:
+        return []
+    return ["Shown words changed later (taken back by a later update and not shown again the same; a "
+            "reader sees them flicker): " + "; ".join(cells) + ".", ""]
+
+
 def _fw_latency_lines(summ: dict, modes: list[str]) -> list[str]:
     """The live modes' latency against faster-whisper's word ends (``--reference-ct2``), English
     items, each half and each kind; nothing without that reference."""
@@ -119,6 +134,7 @@ def markdown(acc: dict, header: str = "") -> str:
               "Speech onset: Silero VAD (no padding); leading-silence words start > 0.1 s before it. "
               "RTF: compute ÷ audio seconds, same run.", ""]
     lines += _split_lines(english, modes)
+    lines += _changed_lines(english, modes)
     lines += _fw_latency_lines(summ, modes)
 
     lines += _vocabulary_lines(acc, modes)

@@ -110,6 +110,7 @@ def test_live_words_are_emitted_after_their_audio_and_matched_to_offline(acc_run
     assert split["encoder_s"] + split["decoder_s"] <= row["compute_s"]
     assert 0 < split["full_window_s"] <= row["compute_s"]  # a 2 s clip fits the window: deviation 27
     assert 0 < split["closing_s"] <= row["compute_s"]
+    assert isinstance(row["info"]["changed_words"], int) and row["info"]["changed_words"] >= 0  # caption flicker
     timed = row["timed_words"]  # [text, start, end, emitted]
     assert len(timed) == row["words"] and " ".join(w[0] for w in timed) == row["hypothesis"]
     assert all(w[3] >= w[2] - 0.02 for w in timed)  # shown only after its audio arrived
@@ -137,6 +138,11 @@ def test_report_json_and_plots(acc_run) -> None:
     assert "| mode | English WER | gap vs offline (points) |" in report
     assert "### WER by kind" in report and "### Words on non-speech" in report
     assert "- live_2s: encoder (log-mel included) " in report
+    english = result["accuracy"]["summary"]["english"]["live_2s"]
+    assert english["changed_words"] == sum(it["modes"]["live_2s"]["info"]["changed_words"]
+                                           for it in result["accuracy"]["items"])
+    assert (f"Shown words changed later (taken back by a later update and not shown again the same; a reader sees "
+            f"them flicker): live_2s {english['changed_words']} (") in report
     assert sorted(p.name for p in plots.iterdir()) == ["accuracy_latency.png", "accuracy_wer.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in plots.iterdir())
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from captioner.bench.accuracy import OfflineValidator, load_manifest
+from captioner.bench.accuracy import OfflineValidator, changed_words, load_manifest
 from captioner.bench.scoring import (
     Counts,
     TimedWord,
@@ -149,3 +149,19 @@ def test_manifest_filters_limits_and_reports_bad_lines(tmp_path) -> None:
         load_manifest(path)
     with pytest.raises(CaptionerError, match="cannot read the manifest"):
         load_manifest(tmp_path / "missing.jsonl")
+
+
+def test_changed_words_count_the_shown_words_that_do_not_come_back() -> None:
+    """Caption flicker: a taken-back word shown again the same (after normalisation) is not counted,
+    one word put in or taken out does not count the words after it, and a word taken back for good is."""
+    def norm(text: str) -> list[bytes]:
+        from captioner.engine.tokens import normalize_word
+        return [normalize_word(w.encode()) for w in text.split()]
+
+    assert changed_words(norm("the cat sat"), norm("The cat, sat.")) == 0
+    assert changed_words(norm("the cat sat"), norm("the cats sat down")) == 1
+    assert changed_words(norm("a strange change"), norm("'tis a strange change")) == 0
+    assert changed_words(norm("however the"), norm("when however the night")) == 0
+    assert changed_words(norm("will be over for greater"), norm("will be over forever")) == 2
+    assert changed_words(norm("no no no"), []) == 3
+    assert changed_words([], norm("new words")) == 0
