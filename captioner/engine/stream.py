@@ -51,7 +51,7 @@ Decoding: greedy, in chunks of the pack's chunk plan (:mod:`~captioner.engine.de
 prefix longer than the plan has room for is not forced [14]; words decoded again are proposed to the
 verifier (draft decoding: the same tokens, up to five confirmed per dispatch). The guards of
 :mod:`~captioner.engine.validate`: live rounds stop on the paper's tests (EOT with a garbage
-runner-up, backward shift, peak margin (0.3 s, the paper's 0.6 s halved [41]), token limit [6]); closing rounds end on EOT whenever it wins
+runner-up, backward shift, peak margin (0.15 s, the paper's 0.6 s quartered [41]), token limit [6]); closing rounds end on EOT whenever it wins
 and have no attention stops [16]; the two word guards (a phrase repeated with the committed words as
 context, sound annotations) run in every round. Language (``"auto"`` on a multilingual model): read
 from the first decoder step of every round until 4 s of input settle it, and of every closing
@@ -151,8 +151,8 @@ class StreamConfig:
     Attributes:
         step_s: new audio per round, seconds (0.5–3.0; paper: 2.0).
         peak_margin_s: stop a live round when attention enters the last this-many seconds of its
-            input (paper: 0.6 s; 0.3 s here: the words of the input's last 0.3–0.6 s are shown a
-            round sooner, the final words the same, deviation 41).
+            input (paper: 0.6 s; 0.15 s here: the words of the input's last 0.15–0.6 s are shown a
+            round sooner, the final words decided as before by the closing round, deviation 41).
         min_chunk_s: rounds with a shorter effective input are skipped (audio carried).
         word_end_offset_s: added to the second-to-last word's DTW start for the carry cut.
         exclude_s: f+ is searched from this time on (0.3 s = frame 15).
@@ -239,7 +239,7 @@ class StreamConfig:
     """
 
     step_s: float = 2.0
-    peak_margin_s: float = 0.3
+    peak_margin_s: float = 0.15
     min_chunk_s: float = 1.0
     word_end_offset_s: float = -0.2
     exclude_s: float = 0.3

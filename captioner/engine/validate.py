@@ -303,7 +303,7 @@ class RoundValidator:
         input_s: the round's effective input length in seconds (the peak-margin reference).
         peak_margin_s: stop when f+ enters the last ``peak_margin_s`` of the input; 0 disables it
             (it is also disabled for the final round of a stream). The default is the paper's 0.6 s;
-            the stream passes its own, ``StreamConfig.peak_margin_s`` (0.3 s, deviation 41).
+            the stream passes its own, ``StreamConfig.peak_margin_s`` (0.15 s, deviation 41).
         exclude_s: f+ is searched from this time on.
         median, average: filter widths.
         context: normalised words said just before this round's tokens (the committed words

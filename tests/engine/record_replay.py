@@ -38,7 +38,7 @@ from captioner.engine.validate import RoundValidator, Stop
 # Each: the audio recipe, and what to run on it ("stream": a Stream fed one step at a time, then
 # finish(); "rounds": single rounds, each decoded twice, guards off then the policy's validator).
 # The recipes that record the paper's live rounds (deviation 20 off) keep its peak margin, 0.6 s (the
-# stream's is 0.3 s, deviation 41). Every stream recipe turns deviation 27 off (``closing_from_start``): each is a whole recording under
+# stream's is 0.15 s, deviation 41). Every stream recipe turns deviation 27 off (``closing_from_start``): each is a whole recording under
 # 30 s, whose first utterance would be decoded from the first sample as offline Whisper does; they
 # record the path every later utterance of a stream takes (27 itself: test_real_speech_policy.py).
 SCENARIOS: dict[str, dict[str, Any]] = {
