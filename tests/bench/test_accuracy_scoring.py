@@ -19,6 +19,7 @@ from captioner.bench.scoring import (
     scorer,
     summary,
 )
+from captioner.engine.tokens import normalize_word
 from captioner.errors import CaptionerError
 
 
@@ -155,7 +156,6 @@ def test_changed_words_count_the_shown_words_that_do_not_come_back() -> None:
     """Caption flicker: a taken-back word shown again the same (after normalisation) is not counted,
     one word put in or taken out does not count the words after it, and a word taken back for good is."""
     def norm(text: str) -> list[bytes]:
-        from captioner.engine.tokens import normalize_word
         return [normalize_word(w.encode()) for w in text.split()]
 
     assert changed_words(norm("the cat sat"), norm("The cat, sat.")) == 0

@@ -313,7 +313,7 @@ def test_a_later_comma_replaces_the_word_keeping_its_emission_time():
 
 def test_the_peak_margin_shows_a_word_of_the_inputs_last_0_6_s_a_round_sooner():
     """Deviation 41: a live round stops where attention enters its input's last 0.15 s (the paper: 0.6 s;
-    0.3 s in session 30's step), keeping the token that entered. "w005" (1.86–1.97 s of a 2 s input)
+    the deviation's first step: 0.3 s), keeping the token that entered. "w005" (1.86–1.97 s of a 2 s input)
     is shown by the first round; with a 0.3 s margin the round stops on "w004" (1.62–1.78 s), with the
     paper's on "w003" (1.3–1.6 s), and the words after wait a round. The final words are the same."""
     script = words_script([(0.2, 0.6), (0.7, 1.1), (1.3, 1.6), (1.62, 1.78), (1.86, 1.97), (2.2, 2.6), (2.7, 3.1)],
