@@ -55,9 +55,10 @@ runner-up, backward shift, peak margin (0.15 s, the paper's 0.6 s quartered [41]
 and have no attention stops [16]; the two word guards (a phrase repeated with the committed words as
 context, sound annotations) run in every round. Language (``"auto"`` on a multilingual model): read
 from the first decoder step of every round until 4 s of input settle it, and of every closing
-round [19]; once a closing round has heard it on 4 s or more it is the session's: live rounds no
-longer read it, and a closing round changes it only where it hears another language with
-probability 0.8 or more [33]. Before that, a closing round that is unsure of the language (under 0.5)
+round [19]; a live round changes it only where it hears another language with probability 0.8 or
+more, a closing round at any probability [42]; once a closing round has heard it on 4 s or more it is
+the session's: live rounds no longer read it, and a closing round changes it only where it hears
+another language with probability 0.8 or more [33]. Before that, a closing round that is unsure of the language (under 0.5)
 and whose decode looks wrong by Whisper's own signs (token limit, compression, log-probability) is
 decoded in the other of its two likeliest languages too, and that decode is kept with its language
 when it looks right [38].
@@ -164,7 +165,8 @@ class StreamConfig:
             the input (speculative round).
         reinfer_after: identical backward-shift stops in a row that trigger the 30 s re-inference.
         language: Whisper language code, or "auto": detected on multilingual models from the
-            first decoder step (deviation 19); English-only models are always English.
+            first decoder step (deviation 19), English until a live round is sure of another or a
+            closing round hears one (deviation 42); English-only models are always English.
         task: "transcribe" or "translate".
         vocabulary: names and terms Whisper is told about before every round, as its previous
             context (:mod:`~captioner.engine.vocabulary`); empty: none.
@@ -845,9 +847,13 @@ class Stream:
         for the next utterance. Deviation 33: once a closing round heard it on ``_SETTLE_N``, it is the
         session's: live rounds no longer ask, and a closing round changes it only when it hears another
         language with probability ``_SWITCH_P`` or more (a short or archaic passage of English was taken
-        for Latin, Welsh or Portuguese)."""
+        for Latin, Welsh or Portuguese). Deviation 42: before that, a live round changes the language
+        only when it is as sure (``_SWITCH_P``); an unsure one keeps the stream's (English before any
+        detection) and leaves the choice to the closing round, which changes it at any probability (an
+        English speaker's first 2 s were read as Arabic, Greek, Latin, Vietnamese at 0.3–0.6)."""
         guess = detect_language(self.model, encoding)
-        if guess.code != self.language and (guess.probability >= _SWITCH_P or not self._session_language):
+        sure = guess.probability >= _SWITCH_P
+        if guess.code != self.language and (sure or (closes and not self._session_language)):
             logger.info("language: %s (p %.2f) instead of %s", guess.code, guess.probability, self.language)
             self.language = guess.code
             self._prompt = self.vocab.prompt(guess.code, self.config.task)
@@ -1093,7 +1099,7 @@ _SKIP_MIN_WORDS = 4  # ... at least this many words in: it skipped those drafts 
 _SKIP_SPEECH_S = 1.0  # ... which stand when the speech detector heard this much speech under them
 _SKIP_MARGIN_N = 4800  # 0.3 s: the decode's words are aligned from this much before the first draft it replaces
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
-_SWITCH_P = 0.8  # deviation 33: the probability that changes the session's language
+_SWITCH_P = 0.8  # deviations 33, 42: the probability that changes the session's language, or a live round's
 _UNSURE_P = 0.5  # deviation 38: a closing detection under this is decoded in its two likeliest languages
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 

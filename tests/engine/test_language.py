@@ -27,7 +27,13 @@ from whisper_reference import hf_encode, load_reference
 from captioner import cli
 from captioner.audio.files import load_audio_file
 from captioner.engine.features import log_mel
-from captioner.engine.language import ENGLISH_ONLY, detect_language, language_of, no_speech_probability
+from captioner.engine.language import (
+    ENGLISH_ONLY,
+    LanguageGuess,
+    detect_language,
+    language_of,
+    no_speech_probability,
+)
 from captioner.engine.model import SAMPLES_PER_FRAME
 from captioner.engine.onnx_model import OnnxAcousticModel
 from captioner.engine.runtime import Runtime
@@ -313,3 +319,48 @@ def test_translate_gives_english(base, language: str) -> None:
     assert texts["translate"] != texts["transcribe"]
     assert len(words & english) + sum(w.isdigit() for w in words) >= 3, texts
     assert not words & foreign, texts
+
+
+def _auto_updates(model, audio: np.ndarray) -> tuple[list, object]:
+    """A 2 s stream with language "auto" over ``audio``: its updates and the stream."""
+    from captioner.engine import Stream, StreamConfig
+
+    stream = Stream(model, StreamConfig(step_s=2.0, language="auto"))
+    updates = []
+    for i in range(0, audio.size, 32000):
+        stream.feed(audio[i : i + 32000])
+        updates.append(stream.step())
+    updates.append(stream.finish())
+    return [u for u in updates if u is not None and u.words], stream
+
+
+@pytest.mark.parametrize("scripted", [None, ("ar", 0.9)])
+def test_a_live_round_changes_the_language_only_when_it_is_sure(base, monkeypatch, scripted) -> None:
+    """Deviation 42: before the session has a language, a live round decodes in another language only
+    when its detection is sure (0.8, as a change of the session's language needs); else it keeps the
+    stream's, English before any detection, and the closing round decides. Real whisper-base reads
+    the first 2 s of this English clip ("By Allah replied the fireman …") as Arabic, unsure, and used
+    to show "بيلا رجل افعير"; now the first round shows English words. A sure detection (scripted) is
+    followed as before. The closing round's words are the same either way."""
+    import captioner.engine.stream as stream_module
+
+    real, guesses = stream_module.detect_language, []
+
+    def detector(model, encoding, n=5):
+        guess = real(model, encoding, n)
+        if scripted is not None and not guesses:
+            guess = LanguageGuess(scripted[0], scripted[1], (scripted,))
+        guesses.append(guess)
+        return guess
+
+    monkeypatch.setattr(stream_module, "detect_language", detector)
+    updates, stream = _auto_updates(base, load_audio_file(DATA / "speech-hard" / "2033-164914-0004.wav"))
+    first = updates[0]
+    assert guesses[0].code != "en" and guesses[0].probability > 0.3, guesses[0]  # the first round's detection
+    if scripted is None:
+        assert guesses[0].probability < 0.8
+        assert first.stats.language == "en" and "replied" in [w.text for w in first.words]
+    else:
+        assert first.stats.language == "ar"
+    assert stream.language == "en" and updates[-1].stats.closes
+    assert " ".join(w.text for w in stream.words) == "By Allah replied the fireman, I tell thee the truth."
