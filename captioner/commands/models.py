@@ -44,12 +44,15 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
                              "Windows ARM64 only (docs/PACK_FORMAT.md)")
     parser.add_argument("--chunk", type=int, default=5, metavar="K",
                         help="size of the shared decoder chunks after the first 10 positions (default 5)")
+    parser.add_argument("--beam", type=int, default=0, metavar="B",
+                        help="add a beam-step graph of B hypotheses for the closing rounds' beam search "
+                             "(StreamConfig.closing_beam; measured, not the default: docs/accuracy); default 0: none")
 
 
 def _options(args: argparse.Namespace) -> BuildOptions:
     return BuildOptions(precision=args.precision, linear=args.linear, buckets=parse_buckets(args.buckets),
                         tail_chunk=args.chunk, vocab=args.vocab, layers=args.layers,
-                        cpu_variant=args.cpu_variant)
+                        cpu_variant=args.cpu_variant, beam_size=args.beam)
 
 
 class _Progress:

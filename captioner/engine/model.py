@@ -29,9 +29,13 @@ __all__ = [
     "FRAME_S",
     "SAMPLES_PER_FRAME",
     "AcousticModel",
+    "BeamOutput",
+    "BeamRunner",
+    "BeamStep",
     "ChunkOutput",
     "ChunkRunner",
     "Encoding",
+    "SearchingModel",
     "VerifyingRunner",
 ]
 
@@ -135,6 +139,73 @@ class VerifyingRunner(ChunkRunner, Protocol):
 
     def rewind(self, consumed: int) -> None:
         """Forget the positions from ``consumed`` on."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BeamOutput:
+    """What one beam step returns for its B hypotheses (row b: hypothesis b).
+
+    Attributes:
+        top_tokens: int64 [B, B], each row's B best tokens over ids < EOT, best first.
+        top_logits: float32 [B, B], their logits.
+        eot_logit: float32 [B], the EOT logit of each row.
+        logsumexp: float32 [B], log Σ exp over the vocabulary (logit − logsumexp = log-probability).
+        attn_last, attn_align: float32 [B, n_frames], as :class:`ChunkOutput`'s, of the token each
+            row consumed.
+        elapsed_ms: wall time of the dispatch, milliseconds.
+    """
+
+    top_tokens: np.ndarray
+    top_logits: np.ndarray
+    eot_logit: np.ndarray
+    logsumexp: np.ndarray
+    attn_last: np.ndarray
+    attn_align: np.ndarray
+    elapsed_ms: float = 0.0
+
+
+class BeamStep(Protocol):
+    """B hypotheses decoded one position at a time, each over its own copy of the KV cache."""
+
+    size: int  # B
+    position: int  # the position the next step consumes
+    limit: int  # positions the caches hold: steps run while ``position < limit``
+
+    def step(self, tokens: np.ndarray) -> BeamOutput:
+        """Consume ``tokens[b]`` (int64 [B]) at :attr:`position` in hypothesis b."""
+        ...
+
+    def reorder(self, parents: np.ndarray) -> None:
+        """Hypothesis b continues hypothesis ``parents[b]`` (its cache is copied over)."""
+        ...
+
+
+@runtime_checkable
+class BeamRunner(ChunkRunner, Protocol):
+    """A :class:`ChunkRunner` whose consumed positions can be continued by B hypotheses (a pack's
+    beam-step graph): what a closing round's beam search needs."""
+
+    @property
+    def beam_size(self) -> int:
+        """B, hypotheses of :meth:`beams` (0: no beam graph for this round's bucket)."""
+        ...
+
+    def beams(self, consumed: int) -> BeamStep:
+        """B hypotheses that continue positions ``0 … consumed − 1`` of this runner's cache."""
+        ...
+
+    def rewind(self, consumed: int) -> None:
+        """Forget the positions from ``consumed`` on."""
+        ...
+
+
+@runtime_checkable
+class SearchingModel(Protocol):
+    """An :class:`AcousticModel` whose decoders can search (:class:`BeamRunner`) in some buckets."""
+
+    def beam_width(self, bucket: int) -> int:
+        """Hypotheses a decoder of ``bucket`` searches with (0: none, it decodes greedily only)."""
         ...
 
 

@@ -30,16 +30,16 @@ import numpy as np
 
 from captioner.core import SAMPLE_RATE
 from captioner.engine.features import log_mel, pad_to_frames
-from captioner.engine.model import SAMPLES_PER_FRAME, ChunkOutput, Encoding
+from captioner.engine.model import SAMPLES_PER_FRAME, BeamOutput, ChunkOutput, Encoding
 from captioner.engine.runtime import Runtime, release_free_heap
-from captioner.models.pack import decoder_outputs, layer_feeds
+from captioner.models.pack import BEAM_OUTPUTS, decoder_outputs, layer_feeds
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from captioner.models.pack import Pack
 
-__all__ = ["OnnxAcousticModel", "OnnxChunkRunner"]
+__all__ = ["OnnxAcousticModel", "OnnxBeamStep", "OnnxChunkRunner"]
 
 logger = logging.getLogger(__name__)
 
@@ -135,10 +135,17 @@ class OnnxAcousticModel:
                 return bucket
         raise ValueError(f"{n_samples / SAMPLE_RATE:.2f} s of audio exceed the longest bucket ({self.buckets[-1]} s)")
 
+    def beam_width(self, bucket: int) -> int:
+        """Hypotheses of the pack's beam step for ``bucket`` (0: none; closing rounds decode greedily)."""
+        found = self.pack.beam(bucket)
+        return found[1] if found else 0
+
     def graphs(self, bucket: int) -> list[Path]:
-        """Every graph file of ``bucket``, once: its encoder, then its decoder chunk graphs."""
+        """Every graph file of ``bucket``, once: its encoder, then its decoder chunk graphs, its
+        verifier and its beam step (where the pack has them)."""
         decoders = dict.fromkeys(self.pack.decoder_file(bucket, s, k) for s, k in self.pack.decoder_chunks(bucket))
-        return [self.pack.encoder_file(bucket), *decoders]
+        extra = [found[0] for found in (self.pack.verifier(bucket), self.pack.beam(bucket)) if found]
+        return [self.pack.encoder_file(bucket), *decoders, *extra]
 
     def preload(self, bucket: int) -> None:
         """Create the sessions of every graph of ``bucket`` now instead of on first use."""
@@ -300,6 +307,26 @@ class OnnxChunkRunner:
             raise ValueError(f"chunk ({start}, {size}) starts beyond the {self._slots} cached positions of this round")
         return self._dispatch(graph, start, size, token, proposal)
 
+    @property
+    def beam_size(self) -> int:
+        """Hypotheses of :meth:`beams`; 0 when the pack has no beam graph for this bucket."""
+        return self._model.beam_width(self._encoding.bucket)
+
+    def beams(self, consumed: int) -> OnnxBeamStep:
+        """B hypotheses that continue positions ``0 … consumed − 1`` of this round's cache.
+
+        Raises:
+            ValueError: no beam graph, or ``consumed`` is more than the positions consumed.
+        """
+        if self._cache.generation != self._generation:
+            raise RuntimeError("this round's decoder was superseded by a newer one on the same thread")
+        found = self._model.pack.beam(self._encoding.bucket)
+        if found is None:
+            raise ValueError(f"the pack has no beam graph for the {self._encoding.bucket} s bucket")
+        if not 0 < consumed <= min(self.consumed, self._slots):
+            raise ValueError(f"cannot continue {consumed} positions: {self.consumed} were consumed")
+        return OnnxBeamStep(self, found[0], found[1], consumed)
+
     def rewind(self, consumed: int) -> None:
         """Forget the positions from ``consumed`` on (their cache slots are masked again), e.g. the
         rows of a verifier after its first rejected proposal."""
@@ -337,3 +364,71 @@ class OnnxChunkRunner:
             elapsed_ms=elapsed, logsumexp=out["logsumexp"], nospeech_logit=out.get("nospeech_logit"),
             lang_logits=out.get("lang_logits"),
         )
+
+
+class OnnxBeamStep:
+    """B hypotheses over a pack's beam-step graph; implements :class:`~captioner.engine.model.BeamStep`.
+
+    The caches are [L, 1, S, B, H, D] for K and for V, position-major (position q of hypothesis b at
+    [:, :, q, b]), every hypothesis starting as a copy of the round's cache; each layer's graph input
+    is the [q·B + b, H, D] view of the filled positions (all S on a static-shape provider, whose
+    ``self_mask`` then closes the rest). A reorder copies the filled positions (whisper-base, 40
+    positions: ~5 MB).
+    """
+
+    def __init__(self, runner: OnnxChunkRunner, graph: Path, size: int, consumed: int) -> None:
+        self._runner, self._graph, self.size = runner, graph, size
+        slots = self.limit = runner._slots
+        layers, _, heads, _, head_dim = runner._k.shape
+        self._k = np.zeros((layers, 1, slots, size, heads, head_dim), np.float32)
+        self._v = np.zeros_like(self._k)
+        self._k[:, :, :consumed] = runner._k[:, :, :, :consumed].transpose(0, 1, 3, 2, 4)[:, :, :, None]
+        self._v[:, :, :consumed] = runner._v[:, :, :, :consumed].transpose(0, 1, 3, 2, 4)[:, :, :, None]
+        self._mask = np.full((size, slots, size), MASKED, np.float32)  # [row, position, hypothesis]
+        for b in range(size):
+            self._mask[b, :consumed, b] = 0.0
+        flat = (layers, 1, slots * size, heads, head_dim)
+        self._k_rows, self._v_rows = self._k.reshape(flat), self._v.reshape(flat)  # views
+        self.position = consumed
+
+    def step(self, tokens: np.ndarray) -> BeamOutput:
+        """Consume ``tokens[b]`` at :attr:`position` in hypothesis b; see the protocol."""
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if tokens.shape != (self.size,):
+            raise ValueError(f"a beam step takes {self.size} tokens, got {tokens.tolist()}")
+        if self.position >= self.limit:
+            raise ValueError(f"the beam caches hold {self.limit} positions")
+        runner, p = self._runner, self.position
+        model = runner._model
+        names = [*model.outputs, *BEAM_OUTPUTS]
+        # the filled rows only where shapes are free; a static-shape provider compiled them all
+        rows = self._k_rows.shape[2] if model.runtime.static_shapes else p * self.size
+        feeds = layer_feeds(self_k=self._k_rows[:, :, :rows], self_v=self._v_rows[:, :, :rows],
+                            cross_k=runner._cross_k, cross_v=runner._cross_v)
+        mask = np.ascontiguousarray(self._mask.reshape(self.size, -1)[:, :rows])
+        t0 = time.perf_counter()
+        out = dict(zip(names, model.runtime.run(self._graph, names, {
+            "token": tokens[:1], "forced": tokens[1:], "positions": np.full(self.size, p, dtype=np.int64),
+            "self_mask": mask, "cross_mask": runner._mask, **feeds,
+        }, frames=runner._frames), strict=True))
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        self._k[:, :, p] = out["new_k"].transpose(0, 1, 3, 2, 4)  # [L, 1, H, B, D] -> [L, 1, B, H, D]
+        self._v[:, :, p] = out["new_v"].transpose(0, 1, 3, 2, 4)
+        for b in range(self.size):
+            self._mask[b, p, b] = 0.0
+        self.position = p + 1
+        n = runner._encoding.n_frames
+        return BeamOutput(top_tokens=out["top_tokens"], top_logits=out["top_logits"], eot_logit=out["eot_logit"],
+                          logsumexp=out["logsumexp"], attn_last=np.ascontiguousarray(out["attn_last"][:, :n]),
+                          attn_align=np.ascontiguousarray(out["attn_align"][:, :n]), elapsed_ms=elapsed)
+
+    def reorder(self, parents: np.ndarray) -> None:
+        """Hypothesis b continues ``parents[b]``: its filled positions are copied over."""
+        parents = np.asarray(parents, dtype=np.int64).reshape(-1)
+        if parents.shape != (self.size,) or not ((parents >= 0) & (parents < self.size)).all():
+            raise ValueError(f"parents must be {self.size} hypothesis indices, got {parents.tolist()}")
+        if (parents == np.arange(self.size)).all():
+            return
+        p = self.position
+        self._k[:, :, :p] = self._k[:, :, :p, parents]  # the fancy index copies first
+        self._v[:, :, :p] = self._v[:, :, :p, parents]

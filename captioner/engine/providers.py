@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import onnxruntime as ort
 
 from captioner.core import Provider
-from captioner.models.pack import FRAMES_DIM
+from captioner.models.pack import BEAM_CACHE_DIM, FRAMES_DIM
 
 __all__ = ["CPU_EP", "QNN_EP", "Attempt", "Candidate", "Host", "plan_candidates", "qnn_devices", "session_options"]
 
@@ -131,13 +131,16 @@ class Candidate:
 
 
 def session_options(cand: Candidate, threads: int, frames: int | None = None, *,
-                    verbose: bool = False) -> ort.SessionOptions:
+                    verbose: bool = False, beam_cache: int | None = None) -> ort.SessionOptions:
     """Session options for ``cand`` (the one place they are decided; the runtime and the NPU's trial
     load in a child process both use them); ``frames`` fixes a chunk graph's symbolic number of
-    encoder frames; ``verbose``: ONNX Runtime's own warnings on stderr."""
+    encoder frames, ``beam_cache`` a beam step's cache rows; ``verbose``: ONNX Runtime's own
+    warnings on stderr."""
     so = ort.SessionOptions()
     if frames is not None:
         so.add_free_dimension_override_by_name(FRAMES_DIM, frames)
+    if beam_cache is not None:
+        so.add_free_dimension_override_by_name(BEAM_CACHE_DIM, beam_cache)
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

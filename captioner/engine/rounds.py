@@ -63,6 +63,9 @@ class RoundPlan:
         splits: a closing round that cuts a long open utterance at a pause inside the round's
             input (``end`` is in the pause): the audio after ``end`` stays the utterance's, carried to
             the next round.
+        search: a closing round that decodes with beam search (``closing_beam``, deviation 43, not
+            the default): every closing round but the whole-recording decode (offline Whisper's
+            greedy decode, 27), an input shorter than ``closing_beam_min_s`` and one in a hurry.
     """
 
     kind: RoundKind
@@ -76,6 +79,7 @@ class RoundPlan:
     draft_from: int | None = None
     skip: str | None = None
     splits: bool = False
+    search: bool = False
 
     @property
     def closes(self) -> bool:
@@ -112,6 +116,8 @@ class RoundPolicy:
     from_start: bool = False  # the stream's first utterance, closing within 30 s, decoded from sample 0
     split_n: int = 0  # an open utterance this long is closed at a pause inside the round's input (0: never)
     pause_s: float = 0.2  # ... of at least this many seconds of non-speech
+    beam: bool = False  # closing rounds search with five hypotheses (deviation 43)
+    beam_min_n: int = 0  # ... those whose input is at least this long
 
     @classmethod
     def from_config(cls, cfg) -> RoundPolicy:
@@ -131,6 +137,8 @@ class RoundPolicy:
             from_start=cfg.closing_from_start,
             split_n=round(cfg.closing_split_s * SAMPLE_RATE),
             pause_s=cfg.split_pause_s,
+            beam=cfg.closing_beam,
+            beam_min_n=round(cfg.closing_beam_min_s * SAMPLE_RATE),
         )
 
 
@@ -226,9 +234,15 @@ def _closing(s: StreamState, p: RoundPolicy, model: AcousticModel, start: int, e
         begin = _frames(begin)
         if begin <= start <= s.history[1]:
             return RoundPlan("closing", begin, end, _closing_window(model, end - begin, p.full_n), (),
-                             s.log.first_word_since(begin), start - begin, opens, draft_from)
+                             s.log.first_word_since(begin), start - begin, opens, draft_from,
+                             search=_searches(s, p, end - begin))
     return RoundPlan("closing", start, end, _closing_window(model, end - start, p.full_n), s.prefix,
-                     opens=opens, draft_from=draft_from)
+                     opens=opens, draft_from=draft_from, search=_searches(s, p, end - start))
+
+
+def _searches(s: StreamState, p: RoundPolicy, n: int) -> bool:
+    """A closing round of ``n`` input samples (not the whole recording's) decodes with beam search [43]."""
+    return p.beam and not s.hurry and n >= p.beam_min_n
 
 
 def _splits(s: StreamState, p: RoundPolicy, length: int) -> bool:

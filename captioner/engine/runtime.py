@@ -566,6 +566,19 @@ class Runtime:
         self._group_open = False
 
     # -- NPU contexts compiled ahead ----------------------------------------------------------
+    @property
+    def static_shapes(self) -> bool:
+        """The current provider compiles static shapes (the NPU): a beam step's cache rows are then
+        fixed at their maximum (:meth:`beam_cache_rows`); the CPU takes the filled rows only."""
+        return self._current.static_shapes
+
+    def beam_cache_rows(self) -> int | None:
+        """Rows of the pack's beam-step caches (hypotheses × positions) as a static-shape provider
+        compiles them; None for a pack without a beam step."""
+        rows = [size * self.pack.cache_slots[b] for b in self.pack.buckets if (found := self.pack.beam(b))
+                for size in (found[1],)]
+        return max(rows) if rows else None
+
     def decoder_frames(self, bucket: int) -> int:
         """Encoder frames the decoder chunk graphs of ``bucket`` read on the current provider: the
         bucket's own (50 per second) on the CPU, whose graphs take any count; on a static-shape
@@ -595,9 +608,9 @@ class Runtime:
 
     def npu_units(self, buckets: Iterable[int] | None = None) -> list[tuple[Path, int | None]]:
         """Every (graph, fixed frames) a static-shape provider compiles for ``buckets`` (default
-        :attr:`npu_buckets`): each bucket's encoder (``None``), then its decoder chunk graphs and its
-        verifier with the frames of its group (:meth:`static_decoder_frames`) fixed; each pair once,
-        in that order."""
+        :attr:`npu_buckets`): each bucket's encoder (``None``), then its decoder chunk graphs, its
+        verifier and its beam step with the frames of its group (:meth:`static_decoder_frames`)
+        fixed; each pair once, in that order."""
         units: dict[tuple[Path, int | None], None] = {}
         for bucket in self.npu_buckets if buckets is None else buckets:
             units[(self.pack.encoder_file(bucket), None)] = None
@@ -607,6 +620,9 @@ class Runtime:
             verifier = self.pack.verifier(bucket)
             if verifier:
                 units[(verifier[0], frames)] = None
+            beam = self.pack.beam(bucket)
+            if beam:
+                units[(beam[0], frames)] = None
         return list(units)
 
     def prepare(self, progress: Callable[[int, int], None] | None = None) -> None:
@@ -893,8 +909,10 @@ class Runtime:
 
     def _options(self, cand: Candidate, frames: int | None = None) -> ort.SessionOptions:
         """Session options for ``cand`` (:func:`~captioner.engine.providers.session_options`);
-        ``frames`` fixes a chunk graph's symbolic number of encoder frames."""
-        return session_options(cand, self.threads, frames, verbose=logger.isEnabledFor(logging.DEBUG))
+        ``frames`` fixes a chunk graph's symbolic number of encoder frames (and then, the shapes being
+        static, a beam step's cache rows)."""
+        return session_options(cand, self.threads, frames, verbose=logger.isEnabledFor(logging.DEBUG),
+                               beam_cache=self.beam_cache_rows() if frames is not None else None)
 
     def _open(self, graph: Path, cand: Candidate, inits: Sequence[WeightRef],
               frames: int | None) -> ort.InferenceSession:

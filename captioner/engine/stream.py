@@ -47,9 +47,13 @@ reach back (each decodes only its own input, as the paper's rounds do) and the d
 a closing round (or one with nothing committed yet) keeps the carry's prefix and commits its words
 as a live round does, without speculation.
 
-Decoding: greedy, in chunks of the pack's chunk plan (:mod:`~captioner.engine.decoder`); a forced
-prefix longer than the plan has room for is not forced [14]; words decoded again are proposed to the
-verifier (draft decoding: the same tokens, up to five confirmed per dispatch). The guards of
+Decoding: live and opening rounds greedy, in chunks of the pack's chunk plan
+(:mod:`~captioner.engine.decoder`); a forced prefix longer than the plan has room for is not forced
+[14]; words decoded again are proposed to the verifier (draft decoding: the same tokens, up to five
+confirmed per dispatch). Closing rounds can search with five hypotheses instead, as offline Whisper
+decodes by default (``closing_beam`` with a pack built with ``--beam 5``, :mod:`~captioner.engine.beam`;
+not the whole-recording decode [27], not in a hurry; the round's guards read the chosen
+hypothesis): measured and not the default [43]. The guards of
 :mod:`~captioner.engine.validate`: live rounds stop on the paper's tests (EOT with a garbage
 runner-up, backward shift, peak margin (0.15 s, the paper's 0.6 s quartered [41]), token limit [6]); closing rounds end on EOT whenever it wins
 and have no attention stops [16]; the two word guards (a phrase repeated with the committed words as
@@ -124,6 +128,7 @@ from captioner.engine._committed import (
     token_spans,
 )
 from captioner.engine.align import Alignment, align_words, split_words
+from captioner.engine.beam import decode_beam
 from captioner.engine.decoder import DecodeResult, NativeValidator, TokenValidator, decode_round, max_prefix
 from captioner.engine.language import LanguageGuess, detect_language
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
@@ -215,6 +220,13 @@ class StreamConfig:
         closing_unguarded: a closing decode that the phrase-repetition guard stopped (after the
             retry) is decoded again in the 30 s window without that guard, as offline Whisper
             decodes it, and kept when it looks right (deviation 37).
+        closing_beam: closing rounds decode with beam search (the beam-step graph of a pack built
+            with ``--beam 5``: offline Whisper's default decoding) where their bucket has one, except
+            the stream's first utterance decoded whole (27: offline Whisper's greedy decode of a
+            short recording), inputs under ``closing_beam_min_s`` and rounds in a hurry; their draft
+            is then not used. Measured and not kept (deviation 43: the talk 108 → 95 errors at 2 s,
+            but radio calls and one joined half lost words); False: greedy with the draft.
+        closing_beam_min_s: with ``closing_beam``, the shortest closing input that searches.
         closing_rest: a closing decode that Whisper ended (EOT) while the speech detector still
             hears at least ``_REST_SPEECH_S`` of speech after its last word (Whisper ends early at a
             turn or sentence break; offline Whisper seeks past it to the next window): the audio
@@ -272,6 +284,8 @@ class StreamConfig:
     closing_from_start: bool = True
     closing_retry: bool = True
     closing_unguarded: bool = True
+    closing_beam: bool = False
+    closing_beam_min_s: float = 0.0
     closing_rest: bool = True
     closing_skip: bool = True
     closing_split_s: float = 25.0
@@ -595,10 +609,11 @@ class Stream:
 
         # words decoded again are proposed to the verifier (draft decoding)
         draft = [t.id for t in self._log.tokens[plan.redo_from:]] if plan.redo_from is not None else []
-        result = self._decode_told(encoding, prefix, validator, draft, eff_s)
+        beam = plan.search
+        result = self._decode_told(encoding, prefix, validator, draft, eff_s, beam)
         if unsure is not None and self.language in unsure:
             result = self._other_language(result, unsure, lambda: self._decode_told(encoding, prefix, validator, draft,
-                                                                                   eff_s), stats["round_index"])
+                                                                                   eff_s, beam), stats["round_index"])
         stats["language"] = self.language
         self._closed = self._closed or plan.closes
         chunks, decoder_ms, validation_ms = result.chunks, result.decoder_ms, result.validation_ms
@@ -607,7 +622,7 @@ class Stream:
         if wrong is not None:
             # a short window's decode that looks wrong: heard again as offline Whisper hears it
             again = full = self.model.encode(_heard_with_silence(audio, FULL_N))
-            retry = self._decode_told(again, prefix, validator, draft, eff_s)
+            retry = self._decode_told(again, prefix, validator, draft, eff_s, beam)
             stats.update(retried=True, bucket=again.bucket, mel_ms=stats["mel_ms"] + again.mel_ms,
                          encoder_ms=stats["encoder_ms"] + again.encoder_ms)
             chunks, decoder_ms, validation_ms = (chunks + retry.chunks, decoder_ms + retry.decoder_ms,
@@ -626,7 +641,7 @@ class Stream:
                 full = self.model.encode(_heard_with_silence(audio, FULL_N))
                 stats.update(mel_ms=stats["mel_ms"] + full.mel_ms, encoder_ms=stats["encoder_ms"] + full.encoder_ms)
             stats["retried"] = True
-            free = self._decode_told(full, prefix, lambda: validator(phrases=False), draft, eff_s)
+            free = self._decode_told(full, prefix, lambda: validator(phrases=False), draft, eff_s, beam)
             chunks, decoder_ms, validation_ms = (chunks + free.chunks, decoder_ms + free.decoder_ms,
                                                  validation_ms + free.validation_ms)
             free_wrong = self._looks_wrong(free)
@@ -778,17 +793,23 @@ class Stream:
         return self._update(stats, t_round)
 
     def _decode_told(self, encoding, prefix: tuple[int, ...], validator: Callable[[], TokenValidator],
-                     draft: Sequence[int], input_s: float) -> DecodeResult:
-        """:func:`decode_round` with the vocabulary as the previous context (:meth:`_previous`); when
-        that puts none of its words into the round, the round is decoded again without it and that
-        decode is the result (the list changes only the rounds that hold its words: a list of names
-        that are not said otherwise costs words, docs/VOCABULARY.md). The costs are summed."""
+                     draft: Sequence[int], input_s: float, beam: bool = False) -> DecodeResult:
+        """:func:`decode_round` (``beam``: :func:`decode_beam` where the bucket has a beam graph)
+        with the vocabulary as the previous context (:meth:`_previous`); when that puts none of its
+        words into the round, the round is decoded again without it and that decode is the result
+        (the list changes only the rounds that hold its words: a list of names that are not said
+        otherwise costs words, docs/VOCABULARY.md). The costs are summed."""
+        def decode(context: tuple[int, ...]) -> DecodeResult:
+            searched = decode_beam(self.model, encoding, self._prompt, prefix, validator(), self.config.max_tokens,
+                                   context) if beam else None
+            return searched or decode_round(self.model, encoding, self._prompt, prefix, validator(),
+                                            self.config.max_tokens, draft, context)
+
         context = self._previous(encoding, len(prefix), input_s)
-        told = decode_round(self.model, encoding, self._prompt, prefix, validator(), self.config.max_tokens, draft,
-                            context)
+        told = decode(context)
         if not context or self._vocabulary.heard_in(told.candidates):
             return told
-        plain = decode_round(self.model, encoding, self._prompt, prefix, validator(), self.config.max_tokens, draft)
+        plain = decode(())
         return replace(plain, chunks=plain.chunks + told.chunks, decoder_ms=plain.decoder_ms + told.decoder_ms,
                        validation_ms=plain.validation_ms + told.validation_ms)
 

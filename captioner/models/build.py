@@ -84,6 +84,10 @@ class BuildOptions:
         max_positions: the last decoder position the longest bucket's chunks consume (224).
         verify_chunk: tokens a verifier graph checks per dispatch (the long buckets' caches get
             one: a closing round proposes its draft words to it, ``engine/decoder.py``).
+        beam_size: hypotheses of the long buckets' beam-step graph (closing rounds' beam search,
+            ``engine/beam.py``, with ``StreamConfig.closing_beam``); 0 (the default) or 1: none.
+            Measured and not kept as the default (deviation 43 in docs/accuracy/deviations.md):
+            it won words on long read speech and lost some on radio calls and on a joined half.
         vocab: the decoder's vocabulary projection: ``"int8"`` (an int8 copy of the table ranks
             the vocabulary, the best 32 text tokens and the special tokens are scored exactly in
             fp32: ~3.5× faster decoder steps on the CPU, same greedy tokens; see
@@ -116,6 +120,7 @@ class BuildOptions:
     max_positions: int = 224
     vocab: str = "auto"
     verify_chunk: int = 5
+    beam_size: int = 0
     layers: str = "auto"
     cpu_variant: str = "auto"
 
@@ -169,6 +174,8 @@ class BuildOptions:
             raise PackBuildError(f"buckets must be between 1 and {n_audio_ctx // 50} seconds, not {self.buckets}")
         if self.verify_chunk < 2:
             raise PackBuildError("a verifier checks at least 2 tokens")
+        if self.beam_size < 0:
+            raise PackBuildError("beam_size must be 0 (no beam graph) or more")
         if self.tail_chunk < 2 or any(k < 2 for h in self.heads.values() for k in h):
             raise PackBuildError("every decoder chunk must run at least 2 steps")
         starts = {sum(h) for h in self.heads.values()}
@@ -308,7 +315,8 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
     # a verifier per cache of the long buckets: closing rounds check their draft words with it
     verify_slots = sorted({slots[str(b)] for b in plan if b > SHORT_MAX_S})
     cpu = options.cpu_weights(ckpt.dims.d_model)
-    per_set = len(plan) + len(graphs) + len(verify_slots)
+    beam_slots = verify_slots if options.beam_size > 1 else []  # closing rounds' beam search (deviation 43)
+    per_set = len(plan) + len(graphs) + len(verify_slots) + len(beam_slots)
     total = per_set * (2 if cpu else 1)
     done = 0
     store = WeightStore(root / WEIGHTS_FILE, options.precision)
@@ -316,6 +324,7 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
     encoders: dict[str, str] = {}
     decoders: list[dict] = []
     verifiers: dict[str, dict] = {}
+    beams: dict[str, dict] = {}
     graph_weights: dict[str, list[str]] = {}
 
     def step(file: str) -> None:
@@ -344,6 +353,10 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
             size = options.verify_chunk
             save(build_decoder_chunk(ckpt, store, size, n_slots, linear, size, vocab, verify=True, int8=int8),
                  f"{graph_name(n_slots, size, size, verify=True)}.onnx")
+        for n_slots in beam_slots:
+            size = options.beam_size
+            save(build_decoder_chunk(ckpt, store, size, n_slots, linear, size, vocab, int8=int8, beam=True),
+                 f"{graph_name(n_slots, size, beam=True)}.onnx")
         return names
 
     try:
@@ -360,6 +373,8 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
     for n_slots in verify_slots:
         verifiers[str(n_slots)] = {"file": f"{graph_name(n_slots, options.verify_chunk, options.verify_chunk, verify=True)}.onnx",
                                    "size": options.verify_chunk}
+    for n_slots in beam_slots:
+        beams[str(n_slots)] = {"file": f"{graph_name(n_slots, options.beam_size, beam=True)}.onnx", "size": options.beam_size}
     (root / VOCAB_FILE).write_text(json.dumps([t.hex() for t in ckpt.token_bytes]), encoding="utf-8")
     files = {p.name: file_sha256(p) for p in sorted(root.iterdir()) if p.is_file()}
     manifest = {
@@ -382,6 +397,7 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
         "vocab": options.vocab_projection,
         "layers": layers,
         "verifiers": verifiers,
+        "beams": beams,
         **({"cpu_variant": {"vocab": cpu[0], "layers": cpu[1], "graphs": cpu_graphs}} if cpu else {}),
         "weights": WEIGHTS_FILE,
         "weights_index": store.index,

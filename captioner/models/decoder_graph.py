@@ -76,14 +76,24 @@ from onnx import TensorProto
 from captioner.models.checkpoint import Checkpoint
 from captioner.models.encoder_graph import MASK_BIAS, qkv_weights
 from captioner.models.graph_ops import GraphBuilder, WeightStore, value_info
-from captioner.models.pack import FRAMES_DIM, LAYER_INPUTS, decoder_outputs, layer_input
+from captioner.models.pack import (
+    BEAM_CACHE_DIM,
+    BEAM_OUTPUTS,
+    FRAMES_DIM,
+    LAYER_INPUTS,
+    decoder_outputs,
+    layer_input,
+)
 
 __all__ = ["build_decoder_chunk", "graph_name"]
 
 
-def graph_name(slots: int, size: int, known: int = 1, verify: bool = False) -> str:
+def graph_name(slots: int, size: int, known: int = 1, verify: bool = False, beam: bool = False) -> str:
     """File stem of a chunk graph: ``decoder_s25_k5``, ``decoder_s25_k4_j4`` (known steps batched),
-    ``decoder_s220_k5_j5_v`` (a verifier: every batched row predicts)."""
+    ``decoder_s220_k5_j5_v`` (a verifier: every batched row predicts), ``decoder_s220_b5`` (a beam
+    step of 5 hypotheses with 220 cache slots each)."""
+    if beam:
+        return f"decoder_s{slots}_b{size}"
     return f"decoder_s{slots}_k{size}" + (f"_j{known}" if known > 1 else "") + ("_v" if verify else "")
 
 
@@ -168,15 +178,21 @@ class _Logits:
     Measured (ORT CPU, 2 threads, one row): 10.3 ms fp32, 2.9 ms int8 + shortlist. The greedy
     choice is the fp32 argmax unless the true best token falls outside the int8 top 32
     (never seen on the development corpus; tested equal on real clips), and exact ties between
-    fp32 logits are broken in int8 order instead of by lowest id.
+    fp32 logits are broken in int8 order instead of by lowest id. ``per_row`` (the rows of a beam
+    step): each row quantised with a scale of its own (``GraphBuilder.int8_matmul``), so a
+    hypothesis' log-sum-exp estimate does not depend on the other hypotheses in the dispatch.
     """
 
-    def __init__(self, g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, table_name: str, vocab: str):
+    def __init__(self, g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, table_name: str, vocab: str,
+                 per_row: int = 0):
         self.g, self.x, self.proj, self.int8 = g, x, proj, vocab == "int8"
         if not self.int8:
             self.full = g.op("Gemm", [x, proj], transB=1)  # [r, V]
             return
         q, scale = g.int8_weight(f"{table_name}.int8_t", f"{table_name}.int8_scale", lambda: ckpt.weights[table_name])
+        if per_row:  # a beam step: each hypothesis' row quantised by itself, whatever the other rows
+            self.full = g.int8_matmul(x, q, scale, per_row)
+            return
         xq, xs, xz = g.op("DynamicQuantizeLinear", [x], outputs=3)
         acc = g.op("Cast", [g.op("MatMulInteger", [xq, q, xz])], to=TensorProto.FLOAT)
         self.full = g.op("Mul", [acc, g.op("Mul", [xs, scale])])  # [r, V], int8 estimate
@@ -187,6 +203,20 @@ class _Logits:
             return self.g.op("Gather", [self.full, ids], axis=1)
         rows = self.g.op("Gather", [self.proj, ids], axis=0)  # [n, d]
         return self.g.op("Gemm", [self.x, rows], transB=1)
+
+    def top_text(self, k: int, eot: int) -> tuple[str, str]:
+        """(the ``k`` best tokens [r, k] int64 over ids < ``eot``, best first; their logits [r, k])."""
+        g = self.g
+        text = g.op("Slice", [self.full, g.const([0]), g.const([eot]), g.const([1])])
+        if not self.int8:
+            values, idx = g.op("TopK", [text, g.const([k])], outputs=2, axis=1)
+            return idx, values
+        _, idx = g.op("TopK", [text, g.const([max(k, SHORTLIST)])], outputs=2, axis=1)  # [r, n]
+        cand = g.op("Gather", [self.proj, idx], axis=0)  # [r, n, d]
+        scores = g.op("Squeeze", [g.op("MatMul", [cand, g.op("Unsqueeze", [self.x, g.const([2])])]),
+                                  g.const([2])])  # [r, n], exact
+        values, pos = g.op("TopK", [scores, g.const([k])], outputs=2, axis=1)
+        return g.op("GatherElements", [idx, pos], axis=1), values
 
     def best_text(self, row: str | None, eot: int) -> tuple[str, str]:
         """(argmax token [n] int64, its logit [n]) over ids < ``eot``: of row ``row`` ([1] index,
@@ -208,7 +238,7 @@ class _Logits:
 
 
 def _predict(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, rows: int, table_name: str,
-             vocab: str = "fp32", every_row: bool = False) -> dict[str, str]:
+             vocab: str = "fp32", every_row: bool = False, top: int = 0) -> dict[str, str]:
     """Final layer norm, logits and what the steps of one pass ``x`` [rows, d] report.
 
     The greedy pick (``tokens`` [1] int64, ``token_logit`` [1], ``eot_logit`` [1]) is made after the
@@ -220,7 +250,9 @@ def _predict(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, rows: int, ta
     Measured on whisper-base (ORT 1.32 CPU, one thread): the statistics take ~0.04 ms per row, the
     head's second projected row ~0.3 ms, against ~7.5 ms for a step's vocabulary projection alone
     (``vocab="int8"``: see :class:`_Logits`). With ``every_row`` (a verifier) every row predicts
-    and reports: all outputs are [rows].
+    and reports: all outputs are [rows]. ``top`` > 0 (a beam step, every row): also ``top_tokens``
+    [rows, top] and ``top_logits`` [rows, top], each row's best text tokens, and the greedy pick is
+    their first column.
     """
     special = ckpt.special
     eot = special.eot
@@ -230,12 +262,19 @@ def _predict(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, rows: int, ta
         picked = x if rows == 1 else g.op("Gather", [x, g.const([0, rows - 1])], axis=0)  # [r, d], r = 1 or 2
         r = 1 if rows == 1 else 2
     picked = g.layer_norm(picked, "decoder.layer_norm", ckpt.weights)
-    logits = _Logits(g, ckpt, picked, proj, table_name, vocab)
-    tokens, token_logit = logits.best_text(None if r == 1 or every_row else g.const([1]), eot)
+    logits = _Logits(g, ckpt, picked, proj, table_name, vocab, r if top else 0)
+    best: dict[str, str] = {}
+    if top:
+        best["top_tokens"], best["top_logits"] = logits.top_text(top, eot)
+        first = [g.const([0]), g.const([1]), g.const([1])]
+        tokens = g.op("Reshape", [g.op("Slice", [best["top_tokens"], *first]), g.const([r])])
+        token_logit = g.op("Reshape", [g.op("Slice", [best["top_logits"], *first]), g.const([r])])
+    else:
+        tokens, token_logit = logits.best_text(None if r == 1 or every_row else g.const([1]), eot)
     eot_all = logits.exact(g.const([eot]))  # [r, 1]
     last_eot = eot_all if r == 1 or every_row else g.op("Slice", [eot_all, g.const([1]), g.const([2]), g.const([0])])
     out = {"tokens": tokens, "token_logit": token_logit,
-           "eot_logit": g.op("Reshape", [last_eot, g.const([r if every_row else 1])])}
+           "eot_logit": g.op("Reshape", [last_eot, g.const([r if every_row else 1])]), **best}
     # log-sum-exp as ReduceMax + Exp + ReduceSum + Log (QNN's HTP has no ReduceLogSumExp)
     full = logits.full
     peak = g.op("ReduceMax", [full, g.const([1])], keepdims=1)  # [r, 1]
@@ -256,7 +295,8 @@ def _predict(g: GraphBuilder, ckpt: Checkpoint, x: str, proj: str, rows: int, ta
 
 
 def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: int, linear: str,
-                        known: int = 1, vocab: str = "fp32", verify: bool = False, int8: bool = False):
+                        known: int = 1, vocab: str = "fp32", verify: bool = False, int8: bool = False,
+                        beam: bool = False):
     """The ModelProto of a chunk graph: ``size`` = K steps over a cache of ``slots`` = S positions,
     the first ``known`` steps batched, for any number of encoder frames (see the module docstring).
 
@@ -265,6 +305,17 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
     tokens go through as one batch and every row predicts, so the host checks K proposed tokens
     for about the cost of one step (the step streams the weights once for all rows). ``int8``:
     the layers' linear weights in int8 (``GraphBuilder.linear``).
+
+    ``beam`` (with ``known = size`` = B) makes a beam step: B hypotheses at the same position p, each
+    with its own cache of up to ``slots`` positions, seeing only its own new key; every row predicts
+    and also reports its B best text tokens (``top_tokens``, ``top_logits`` [B, B]). The caches are
+    one input per layer and kind, ``self_k_i`` [C, H, hd] position-major (row q·B + b: position q of
+    hypothesis b) with C = ``beam_cache`` symbolic (:data:`~captioner.models.pack.BEAM_CACHE_DIM`),
+    and ``self_mask`` [B, C] opens row b's own rows; the host feeds ``positions`` = [p]·B. On the CPU
+    the host feeds only the filled rows (C = p·B): the attention reads what was decoded instead of
+    B·S slots (whisper-base, p ≈ 40: a step 12 → ~9 ms); a static-shape provider fixes C = B·S.
+    The B rows stream the weights once, so a step of five hypotheses costs less than two
+    sequential steps on the CPU.
     """
     dims, w = ckpt.dims, ckpt.weights
     d, heads, hd, n_layers = dims.d_model, dims.decoder_heads, dims.head_dim, dims.decoder_layers
@@ -273,12 +324,13 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
         raise ValueError("a decoder chunk runs at least 1 step")
     if not 1 <= known <= size:
         raise ValueError(f"known steps must be between 1 and the chunk size {size}, not {known}")
-    if verify and known != size:
-        raise ValueError("a verifier batches all its steps (known = size)")
-    if slots < 1 or slots + size > dims.n_text_ctx:
+    if (verify or beam) and known != size:
+        raise ValueError("a verifier or a beam step batches all its steps (known = size)")
+    every = verify or beam  # every row predicts
+    if slots < 1 or slots + (1 if beam else size) > dims.n_text_ctx:
         raise ValueError(f"a cache of {slots} slots and {size} steps exceeds the model's {dims.n_text_ctx} positions")
     scale = float(hd) ** -0.5
-    g = GraphBuilder(graph_name(slots, size, known, verify), store, linear, int8)
+    g = GraphBuilder(graph_name(slots, size, known, verify, beam), store, linear, int8)
 
     embed = g.weight("decoder.embed_tokens.weight", lambda: w["decoder.embed_tokens.weight"])
     table_name = "decoder.embed_tokens.weight" if ckpt.tied_output else "proj_out.weight"
@@ -286,7 +338,13 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
     pos_table = g.weight("decoder.embed_positions.weight", lambda: w["decoder.embed_positions.weight"])
 
     per_layer = {kind: [layer_input(kind, i) for i in range(n_layers)] for kind in LAYER_INPUTS}
-    cache_kt = [g.op("Transpose", [t], perm=[0, 2, 1]) for t in per_layer["self_k"]]  # [H, hd, S]
+    if beam:  # the cache rows are [C, H, hd], position-major (the host feeds the filled ones)
+        cache_kt = [g.op("Transpose", [t], perm=[1, 2, 0]) for t in per_layer["self_k"]]  # [H, hd, C]
+        cache_v = [g.op("Transpose", [t], perm=[1, 0, 2]) for t in per_layer["self_v"]]  # [H, C, hd]
+        n_cache = g.op("Slice", [g.op("Shape", ["self_mask"]), g.const([1]), g.const([2])])  # [1]: C
+    else:
+        cache_kt = [g.op("Transpose", [t], perm=[0, 2, 1]) for t in per_layer["self_k"]]  # [H, hd, S]
+        cache_v = per_layer["self_v"]
     align_by_layer: dict[int, list[int]] = {}
     for layer, head in ckpt.alignment_heads:
         align_by_layer.setdefault(layer, []).append(head)
@@ -295,13 +353,13 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
     pos_rows = g.op("Gather", [pos_table, "positions"], axis=0)  # [K, d]
     pos_parts = [pos_rows] if len(groups) == 1 else g.op("Split", [pos_rows, g.const(groups)],
                                                           outputs=len(groups), axis=0)
-    out_names = decoder_outputs(ckpt.special)
+    out_names = decoder_outputs(ckpt.special) + (BEAM_OUTPUTS if beam else ())
     outs: dict[str, list[str]] = {name: [] for name in out_names if not name.startswith("new_")}
     token = "token"
     if known > 1:
         given = g.op("Slice", ["forced", g.const([0]), g.const([known - 1])])
         token = g.op("Concat", ["token", given], axis=0)
-        if not verify:
+        if not every:
             zeros = g.const(np.zeros(known - 1), np.float32)
             outs["tokens"].append(given)  # these rows predict nothing: their next token is given
             outs["token_logit"].append(zeros)
@@ -313,9 +371,10 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
     for rows, pos in zip(groups, pos_parts, strict=True):
         x = g.op("Add", [g.op("Gather", [embed, token], axis=0), pos])  # [rows, d]
         causal = None
-        if rows > 1:  # row r of the batch sees the new keys up to its own position
-            bias = np.where(np.arange(rows)[None, :] > np.arange(rows)[:, None], MASK_BIAS, 0.0)
-            causal = g.const(bias, np.float32)
+        if rows > 1:  # row r of the batch sees the new keys up to its own position (a beam row: its own)
+            later = np.arange(rows)[None, :] != np.arange(rows)[:, None] if beam else \
+                np.arange(rows)[None, :] > np.arange(rows)[:, None]
+            causal = g.const(np.where(later, MASK_BIAS, 0.0), np.float32)
         align_sum = None
         for i in range(n_layers):
             pre = f"decoder.layers.{i}"
@@ -329,8 +388,9 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
             if causal is not None:
                 s_new = g.op("Add", [s_new, causal])
             probs = g.op("Softmax", [g.op("Concat", [s_cache, s_new], axis=-1)], axis=-1)
-            p_cache, p_new = g.op("Split", [probs, g.const([slots, done + rows])], outputs=2, axis=-1)
-            o = g.op("Add", [g.op("MatMul", [p_cache, per_layer["self_v"][i]]), g.op("MatMul", [p_new, v_new])])
+            sizes = g.op("Concat", [n_cache, g.const([done + rows])], axis=0) if beam else g.const([slots, done + rows])
+            p_cache, p_new = g.op("Split", [probs, sizes], outputs=2, axis=-1)
+            o = g.op("Add", [g.op("MatMul", [p_cache, cache_v[i]]), g.op("MatMul", [p_new, v_new])])
             o = _from_heads(g, o, rows, d)
             x = g.op("Add", [x, _linear(g, ckpt, o, f"{pre}.self_attn.out_proj", rows, d, d)])
             x, probs = _cross_and_mlp(g, ckpt, x, pre, scale, per_layer["cross_k"][i], per_layer["cross_v"][i], rows)
@@ -341,7 +401,7 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
         assert align_sum is not None  # the checkpoint loader guarantees alignment heads
         outs["attn_align"].append(g.op("Mul", [align_sum, g.const([1.0 / len(ckpt.alignment_heads)], np.float32)]))
 
-        for name, value in _predict(g, ckpt, x, proj, rows, table_name, vocab, verify).items():
+        for name, value in _predict(g, ckpt, x, proj, rows, table_name, vocab, every, size if beam else 0).items():
             outs[name].append(value)
         choice = outs["tokens"][-1]
         done += rows
@@ -361,12 +421,15 @@ def build_decoder_chunk(ckpt: Checkpoint, store: WeightStore, size: int, slots: 
                  "logsumexp": (f32, [size]), "nospeech_logit": (f32, [size]),
                  "lang_logits": (f32, [size, len(ckpt.special.languages)]),
                  "attn_last": (f32, [size, frames]), "attn_align": (f32, [size, frames]),
-                 "new_k": (f32, [n_layers, 1, heads, size, hd]), "new_v": (f32, [n_layers, 1, heads, size, hd])}
-    layer_shape: dict[str, list[int | str]] = {"self_k": [heads, slots, hd], "self_v": [heads, slots, hd],
+                 "new_k": (f32, [n_layers, 1, heads, size, hd]), "new_v": (f32, [n_layers, 1, heads, size, hd]),
+                 "top_tokens": (i64, [size, size]), "top_logits": (f32, [size, size])}
+    own: list[int | str] = [BEAM_CACHE_DIM, heads, hd] if beam else [heads, slots, hd]
+    layer_shape: dict[str, list[int | str]] = {"self_k": own, "self_v": own,
                    "cross_k": [heads, hd, frames], "cross_v": [heads, hd, frames]}  # per LAYER_INPUTS kind
     return g.model(
         [value_info("token", i64, [1]), value_info("forced", i64, [size - 1]), value_info("positions", i64, [size]),
-         value_info("self_mask", f32, [slots]), value_info("cross_mask", f32, [frames]),
+         value_info("self_mask", f32, [size, BEAM_CACHE_DIM] if beam else [slots]),
+         value_info("cross_mask", f32, [frames]),
          *[value_info(layer_input(kind, i), f32, layer_shape[kind]) for i in range(n_layers) for kind in LAYER_INPUTS]],
         [value_info(name, *out_shape[name]) for name in out_names],
     )

@@ -228,6 +228,14 @@ class GraphBuilder:
                      rows: int, n_out: int) -> str:
         """:meth:`linear` with int8 weights and ``x`` quantised on the fly (``int8`` of the builder)."""
         wq, ws = self.int8_weight(f"{name}.weight_int8_t", f"{name}.weight_int8_scale", w)
+        y = self.int8_matmul(x, wq, ws, rows)
+        if b is not None:
+            y = self.op("Add", [y, self.weight(f"{name}.bias", b)])
+        return y
+
+    def int8_matmul(self, x: str, wq: str, ws: str, rows: int) -> str:
+        """``x`` [..., rows, n_in] times an :meth:`int8_weight` (``wq`` [n_in, n_out], scales ``ws``
+        [n_out]), each row of ``x`` quantised with a scale of its own: [..., rows, n_out]."""
         # one scale per row, symmetric, stored as uint8 around 128: ORT's fast integer kernel is
         # u8×s8 (s8×s8 ran 13× slower here), and its MatMulInteger takes one zero point per tensor
         peak = self.op("ReduceMax", [self.op("Abs", [x]), self.const([-1])], keepdims=1)  # [..., rows, 1]
@@ -235,10 +243,7 @@ class GraphBuilder:
         xq = self.op("QuantizeLinear", [x, self.op("Reshape", [xs, self.const([rows])]),
                                         self.const(np.full(rows, 128), np.uint8)], axis=-2)
         acc = self.op("Cast", [self.op("MatMulInteger", [xq, wq, self.const(128, np.uint8)])], to=TensorProto.FLOAT)
-        y = self.op("Mul", [self.op("Mul", [acc, xs]), ws])
-        if b is not None:
-            y = self.op("Add", [y, self.weight(f"{name}.bias", b)])
-        return y
+        return self.op("Mul", [self.op("Mul", [acc, xs]), ws])
 
     def layer_norm(self, x: str, name: str, weights: Mapping[str, np.ndarray]) -> str:
         """LayerNormalization over the last axis with the checkpoint's ``name.weight``/``name.bias`` (eps 1e-5)."""

@@ -88,6 +88,8 @@ def pack_name(source: str, options: BuildOptions | None = None) -> str:
     suffix = ("-fp16" if options.precision == "fp16" else "") + ("-conv" if options.linear == "conv" else "")
     if options.tail_chunk != BuildOptions().tail_chunk:
         suffix += f"-k{options.tail_chunk}"
+    if options.beam_size > 1:
+        suffix += f"-beam{options.beam_size}"
     return base + suffix
 
 

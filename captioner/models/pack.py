@@ -71,6 +71,7 @@ MANIFEST = "manifest.json"
 # stacked [L, …] input copies it on every dispatch: 37 MB per chunk for whisper-base at 30 s).
 LAYER_INPUTS = ("self_k", "self_v", "cross_k", "cross_v")
 FRAMES_DIM = "frames"  # the symbolic number of encoder frames of a chunk graph (shared by buckets)
+BEAM_CACHE_DIM = "beam_cache"  # the symbolic cache rows of a beam step (positions × hypotheses)
 
 
 def decoder_outputs(special: SpecialTokens) -> tuple[str, ...]:
@@ -83,6 +84,9 @@ def decoder_outputs(special: SpecialTokens) -> tuple[str, ...]:
             *(("nospeech_logit",) if special.nospeech is not None else ()),
             *(("lang_logits",) if special.languages else ()),
             "attn_last", "attn_align", "new_k", "new_v")
+
+
+BEAM_OUTPUTS = ("top_tokens", "top_logits")  # a beam step's outputs after the chunk graph's
 
 
 def layer_input(kind: str, layer: int) -> str:
@@ -263,6 +267,7 @@ class Pack:
     _encoders: Mapping[int, str] = field(repr=False)
     _decoders: Mapping[tuple[int, int, int], tuple[str, int]] = field(repr=False)
     _verifiers: Mapping[int, tuple[str, int]] = field(repr=False)
+    _beams: Mapping[int, tuple[str, int]] = field(repr=False)
     _graph_weights: Mapping[str, tuple[WeightRef, ...]] = field(repr=False)
     _cpu_graphs: Mapping[str, str] = field(repr=False)
 
@@ -299,6 +304,13 @@ class Pack:
         batched row predicts: ``decoder_graph.build_decoder_chunk(verify=True)``); None when the
         pack has none for it (the short buckets, and packs built before verifiers)."""
         entry = self._verifiers.get(self.cache_slots[int(bucket)])
+        return (self.root / entry[0], entry[1]) if entry else None
+
+    def beam(self, bucket: int) -> tuple[Path, int] | None:
+        """The beam-step graph of ``bucket``'s cache and its number of hypotheses
+        (``decoder_graph.build_decoder_chunk(beam=True)``); None when the pack has none for it (the
+        short buckets, and packs built before beam search)."""
+        entry = self._beams.get(self.cache_slots[int(bucket)])
         return (self.root / entry[0], entry[1]) if entry else None
 
     def decoder_chunks(self, bucket: int) -> list[tuple[int, int]]:
@@ -348,7 +360,8 @@ class Pack:
         enc = [self.root / self._encoders[b] for b in sorted(self._encoders)]
         dec = dict.fromkeys(self.root / self._decoders[key][0] for key in sorted(self._decoders))
         ver = [self.root / self._verifiers[s][0] for s in sorted(self._verifiers)]
-        return enc + list(dec) + ver
+        beams = [self.root / self._beams[s][0] for s in sorted(self._beams)]
+        return enc + list(dec) + ver + beams
 
     def cpu_file(self, graph: Path | str) -> Path:
         """The graph the CPU provider runs for ``graph`` (a main graph of this pack): its CPU
@@ -410,8 +423,9 @@ class Pack:
         decoders = {(int(d["bucket"]), int(d["start"]), int(d["size"])): (str(d["file"]), int(d["known"]))
                     for d in manifest["decoders"]}
         verifiers = {int(s): (str(v["file"]), int(v["size"])) for s, v in manifest.get("verifiers", {}).items()}
+        beams = {int(s): (str(v["file"]), int(v["size"])) for s, v in manifest.get("beams", {}).items()}
         for name in [*encoders.values(), *(f for f, _ in decoders.values()), *(f for f, _ in verifiers.values()),
-                     manifest["weights"], manifest["vocabulary"]]:
+                     *(f for f, _ in beams.values()), manifest["weights"], manifest["vocabulary"]]:
             if name not in files:
                 raise ModelError(f"{mpath} does not list {name} in 'files'")
         buckets = tuple(sorted(int(b) for b in manifest["buckets"]))
@@ -420,7 +434,8 @@ class Pack:
         slots = {int(b): int(s) for b, s in manifest["cache_slots"].items()}
         if set(slots) != set(buckets):
             raise ModelError(f"{mpath}: cache_slots {sorted(slots)} do not match the buckets {buckets}")
-        main_graphs = {*encoders.values(), *(f for f, _ in decoders.values()), *(f for f, _ in verifiers.values())}
+        main_graphs = {*encoders.values(), *(f for f, _ in decoders.values()), *(f for f, _ in verifiers.values()),
+                       *(f for f, _ in beams.values())}
         variant = manifest.get("cpu_variant")
         cpu_graphs = {str(k): str(v) for k, v in variant["graphs"].items()} if variant else {}
         if variant and set(cpu_graphs) != main_graphs:
@@ -457,6 +472,7 @@ class Pack:
             _encoders=MappingProxyType(encoders),
             _decoders=MappingProxyType(decoders),
             _verifiers=MappingProxyType(verifiers),
+            _beams=MappingProxyType(beams),
             _graph_weights=MappingProxyType(graph_weights),
             _cpu_graphs=MappingProxyType(cpu_graphs),
         )

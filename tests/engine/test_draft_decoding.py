@@ -6,19 +6,12 @@ the greedy decode's tokens, with fewer step-equivalents of decoder work when the
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
+from speech_clips import CLIPS
 
-from captioner.audio import load_audio_file
-from captioner.engine import OnnxAcousticModel, Runtime
+from captioner.engine import OnnxAcousticModel
 from captioner.engine.decoder import NativeValidator, decode_round
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "speech"
-CLIPS = [json.loads(line) for line in (DATA / "manifest.jsonl").read_text(encoding="utf-8").splitlines() if line]
-SR = 16000
 
 
 def _attention_tolerance(model: OnnxAcousticModel) -> float:
@@ -62,25 +55,14 @@ class Counting:
         return runner
 
 
-@pytest.fixture(scope="module", params=["fp32", "int8"])
-def model(request, real_tiny_en_pack, real_tiny_en_int8_pack) -> OnnxAcousticModel:
-    """tiny.en with its default fp32 layers, and with int8 layers (whisper-base's default)."""
-    pack = real_tiny_en_pack if request.param == "fp32" else real_tiny_en_int8_pack
-    return OnnxAcousticModel(pack, Runtime(pack, "cpu"))
+@pytest.fixture(scope="module")
+def model(tiny_en) -> OnnxAcousticModel:
+    return tiny_en
 
 
 @pytest.fixture(scope="module")
-def closing(model):
-    """Each clip as a closing round sees it: padded with silence to 10 s (or 20 s), encoded."""
-    out = []
-    for clip in CLIPS:
-        audio = load_audio_file(DATA / clip["audio"])
-        n = audio.size - audio.size % 320
-        window = 10 * SR if n <= 10 * SR else 20 * SR
-        padded = np.zeros(window, np.float32)
-        padded[:n] = audio[:n]
-        out.append((model.encode(padded), n / SR))
-    return out
+def closing(closing_inputs):
+    return closing_inputs
 
 
 def decode(model, encoding, input_s, draft=()):

@@ -259,7 +259,8 @@ def test_buckets_share_the_npus_decoder_graphs_and_the_padding_changes_no_output
     assert [rt.decoder_frames(b) for b in pack.buckets] == [50 * b for b in pack.buckets]  # the CPU: its own
     per_bucket = {(pack.encoder_file(b), None) for b in pack.buckets} | {
         (pack.decoder_file(b, s, k), 50 * b) for b in pack.buckets for s, k in pack.decoder_chunks(b)} | {
-        (pack.verifier(b)[0], 50 * b) for b in pack.buckets if pack.verifier(b)}
+        (pack.verifier(b)[0], 50 * b) for b in pack.buckets if pack.verifier(b)} | {
+        (pack.beam(b)[0], 50 * b) for b in pack.buckets if pack.beam(b)}
     units = rt.npu_units()
     assert {f for _, f in units} == {None, 300, 500, 1500}
     print(f"NPU graphs: {len(units)} with shared frame counts, {len(per_bucket)} with one per bucket")

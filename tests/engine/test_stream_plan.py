@@ -219,6 +219,34 @@ def test_later_utterances_long_inputs_and_hurried_streams_close_from_the_utteran
     assert hurried.kind == "closing" and (hurried.start, hurried.prefix, hurried.redo_from) == (2 * SR, (7,), None)
 
 
+def test_closing_rounds_search_but_the_whole_recording_s_and_a_hurried_one(vocab) -> None:
+    """Beam search [43], with ``closing_beam`` (not the default): every closing round searches
+    (looking back or not, splitting at a pause) when its input is at least ``closing_beam_min_s``
+    long, except the decode of the whole recording [27], which is offline Whisper's greedy decode,
+    and a round in a hurry; live and opening rounds are greedy; by default none searches."""
+    first = drafted(vocab, (" He", 1.5, 1.8), (" could", 1.8, 2.2))
+    second = drafted(vocab, (" He", 1.5, 1.8), (" could", 10.8, 11.2))
+    second.set_draft(1)
+    on = policy(closing_beam=True)
+    whole = plan_round(state(first, 2, 2, utterance_s=1.3), on, MODEL, Detector(1.5, 3.0))
+    later = plan_round(state(second, 12, 2, utterance_s=10.3), on, MODEL, Detector(10.5, 13.0))
+    own = plan_round(state(first, 2, 2, utterance_s=1.3), policy(closing_beam=True, closing_from_start=False), MODEL,
+                     Detector(1.5, 3.0))
+    hurried = plan_round(state(second, 12, 2, utterance_s=10.3, hurry=True), on, MODEL, Detector(10.5, 13.0))
+    live = plan_round(state(second, 12, 2, utterance_s=10.3), on, MODEL, Detector(10.5, 14.0))  # it goes on
+    short = plan_round(state(second, 12, 2, utterance_s=10.3), policy(closing_beam=True, closing_beam_min_s=3.0),
+                       MODEL, Detector(10.5, 13.0))  # 10.3 -> 13.2 s: 2.9 s
+    default = plan_round(state(second, 12, 2, utterance_s=10.3), policy(), MODEL, Detector(10.5, 13.0))
+    plans = (whole, later, own, hurried, live, short, default)
+    assert [p.kind for p in plans] == ["closing"] * 4 + ["opening", "closing", "closing"]
+    assert whole.start == 0 and later.looks_back and own.looks_back and not hurried.looks_back
+    assert [p.search for p in plans] == [False, True, True, False, False, False, False]
+    log = drafted(vocab, (" He", 0.5, 0.8), (" could", 8.0, 8.4), (" wait", 14.0, 14.5), (" no", 21.0, 21.3))
+    split = plan_round(state(log, 21, 3, utterance_s=0.3), policy(closing_beam=True, closing_split_s=20.0,
+                       closing_from_start=False), MODEL, Detector(0.5, 24.0, ((21.5, 21.7),)))
+    assert split.splits and split.search
+
+
 def test_a_long_utterance_closes_at_its_latest_pause_and_goes_on_after_it(vocab) -> None:
     """Closing at a pause [31]: an open utterance ``closing_split_s`` or longer (its start to the
     input's end) whose round input holds a pause of ``split_pause_s`` or more closes there, cut the

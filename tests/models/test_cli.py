@@ -242,3 +242,4 @@ def test_installed_pack_names_tell_non_default_builds_apart() -> None:
     conv = BuildOptions(linear="conv", precision="fp16")  # the NPU form
     assert pack_name("openai/whisper-base", conv) == "openai--whisper-base-fp16-conv"
     assert pack_name("/ckpt/my-whisper", BuildOptions(linear="conv", tail_chunk=7)) == "my-whisper-conv-k7"
+    assert pack_name("base", BuildOptions(beam_size=5)) == "whisper-base-beam5"  # the closing rounds' beam step

@@ -72,6 +72,7 @@ def test_pack_api(tiny_pack):
     assert {p.decoder_file(b, 4, 6) for b in (3, 4, 5, 6)} == {p.decoder_file(3, 4, 6)}  # shared by the short buckets
     assert p.cache_slots[3] == 25 and p.cache_slots[30] == 220
     assert len(p.graph_files()) == 7 + 4 + 4 + 1  # + the long buckets' verifier
+    assert p.beam(10) is None and p.manifest["beams"] == {}  # no beam step unless built with --beam
     assert p.weights_file().name == "weights.bin"
     assert len(p.pack_hash) == 64 and p.pack_hash == file_sha256(p.root / "manifest.json")
     with pytest.raises(ModelError, match="no 7 s encoder"):

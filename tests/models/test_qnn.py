@@ -81,13 +81,15 @@ def test_every_graph_runs_on_htp_without_cpu_fallback(small_pack):
     # and 4 for the larger cache of the 10, 20 and 30 s buckets, with its verifier
     assert len(graphs) == 16
     for bucket in small_pack.buckets:  # each chunk graph as the runtime compiles it: frames fixed per bucket
-        verifier = small_pack.verifier(bucket)
+        verifier, beam = small_pack.verifier(bucket), small_pack.beam(bucket)
         for path in [small_pack.encoder_file(bucket),
                      *dict.fromkeys(small_pack.decoder_file(bucket, *c) for c in small_pack.decoder_chunks(bucket)),
-                     *([verifier[0]] if verifier else [])]:
+                     *([verifier[0]] if verifier else []), *([beam[0]] if beam else [])]:
             so = qnn_session_options()
             if path.name.startswith("decoder_"):
                 so.add_free_dimension_override_by_name("frames", 50 * bucket)
+            if beam and path == beam[0]:  # the NPU's beam step: every cache row (hypotheses × positions)
+                so.add_free_dimension_override_by_name("beam_cache", beam[1] * small_pack.cache_slots[bucket])
             session = ort.InferenceSession(str(path), so)  # fails if a node needs the CPU
             assert [i.name for i in session.get_inputs()][:1] in (["mel"], ["token"])
             del session
@@ -178,3 +180,47 @@ def test_htp_matches_cpu_on_the_longest_graphs(qnn_pack, qnn_runner):
         assert np.abs(last_qnn[name] - last_cpu[name]).max() <= ATOL_VALUES, name
     for name in ("attn_last", "attn_align"):
         assert np.abs(last_qnn[name] - last_cpu[name]).max() <= ATOL_ATTENTION, name
+
+
+def test_the_beam_step_runs_on_htp_with_every_cache_row_as_the_cpu_with_the_filled_ones(tmp_path_factory):
+    """A pack built with ``--beam 5``: its beam step compiles whole for the HTP with the frames and
+    the cache rows fixed (5 × 220, as ``Runtime.beam_cache_rows`` gives them), and with every row
+    fed (the unfilled ones masked) it predicts what the CPU predicts from the filled rows alone."""
+    root = tmp_path_factory.mktemp("qnn-beam")
+    ckpt = make_checkpoint(root / "ckpt", d_model=32, layers=1, heads=2, ffn=64, seed=3, alignment_heads=[(0, 1)])
+    pack = build_pack(ckpt, root / "pack", BuildOptions(vocab="fp32", layers="fp32", beam_size=5))
+    path, width = pack.beam(10)
+    slots, frames, filled = pack.cache_slots[10], 500, 7
+    heads, hd = pack.dims.decoder_heads, pack.dims.head_dim
+    rng = np.random.default_rng(11)
+    cache_k = rng.standard_normal((slots, width, heads, hd)).astype(np.float32)
+    cache_v = rng.standard_normal((slots, width, heads, hd)).astype(np.float32)
+    mask = np.full((width, slots, width), -100.0, np.float32)
+    for b in range(width):
+        mask[b, :filled, b] = 0.0
+    cross_k, cross_v = (rng.standard_normal((heads, hd, frames)).astype(np.float32) for _ in range(2))
+    cross_mask = np.zeros(frames, np.float32)
+    cross_mask[300:] = -100.0
+
+    def feeds(rows: int) -> dict:
+        return {"token": np.array([7], np.int64), "forced": np.array([8, 9, 10, 11], np.int64),
+                "positions": np.full(width, filled, np.int64),
+                "self_mask": np.ascontiguousarray(mask.reshape(width, -1)[:, :rows]),
+                "cross_mask": cross_mask,
+                "self_k_0": np.ascontiguousarray(cache_k.reshape(-1, heads, hd)[:rows]),
+                "self_v_0": np.ascontiguousarray(cache_v.reshape(-1, heads, hd)[:rows]),
+                "cross_k_0": cross_k, "cross_v_0": cross_v}
+
+    so = qnn_session_options()
+    so.add_free_dimension_override_by_name("frames", frames)
+    so.add_free_dimension_override_by_name("beam_cache", width * slots)
+    htp = ort.InferenceSession(str(path), so)  # fails if a node needs the CPU
+    cpu = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in cpu.get_outputs()]
+    got = dict(zip(names, htp.run(names, feeds(width * slots)), strict=True))
+    want = dict(zip(names, cpu.run(names, feeds(width * filled)), strict=True))
+    np.testing.assert_allclose(got["top_logits"], want["top_logits"], atol=ATOL_VALUES)
+    np.testing.assert_allclose(got["eot_logit"], want["eot_logit"], atol=ATOL_VALUES)
+    np.testing.assert_allclose(got["new_k"], want["new_k"], atol=ATOL_VALUES)
+    np.testing.assert_allclose(got["attn_align"], want["attn_align"], atol=ATOL_ATTENTION)
+    assert (got["top_tokens"][:, 0] == want["top_tokens"][:, 0]).mean() >= 0.8  # fp16 near-ties (module docstring)
