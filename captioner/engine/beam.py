@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from captioner.engine.decoder import _PREFIXED_HEAD, DecodeResult, TokenValidator, _alignment_reader
+from captioner.engine.decoder import DecodeResult, TokenValidator, _alignment_reader, forced_ids, round_plan
 from captioner.engine.model import AcousticModel, BeamRunner, Encoding, SearchingModel
 
 __all__ = ["decode_beam"]
@@ -78,12 +78,10 @@ def decode_beam(
     eot = model.vocab.eot
     chunks, decoder_ms = 0, 0.0
     # the forced tokens but the last run through the plan's chunks (what they consume past it is forgotten)
-    plan = model.chunk_plan(encoding.bucket, prefixed=bool(prefix) or n_forced >= _PREFIXED_HEAD)
-    for start, size in plan:
+    for start, size in round_plan(model, encoding.bucket, bool(prefix), n_forced):
         if start >= n_forced - 1:
             break
-        forced = np.array([seq[q] if q < n_forced else -1 for q in range(start + 1, start + size)], dtype=np.int64)
-        head = runner.run(start, size, seq[start], forced)
+        head = runner.run(start, size, seq[start], forced_ids(seq, n_forced, start, size))
         chunks, decoder_ms = chunks + 1, decoder_ms + head.elapsed_ms
     runner.rewind(n_forced - 1)
     beams = runner.beams(n_forced - 1)

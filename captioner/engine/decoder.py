@@ -39,7 +39,7 @@ import numpy as np
 from captioner.engine.model import AcousticModel, ChunkOutput, Encoding, VerifyingRunner
 from captioner.engine.validate import Stop, WordGuard
 
-__all__ = ["DecodeResult", "NativeValidator", "TokenValidator", "decode_round", "max_prefix"]
+__all__ = ["DecodeResult", "NativeValidator", "TokenValidator", "decode_round", "forced_ids", "max_prefix", "round_plan"]
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ def decode_round(
     seq = [int(t) for t in (*context, *prompt, *prefix)]
     n_forced = len(seq)
     runner = model.decoder(encoding)
-    plan = model.chunk_plan(encoding.bucket, prefixed=bool(prefix) or len(seq) >= _PREFIXED_HEAD)
+    plan = round_plan(model, encoding.bucket, bool(prefix), n_forced)
     batcher = runner if context and isinstance(runner, VerifyingRunner) and runner.verify_size > 1 else None
     align_rows: list[np.ndarray] = []
     chunks = 0
@@ -217,7 +217,7 @@ def decode_round(
         if start >= len(seq):  # cannot happen with a consistent plan; never guess a token
             logger.warning("chunk plan skips position %d; ending the round", len(seq))
             break
-        forced = np.array([seq[q] if q < n_forced else -1 for q in range(start + 1, start + size)], dtype=np.int64)
+        forced = forced_ids(seq, n_forced, start, size)
         if batcher is not None and start > 0 and size == batcher.verify_size and start + size <= n_forced:
             out = batcher.verify(start, seq[start], forced)  # given tokens only: one batched dispatch
         else:
@@ -260,6 +260,18 @@ def decode_round(
         logprobs=tuple(scores.logprobs[: len(tokens)]) if scores.known else (),
         eot_logprob=scores.eot if scores.known else None,
     )
+
+
+def round_plan(model: AcousticModel, bucket: int, prefixed: bool, n_forced: int) -> tuple[tuple[int, int], ...]:
+    """The chunk plan of a round: the prefixed schedule when a prefix is forced or the forced tokens
+    fill its batched head (``_PREFIXED_HEAD``), else the default one."""
+    return model.chunk_plan(bucket, prefixed=prefixed or n_forced >= _PREFIXED_HEAD)
+
+
+def forced_ids(seq: Sequence[int], n_forced: int, start: int, size: int) -> np.ndarray:
+    """The ``forced`` input of chunk ``(start, size)``: the token at each position after ``start``
+    while it is one of the ``n_forced`` given ones, −1 (the model's choice) after them."""
+    return np.array([seq[q] if q < n_forced else -1 for q in range(start + 1, start + size)], dtype=np.int64)
 
 
 def _alignment_reader(validator: TokenValidator) -> Callable[[np.ndarray], None]:

@@ -184,12 +184,8 @@ class BeamStep(Protocol):
 @runtime_checkable
 class BeamRunner(ChunkRunner, Protocol):
     """A :class:`ChunkRunner` whose consumed positions can be continued by B hypotheses (a pack's
-    beam-step graph): what a closing round's beam search needs."""
-
-    @property
-    def beam_size(self) -> int:
-        """B, hypotheses of :meth:`beams` (0: no beam graph for this round's bucket)."""
-        ...
+    beam-step graph): what a closing round's beam search needs (B: the model's
+    :meth:`SearchingModel.beam_width`)."""
 
     def beams(self, consumed: int) -> BeamStep:
         """B hypotheses that continue positions ``0 … consumed − 1`` of this runner's cache."""

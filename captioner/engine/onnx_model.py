@@ -307,11 +307,6 @@ class OnnxChunkRunner:
             raise ValueError(f"chunk ({start}, {size}) starts beyond the {self._slots} cached positions of this round")
         return self._dispatch(graph, start, size, token, proposal)
 
-    @property
-    def beam_size(self) -> int:
-        """Hypotheses of :meth:`beams`; 0 when the pack has no beam graph for this bucket."""
-        return self._model.beam_width(self._encoding.bucket)
-
     def beams(self, consumed: int) -> OnnxBeamStep:
         """B hypotheses that continue positions ``0 … consumed − 1`` of this round's cache.
 
