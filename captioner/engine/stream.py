@@ -128,7 +128,7 @@ from captioner.engine._committed import (
     token_spans,
 )
 from captioner.engine.align import Alignment, align_words, split_words
-from captioner.engine.beam import decode_beam
+from captioner.engine.beam import SKIP_WORDS, decode_beam, skipped_words
 from captioner.engine.decoder import DecodeResult, NativeValidator, TokenValidator, decode_round, max_prefix
 from captioner.engine.language import LanguageGuess, detect_language
 from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
@@ -227,6 +227,13 @@ class StreamConfig:
             is then not used. Measured and not kept (deviation 43: the talk 108 → 95 errors at 2 s,
             but radio calls and one joined half lost words); False: greedy with the draft.
         closing_beam_min_s: with ``closing_beam``, the shortest closing input that searches.
+        closing_beam_skips: with ``closing_beam``, a searched decode that leaves out a run of
+            ``SKIP_WORDS`` consecutive live words is read greedily too, and the greedy reading is
+            kept when the search left out such a run of its words (skipped speech); False: the
+            search's reading stands.
+        closing_beam_rival: with ``closing_beam``, every searched decode is read greedily too and
+            the greedy reading is kept where its average log-probability (Whisper's, EOT's
+            included) is higher: greedy decoding's hypothesis ranked with the search's ended ones.
         closing_rest: a closing decode that Whisper ended (EOT) while the speech detector still
             hears at least ``_REST_SPEECH_S`` of speech after its last word (Whisper ends early at a
             turn or sentence break; offline Whisper seeks past it to the next window): the audio
@@ -286,6 +293,8 @@ class StreamConfig:
     closing_unguarded: bool = True
     closing_beam: bool = False
     closing_beam_min_s: float = 0.0
+    closing_beam_skips: bool = True
+    closing_beam_rival: bool = False
     closing_rest: bool = True
     closing_skip: bool = True
     closing_split_s: float = 25.0
@@ -799,19 +808,41 @@ class Stream:
         words into the round, the round is decoded again without it and that decode is the result
         (the list changes only the rounds that hold its words: a list of names that are not said
         otherwise costs words, docs/VOCABULARY.md). The costs are summed."""
+        def greedy(context: tuple[int, ...]) -> DecodeResult:
+            return decode_round(self.model, encoding, self._prompt, prefix, validator(), self.config.max_tokens,
+                                draft, context)
+
         def decode(context: tuple[int, ...]) -> DecodeResult:
             searched = decode_beam(self.model, encoding, self._prompt, prefix, validator(), self.config.max_tokens,
                                    context) if beam else None
-            return searched or decode_round(self.model, encoding, self._prompt, prefix, validator(),
-                                            self.config.max_tokens, draft, context)
+            if searched is None:
+                return greedy(context)
+            cfg = self.config
+            chosen = self._words(searched.candidates)
+            if not cfg.closing_beam_rival and (not cfg.closing_beam_skips or (
+                    draft and skipped_words(chosen, self._words(draft)) < SKIP_WORDS)):
+                return searched  # it reads every run of the live words: no greedy reading needed
+            plain = greedy(context)
+            skipped = skipped_words(chosen, self._words(plain.candidates))
+            mine, theirs = searched.avg_logprob, plain.avg_logprob
+            likelier = cfg.closing_beam_rival and mine is not None and theirs is not None and theirs > mine
+            logger.debug("closing search %r (%s), greedy %r (%s): %d words skipped",
+                         self.vocab.decode(searched.candidates), mine, self.vocab.decode(plain.candidates), theirs,
+                         skipped)
+            if likelier or (cfg.closing_beam_skips and skipped >= SKIP_WORDS):
+                return _summed(plain, searched)
+            return _summed(searched, plain)
 
         context = self._previous(encoding, len(prefix), input_s)
         told = decode(context)
         if not context or self._vocabulary.heard_in(told.candidates):
             return told
-        plain = decode(())
-        return replace(plain, chunks=plain.chunks + told.chunks, decoder_ms=plain.decoder_ms + told.decoder_ms,
-                       validation_ms=plain.validation_ms + told.validation_ms)
+        return _summed(decode(()), told)
+
+    def _words(self, tokens: Sequence[int]) -> list[bytes]:
+        """The normalised words of text ``tokens`` (timestamps and specials left out)."""
+        text = tuple(t for t in tokens if t < self.vocab.eot)
+        return [normalize_word(self.vocab.text_bytes(g)) for g in _word_groups(text, self.vocab)]
 
     def _previous(self, encoding, n_prefix: int, input_s: float) -> tuple[int, ...]:
         """The vocabulary's previous-context tokens for a round over ``encoding`` (cut to the room
@@ -1212,6 +1243,12 @@ def _words_from(tokens: list[CommittedToken], sample: int, vocab) -> list[Commit
 def _word_groups(tokens: tuple[int, ...], vocab) -> list[tuple[int, ...]]:
     """``tokens`` split into words (token tuples)."""
     return [tokens[f : f + k] for f, k in split_words(tokens, vocab)]
+
+
+def _summed(result: DecodeResult, other: DecodeResult) -> DecodeResult:
+    """``result`` with ``other``'s decoding costs added (a decode made and not kept)."""
+    return replace(result, chunks=result.chunks + other.chunks, decoder_ms=result.decoder_ms + other.decoder_ms,
+                   validation_ms=result.validation_ms + other.validation_ms)
 
 
 def _merge(first: EngineUpdate, then: EngineUpdate) -> EngineUpdate:
