@@ -37,17 +37,19 @@ __all__ = ["decode_beam", "skipped_words"]
 SKIP_WORDS = 3
 
 
-def skipped_words(chosen: Sequence[bytes], reference: Sequence[bytes]) -> int:
+def skipped_words(chosen: Sequence[bytes], reference: Sequence[bytes], trailing: bool = True) -> int:
     """The longest run of consecutive ``reference`` words (normalised) that ``chosen`` leaves out.
 
     A search ranks hypotheses by log-probability per token, so one that jumps over a sentence or
     ends before the speech does can win (seen on radio calls and continuous speech, deviation 43);
     a greedy reading of the same input shows what it left out. Words it changes one for one are
     not counted: they are substitutions, not skipped speech (``n`` words read as ``m < n`` count
-    ``n − m``)."""
-    matcher = difflib.SequenceMatcher(None, list(reference), list(chosen), autojunk=False)
-    return max((i2 - i1 - (j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes() if op in ("delete", "replace")),
-               default=0)
+    ``n − m``). ``trailing=False``: a run at the end of ``reference`` that ``chosen`` does not reach
+    is not counted."""
+    ops = difflib.SequenceMatcher(None, list(reference), list(chosen), autojunk=False).get_opcodes()
+    if not trailing and ops and ops[-1][0] != "equal":
+        ops = ops[:-1]  # where ``chosen`` ends before ``reference`` does (a guard's stop: its rest is decoded again)
+    return max((i2 - i1 - (j2 - j1) for op, i1, i2, j1, j2 in ops if op in ("delete", "replace")), default=0)
 
 
 @dataclass(slots=True)

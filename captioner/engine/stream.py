@@ -231,8 +231,9 @@ class StreamConfig:
         closing_beam_min_s: with ``closing_beam``, the shortest closing input that searches.
         closing_beam_skips: with ``closing_beam``, a searched decode that leaves out a run of
             ``SKIP_WORDS`` consecutive live words is read greedily too, and the greedy reading is
-            kept when the search left out such a run of its words (skipped speech); False: the
-            search's reading stands.
+            kept when the search left out such a run of its words, or when the greedy reading has
+            the drafts' run (up to where it ends) (skipped speech); False: the search's reading
+            stands.
         closing_beam_rival: with ``closing_beam``, every searched decode is read greedily too and
             the greedy reading is kept where its average log-probability (Whisper's, EOT's
             included) is higher: greedy decoding's hypothesis ranked with the search's ended ones.
@@ -820,18 +821,21 @@ class Stream:
             if searched is None:
                 return greedy(context)
             cfg = self.config
-            chosen = self._words(searched.candidates)
-            if not cfg.closing_beam_rival and (not cfg.closing_beam_skips or (
-                    draft and skipped_words(chosen, self._words(draft)) < SKIP_WORDS)):
+            chosen, drafted = self._words(searched.candidates), self._words(draft)
+            skips_drafts = bool(drafted) and skipped_words(chosen, drafted) >= SKIP_WORDS
+            if not cfg.closing_beam_rival and (not cfg.closing_beam_skips or (drafted and not skips_drafts)):
                 return searched  # it reads every run of the live words: no greedy reading needed
             plain = greedy(context)
-            skipped = skipped_words(chosen, self._words(plain.candidates))
+            read = self._words(plain.candidates)
+            # the search skipped speech: a run of the greedy reading, or a run of the drafts that the
+            # greedy reading has (up to where it ends: a guard's stop has its rest decoded again)
+            skipped = skipped_words(chosen, read) >= SKIP_WORDS or (
+                skips_drafts and skipped_words(read, drafted, trailing=False) < SKIP_WORDS)
             mine, theirs = searched.avg_logprob, plain.avg_logprob
             likelier = cfg.closing_beam_rival and mine is not None and theirs is not None and theirs > mine
-            logger.debug("closing search %r (%s), greedy %r (%s): %d words skipped",
-                         self.vocab.decode(searched.candidates), mine, self.vocab.decode(plain.candidates), theirs,
-                         skipped)
-            if likelier or (cfg.closing_beam_skips and skipped >= SKIP_WORDS):
+            logger.debug("closing search %r (%s), greedy %r (%s): skipped %s", self.vocab.decode(searched.candidates),
+                         mine, self.vocab.decode(plain.candidates), theirs, skipped)
+            if likelier or (cfg.closing_beam_skips and skipped):
                 return _summed(plain, searched)
             return _summed(searched, plain)
 

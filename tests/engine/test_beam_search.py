@@ -287,6 +287,15 @@ def test_skipped_words_is_the_longest_run_of_the_greedy_reading_left_out(chosen,
     assert skipped_words([w.encode() for w in chosen.split()], reference) == skipped
 
 
+def test_a_reading_that_ends_early_skips_nothing_when_its_end_is_not_counted() -> None:
+    """``trailing=False``: the words after where a reading ends (a guard's stop, whose rest is
+    decoded again) are not counted; a run left out before that end is."""
+    drafts = [b"the", b"cat", b"sat", b"on", b"the", b"mat", b"all", b"day"]
+    assert skipped_words([b"the", b"cat", b"sat"], drafts) == 5
+    assert skipped_words([b"the", b"cat", b"sat"], drafts, trailing=False) == 0
+    assert skipped_words([b"the", b"mat", b"all"], drafts, trailing=False) == 4
+
+
 def _doctored_search(model, monkeypatch, first_word: int, n_words: int, new: tuple[int, ...] = (),
                      logprob: float | None = None) -> list[tuple[int, ...]]:
     """The stream's searches return the real search's result with its words ``first_word`` …
