@@ -33,7 +33,8 @@ from captioner.engine.model import AcousticModel, BeamRunner, Encoding, Searchin
 
 __all__ = ["decode_beam", "skipped_words"]
 
-#: a searched decode that leaves out this many consecutive words of the greedy reading skipped speech
+#: a searched decode that leaves out this many consecutive words of another reading of its input
+#: (the live drafts, the greedy decode) skipped speech
 SKIP_WORDS = 3
 
 

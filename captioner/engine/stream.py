@@ -225,9 +225,9 @@ class StreamConfig:
             the stream's first utterance decoded whole (27: offline Whisper's greedy decode of a
             short recording), inputs under ``closing_beam_min_s`` and rounds in a hurry; their draft
             is then not used. Measured and not kept (deviation 43: the talk 108 → 95 errors at 2 s,
-            but radio calls and one joined half lost words, and with ``closing_beam_skips`` and
-            ``closing_beam_rival`` still a radio call and speech in the new speakers' joined
-            checking half); False: greedy with the draft.
+            but radio calls and one joined half lost words; with ``closing_beam_skips`` and
+            ``closing_beam_rival`` still a radio call, and the new speakers' joined checking half
+            at 1 s); False: greedy with the draft.
         closing_beam_min_s: with ``closing_beam``, the shortest closing input that searches.
         closing_beam_skips: with ``closing_beam``, a searched decode that leaves out a run of
             ``SKIP_WORDS`` consecutive live words is read greedily too, and the greedy reading is
