@@ -608,7 +608,7 @@ class Stream:
         context = tuple(w for w, _ in timed)
         ends: tuple[float, ...] = tuple((e - start) / SAMPLE_RATE for _, e in timed)
         if prefix:
-            forced = tuple(normalize_word(self.vocab.text_bytes(g)) for g in _word_groups(prefix, self.vocab))
+            forced = tuple(self._words(prefix))
             heard = self._log.end_of(prefix, start)  # the forced word is a committed one, heard first
             context += forced
             ends = ends + ((heard - start) / SAMPLE_RATE,) * len(forced) if heard is not None else ()
