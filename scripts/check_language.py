@@ -32,6 +32,8 @@ from captioner.models.pack import Pack
 
 
 def main() -> int:
+    """Detect the language of each corpus clip from its first seconds; 0 when every clip of the shortest
+    length is heard in its own language."""
     here = Path(__file__).resolve().parents[1]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("pack", type=Path)

@@ -57,7 +57,8 @@ def test_every_entry_is_complete_16k_mono_and_as_long_as_stated() -> None:
         rate, channels, seconds = probe(audio)
         assert (rate, channels) == (16000, 1), e["id"]
         assert seconds == pytest.approx(float(e["seconds"]), abs=0.02), e["id"]
-        assert 1.0 <= seconds <= 30.0, e["id"]
+        # items are short, but for a few long continuous readings (LibriVox, up to about two minutes)
+        assert 1.0 <= seconds <= 180.0, e["id"]
         assert any(w in e["license_note"] for w in ("CC BY", "CC0", "public domain")), e["id"]
     conversational = [e for e in items if e["kind"] == "conversational"]
     assert 3 * len(conversational) >= len(items)
