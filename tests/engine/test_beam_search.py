@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from speech_clips import CLIPS
 
-from captioner.engine.beam import SKIP_WORDS, decode_beam, skipped_words
+from captioner.engine.beam import FEWER_WORDS, SKIP_WORDS, decode_beam, skipped_words
 from captioner.engine.decoder import NativeValidator, decode_round
 from captioner.engine.tokens import normalize_word
 from captioner.engine.validate import Stop
@@ -361,3 +361,33 @@ def test_with_the_greedy_rival_the_likelier_reading_is_kept(model, monkeypatch) 
     assert changed
     stands = _streamed(model, audio, closing_beam=True)
     assert b"banana" in stands and len(stands) == len(reference)
+
+
+def test_with_a_floor_only_speech_whisper_is_sure_of_is_searched(model, monkeypatch) -> None:
+    """``closing_beam_floor``: a closing input is read greedily first and searched only where that
+    reading's average log-probability reaches the floor. Above every reading (0) nothing is searched
+    and the stream is greedy's; below every reading (−10) the search runs and its reading stands (one
+    word changed to " banana": a substitution, which neither guard reads as skipped speech)."""
+    banana = model.vocab.token_bytes.index(b" banana")
+    changed = _doctored_search(model, monkeypatch, 1, 1, (banana,), -8.0)
+    audio = _clips_apart(2)
+    greedy = _streamed(model, audio)
+    assert _streamed(model, audio, closing_beam=True, closing_beam_floor=0.0) == greedy
+    assert changed == []  # no search ran
+    searched = _streamed(model, audio, closing_beam=True, closing_beam_floor=-10.0)
+    assert changed and b"banana" in searched and len(searched) == len(greedy)
+
+
+def test_a_search_that_reads_fewer_words_than_the_greedy_reading_gives_way_to_it(model, monkeypatch) -> None:
+    """``closing_beam_skips``: a search that reads ``FEWER_WORDS`` words fewer than the greedy
+    reading of the same input (here two words cut out, a run too short for ``SKIP_WORDS``: a repeat
+    or a filler that the search found less likely) gives way to the greedy reading (the floor reads
+    every input greedily first); without the guard the words are lost."""
+    assert FEWER_WORDS < SKIP_WORDS
+    cut = _doctored_search(model, monkeypatch, 1, FEWER_WORDS)
+    audio = _clips_apart(2)
+    reference = [normalize_word(w.encode()) for clip in CLIPS[:2] for w in clip["text"].split()]
+    assert _streamed(model, audio, closing_beam=True, closing_beam_floor=-10.0) == reference
+    assert cut
+    lost = _streamed(model, audio, closing_beam=True, closing_beam_floor=-10.0, closing_beam_skips=False)
+    assert len(lost) == len(reference) - FEWER_WORDS
