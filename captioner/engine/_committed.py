@@ -100,6 +100,26 @@ class CommittedLog:
             upto -= 1
         return self._words_upto(upto, n)
 
+    def context_before(self, sample: int, n: int, prefix: Sequence[int] = (),
+                       redo_from: int | None = None) -> tuple[tuple[bytes, int], ...]:
+        """The last ``n`` committed words that a round whose input starts at ``sample`` decodes on
+        from (the repetition guard's context), each with its end sample.
+
+        Without a forced ``prefix``: the words before the input by their times
+        (:meth:`timed_words_before`). With one: the words before the prefix's committed run in the
+        log, whatever their times (the drafted word a revising round reaches back to, just before
+        ``redo_from``; else the carry's word, its last committed run). The round decodes on from
+        that word, and DTW can time a word seconds off where a phrase is read again ("it was the
+        epoch of belief, it was the epoch of …"): by their times, the words after the carry's word
+        were context too, the decode's first word repeated them, and every live round stopped at
+        its first token until the utterance closed."""
+        at = None
+        if prefix:
+            at = redo_from - len(prefix) if redo_from is not None else None
+            if at is None or at < 0 or [t.id for t in self.tokens[at : at + len(prefix)]] != list(prefix):
+                at = self.run_at(prefix)
+        return self.timed_words_before(sample, n) if at is None else self._words_upto(at, n)
+
     def words_upto(self, upto: int, n: int) -> tuple[bytes, ...]:
         """Normalised texts of the last ``n`` words of tokens ``[0, upto)``."""
         return tuple(w for w, _ in self._words_upto(upto, n))
@@ -120,17 +140,23 @@ class CommittedLog:
                     break
         return tuple(words[::-1])
 
-    def end_of(self, ids: Sequence[int], near: int, within: int = 64) -> int | None:
-        """End sample of the run of tokens equal to ``ids`` among the last ``within`` tokens whose
+    def run_at(self, ids: Sequence[int], near: int | None = None, within: int = 64) -> int | None:
+        """Token index of the run of tokens equal to ``ids`` among the last ``within`` tokens whose
         start is nearest to ``near`` (where a forced prefix, a committed word, was heard: just after
-        its round's input start), else None."""
+        its round's input start; None: the last run not shown speculatively), else None."""
         k = len(ids)
         runs = [i for i in range(max(0, len(self.tokens) - within), len(self.tokens) - k + 1)
                 if k and [t.id for t in self.tokens[i : i + k]] == list(ids)]
+        if near is None:  # the last committed run (drafts shown speculatively are not committed)
+            runs = [i for i in runs if not any(t.speculative for t in self.tokens[i : i + k])]
         if not runs:
             return None
-        i = min(runs, key=lambda i: abs(self.tokens[i].start - near))
-        return self.tokens[i + k - 1].end
+        return runs[-1] if near is None else min(runs, key=lambda i: abs(self.tokens[i].start - near))
+
+    def end_of(self, ids: Sequence[int], near: int, within: int = 64) -> int | None:
+        """End sample of the run :meth:`run_at` finds, else None."""
+        i = self.run_at(ids, near, within)
+        return None if i is None else self.tokens[i + len(ids) - 1].end
 
     def first_word_since(self, sample: int, lo: int = 0) -> int:
         """Token index of the first committed word that starts at or after audio position

@@ -57,7 +57,8 @@ hypothesis): measured and not the default [43]. The guards of
 :mod:`~captioner.engine.validate`: live rounds stop on the paper's tests (EOT with a garbage
 runner-up, backward shift, peak margin (0.15 s, the paper's 0.6 s quartered [41]), token limit [6]); closing rounds end on EOT whenever it wins
 and have no attention stops [16]; the two word guards (a phrase repeated with the committed words as
-context, sound annotations) run in every round. Language (``"auto"`` on a multilingual model): read
+context: those before the input, or with a forced word those before it in the log, whatever their
+times [44]; sound annotations) run in every round. Language (``"auto"`` on a multilingual model): read
 from the first decoder step of every round until 4 s of input settle it, and of every closing
 round [19]; a live round changes it only where it hears another language with probability 0.8 or
 more, a closing round at any probability [42]; once a closing round has heard it on 4 s or more it is
@@ -613,7 +614,7 @@ class Stream:
         if len(prefix) > max_prefix(self.model, encoding.bucket, len(self._prompt)):  # no room in the chunk plan
             logger.debug("prefix of %d tokens too long for the plan; not forced", len(prefix))
             prefix = ()
-        timed = self._log.timed_words_before(start, _GUARD_CONTEXT_WORDS)
+        timed = self._log.context_before(start, _GUARD_CONTEXT_WORDS, prefix, plan.redo_from)
         context = tuple(w for w, _ in timed)
         ends: tuple[float, ...] = tuple((e - start) / SAMPLE_RATE for _, e in timed)
         if prefix:

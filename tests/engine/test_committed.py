@@ -70,3 +70,40 @@ def test_the_context_carries_where_each_word_ended_and_a_prefix_is_found_where_i
     assert log.end_of(call, round(1.2 * SR)) == round(1.6 * SR)  # the first "call", at an input from 1.2 s
     assert log.end_of(call, round(2.6 * SR)) == round(3.0 * SR)  # the second
     assert log.end_of([vocab.token_bytes.index(b" her")], 0) is None
+
+
+def test_a_forced_word_s_context_is_the_log_before_it_whatever_the_times(vocab) -> None:
+    """A phrase read again ("it was the epoch of belief, it was the epoch of incredulity", a LibriVox
+    reading of Dickens at a 2 s step): DTW timed the committed "it was" after "belief" two seconds
+    early, before the next input's start. By their times those words were the repetition guard's
+    context, then the forced carry's word "it" and the decode's first word "was" repeated them, and
+    every live round stopped at its first token for 12 s. With a forced word the context is the
+    committed words before its last run in the log, and the decode goes on."""
+    from captioner.engine.validate import WordGuard
+
+    log = CommittedLog(vocab, "system")
+    words = [(" It", 9.0, 9.1), (" was", 9.1, 9.3), (" the", 9.3, 9.4), (" epic", 9.4, 9.8), (" of", 9.8, 10.0),
+             (" belief", 10.7, 11.9), (",", 11.9, 11.95), (" it", 9.7, 9.92), (" was", 9.92, 10.38)]
+    log.extend([tok(vocab, w, a, b) for w, a, b in words])
+    start = round(11.86 * SR)
+    it = [vocab.token_bytes.index(b" it")]
+    by_time = tuple(w for w, _ in log.timed_words_before(start, 12))
+    assert by_time[-3:] == (b"belief", b"it", b"was")
+    context = tuple(w for w, _ in log.context_before(start, 12, it))
+    assert context == (b"it", b"was", b"the", b"epic", b"of", b"belief")
+    assert log.context_before(start, 12) == log.timed_words_before(start, 12)  # nothing forced: by times
+    epic = [vocab.token_bytes.index(b" epic")]  # a revising round reaching back to "epic" (token 3)
+    assert tuple(w for w, _ in log.context_before(start, 12, epic, redo_from=4)) == (b"it", b"was", b"the")
+
+    def stop(context: tuple[bytes, ...]):
+        guard = WordGuard(vocab, (*context, b"it"))  # the forced word follows the context
+        decoded: list[int] = []
+        for text in (" was", " the", " epic", " of"):
+            token = vocab.token_bytes.index(text.encode())
+            if (found := guard.on_token(decoded, token)) is not None:
+                return found
+            decoded.append(token)
+        return guard.on_token(decoded, None)
+
+    assert stop(by_time) is not None and stop(by_time).reason == "repetition"  # the old context: a loop
+    assert stop(context) is None
