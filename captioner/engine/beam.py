@@ -36,9 +36,9 @@ __all__ = ["decode_beam", "skipped_words"]
 #: a searched decode that leaves out this many consecutive words of another reading of its input
 #: (the live drafts, the greedy decode) skipped speech
 SKIP_WORDS = 3
-# A search that reads this many words fewer than the greedy reading of the same input dropped speech
-# the greedy reading heard: Whisper's search ranks by log-probability per token, and a repeat or a
-# filler ("we could we could", "oh, mm-hmm") is less likely than the fluent sentence without it.
+#: a searched decode that reads this many words fewer than the greedy reading of the same input
+#: dropped speech that reading heard: Whisper's search ranks by log-probability per token, and a
+#: repeat or a filler ("we could we could", "oh, mm-hmm") is less likely than the sentence without it
 FEWER_WORDS = 2
 
 

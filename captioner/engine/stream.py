@@ -843,8 +843,9 @@ class Stream:
                 return searched  # it reads every run of the live words: no greedy reading needed
             plain = plain if plain is not None else greedy(context)
             read = self._words(plain.candidates)
-            # the search skipped speech: a run of the greedy reading, or a run of the drafts that the
-            # greedy reading has (up to where it ends: a guard's stop has its rest decoded again)
+            # the search skipped speech: a run of the greedy reading, words of it (a repeat, a filler),
+            # or a run of the drafts that the greedy reading has (up to where it ends: a guard's stop
+            # has its rest decoded again)
             skipped = skipped_words(chosen, read) >= SKIP_WORDS or len(read) - len(chosen) >= FEWER_WORDS or (
                 skips_drafts and skipped_words(read, drafted, trailing=False) < SKIP_WORDS)
             mine, theirs = searched.avg_logprob, plain.avg_logprob
