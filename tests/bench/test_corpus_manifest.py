@@ -63,8 +63,8 @@ def test_every_entry_is_complete_16k_mono_and_as_long_as_stated() -> None:
     conversational = [e for e in items if e["kind"] == "conversational"]
     assert 3 * len(conversational) >= len(items)
     assert sum(e["seconds"] for e in items) / 60 < 15
-    # the folder stays small enough to travel with a checkout
-    assert sum(p.stat().st_size for p in CORPUS.parent.rglob("*") if p.is_file()) < 8 * 1024 * 1024
+    # the folder stays small enough to travel with a checkout (8.3 MiB with the CHILDES item)
+    assert sum(p.stat().st_size for p in CORPUS.parent.rglob("*") if p.is_file()) < 10 * 1024 * 1024
 
 
 @needs_corpus
