@@ -35,7 +35,9 @@ pause    ``split_pause_s`` or more that speech follows [31]      it is carried: 
 
 Speech is what the speech detector (Silero VAD, 32 ms windows) rates at ``vad_threshold`` or more, and
 any ``speech_faint_s`` stretch that never reaches it but averages ``speech_faint`` or more (band-limited
-radio turns that Silero rates 0.25–0.45 throughout) [32], and the speaker going on where Silero lets
+radio turns that Silero rates 0.25–0.45 throughout) [32] or averages ``speech_weak`` or more while it
+stands ``speech_weak_db`` above the recording's quiet level (where it stands that high: an edited radio
+channel rated 0.05–0.25) [45], and the speaker going on where Silero lets
 go: a window ``speech_loud_db`` above the recording's quiet level and within 10 dB of the phrase
 before it, between two phrases the threshold heard at most ``speech_bridge_s`` apart (a meeting's
 soft "I mean"), which counts as speech while the second phrase may still come [39]. A round that opens an utterance (the first
@@ -190,6 +192,12 @@ class StreamConfig:
             probability is at least this is speech (deviation 32: radio turns Silero rates 0.25–0.45
             throughout; :class:`~captioner.engine.vad.SpeechDetector` ``faint``); 0 = off.
         speech_faint_s: that stretch, seconds.
+        speech_weak: a ``speech_faint_s`` stretch that never reaches the threshold, whose mean
+            probability is at least this and whose median level stands ``speech_weak_db`` above the
+            recording's quiet level is speech where it stands that high (deviation 45: an edited radio
+            channel Silero rates 0.05–0.25 word after word; :class:`~captioner.engine.vad.SpeechDetector`
+            ``weak``); 0 = off.
+        speech_weak_db: that height, dB.
         speech_loud_db: the speaker goes on where Silero lets go (deviation 39): a window at least
             this many dB above the recording's quiet level (the 10th percentile of the last 10 s of
             windows) and within 10 dB of the phrase before it, between two stretches of speech the
@@ -292,6 +300,8 @@ class StreamConfig:
     speech_hold: float = 0.0
     speech_faint: float = 0.25
     speech_faint_s: float = 1.0
+    speech_weak: float = 0.1
+    speech_weak_db: float = 12.0
     speech_loud_db: float = 20.0
     speech_bridge_s: float = 1.5
     end_silence_s: float = 0.5
@@ -338,6 +348,9 @@ class StreamConfig:
             raise CaptionerError("speech threshold must be in (0, 1), end silence positive, speech pads ≥ 0")
         if not 0.0 <= self.speech_hold < self.vad_threshold:
             raise CaptionerError(f"speech hold must be in [0, threshold), got {self.speech_hold}")
+        if not 0.0 <= self.speech_weak < self.vad_threshold or self.speech_weak_db < 0:
+            raise CaptionerError(f"weak speech must be in [0, threshold) at ≥ 0 dB, got {self.speech_weak} at "
+                                 f"{self.speech_weak_db} dB")
         if not 0.0 <= self.speech_faint < self.vad_threshold or self.speech_faint_s <= 0:
             raise CaptionerError(f"faint speech must be in [0, threshold) over a positive stretch, got "
                                  f"{self.speech_faint} over {self.speech_faint_s} s")
@@ -396,7 +409,8 @@ class Stream:
         self._max_n = _frames(round(cfg.max_input_s * SAMPLE_RATE))
         self._offset_n = round(cfg.word_end_offset_s * SAMPLE_RATE)
         self._vad = SpeechDetector(cfg.vad_threshold, hold=cfg.speech_hold, faint=cfg.speech_faint,
-                                   faint_s=cfg.speech_faint_s, loud_db=cfg.speech_loud_db,
+                                   faint_s=cfg.speech_faint_s, weak=cfg.speech_weak, weak_db=cfg.speech_weak_db,
+                                   loud_db=cfg.speech_loud_db,
                                    bridge_s=cfg.speech_bridge_s) if cfg.vad else None
         # audio
         self._pending: list[np.ndarray] = []

@@ -68,6 +68,14 @@ class SpeechDetector:
             nothing changes. A stretch counts once its last window is analysed: a query can see it
             become speech as more audio arrives, the final answer does not depend on the splits.
         faint_s: the stretch, seconds.
+        weak: radio speech that Silero hardly rates (a clipped, edited air-to-ground channel 15 dB
+            above its noise, rated 0.05–0.25 word after word): a ``faint_s`` stretch in which no
+            window reaches ``threshold``, whose mean probability is at least ``weak`` and whose
+            median level stands ``weak_db`` or more above the recording's quiet level (as for
+            ``loud_db``) is speech where its windows stand that high (the pauses between its
+            words, at the quiet level, stay out); 0: off. Stationary sound (hum, fans, noise, a
+            tone) is its own quiet level and never stands above it.
+        weak_db: that height, dB.
         loud_db: the speaker goes on where Silero lets go (a meeting's soft "I mean", "we could"
             between two phrases, rated under 0.1): a window as loud as speech there, at least
             ``loud_db`` dB above the recording's quiet level (the 10th percentile of the window
@@ -87,7 +95,8 @@ class SpeechDetector:
     """
 
     def __init__(self, threshold: float = 0.5, model_path: Path | None = None, *, hold: float = 0.0,
-                 faint: float = 0.0, faint_s: float = 1.0, loud_db: float = 0.0, bridge_s: float = 1.5):
+                 faint: float = 0.0, faint_s: float = 1.0, weak: float = 0.0, weak_db: float = 12.0,
+                 loud_db: float = 0.0, bridge_s: float = 1.5):
         import onnxruntime as ort
 
         path = model_path or _model_path()
@@ -112,9 +121,10 @@ class SpeechDetector:
         self._n = 0  # windows analysed
         self._faint = float(faint)
         self._faint_need = max(1, -(-round(faint_s * SAMPLE_RATE) // VAD_WINDOW))
+        self._weak, self._weak_db = float(weak), float(weak_db)
         self._levels = np.zeros(1024, np.float32)  # dBFS of each window
         self._detected = np.zeros(1024, bool)  # speech by the threshold (and hold)
-        self._faint_speech = np.zeros(1024, bool)  # speech by ``faint``
+        self._faint_speech = np.zeros(1024, bool)  # speech by ``faint`` or ``weak``
         self._loud = np.zeros(1024, bool)  # speech by its level between two phrases (``loud_db``)
         self._loud_db = float(loud_db)
         self._bridge_need = max(1, round(bridge_s * SAMPLE_RATE / VAD_WINDOW))
@@ -171,7 +181,7 @@ class SpeechDetector:
         first, end = self._n, self._n + probs.size
         self._detected[first:end] = speech
         self._levels[first:end] = 10 * np.log10(np.mean(np.square(windows, dtype=np.float64), axis=1) + 1e-12)
-        if self._faint > 0:
+        if self._faint > 0 or self._weak > 0:
             self._mark_faint(first, end)
         if self._loud_db > 0:
             self._mark_loud(first, end)
@@ -180,10 +190,12 @@ class SpeechDetector:
         self._n = end
 
     def _mark_faint(self, first: int, end: int) -> None:
-        """Mark the faint speech of every ``faint_s`` stretch that ends in the new windows
-        ``[first, end)``: a stretch with no window at or above the threshold whose mean probability is
-        at least ``faint``; its windows within ``_FAINT_FLOOR`` of ``faint`` become speech (the dips
-        between its words stay out, so its pauses stay pauses)."""
+        """Mark the faint and weak speech of every ``faint_s`` stretch that ends in the new windows
+        ``[first, end)`` and has no window at or above the threshold: one whose mean probability is
+        at least ``faint`` has its windows within ``_FAINT_FLOOR`` of ``faint`` made speech (the dips
+        between its words stay out, so its pauses stay pauses); else one whose mean is at least
+        ``weak`` and whose median level stands ``weak_db`` above the quiet level has its windows that
+        stand that high made speech."""
         need = self._faint_need
         lo = max(0, first - need + 1)
         if end - lo < need:
@@ -191,9 +203,17 @@ class SpeechDetector:
         probs = self._probs[lo:end]
         sums = np.cumsum(np.concatenate([[0.0], probs.astype(np.float64)]))
         strong = np.cumsum(np.concatenate([[0], probs >= self.threshold]))
-        faint = ((sums[need:] - sums[:-need]) / need >= self._faint) & (strong[need:] == strong[:-need])
+        mean, under = (sums[need:] - sums[:-need]) / need, strong[need:] == strong[:-need]
+        faint = (mean >= self._faint) & under if self._faint > 0 else np.zeros(mean.size, bool)
         for k in np.flatnonzero(faint).tolist():  # the stretch [lo + k, lo + k + need)
             self._faint_speech[lo + k : lo + k + need] |= probs[k : k + need] >= self._faint - _FAINT_FLOOR
+        if self._weak <= 0:
+            return
+        for k in np.flatnonzero((mean >= self._weak) & under & ~faint).tolist():
+            levels = self._levels[lo + k : lo + k + need]
+            high = self._quiet_level(lo + k + need - 1) + self._weak_db
+            if float(np.median(levels)) >= high:
+                self._faint_speech[lo + k : lo + k + need] |= levels >= high
 
     def _quiet_level(self, j: int) -> float:
         """dBFS: the 10th percentile of the window levels of the 10 s up to window ``j``, digital

@@ -94,3 +94,78 @@ def test_faint_speech_settings_are_checked() -> None:
     with pytest.raises(CaptionerError, match="faint"):
         StreamConfig(speech_faint_s=0.0)
     assert StreamConfig().speech_faint == 0.25  # on by default (docs/accuracy/deviations.md, 32)
+
+
+# Weak speech (deviation 45): 10 s of a radio channel's noise at −40 dBFS that Silero rates 0.02,
+# then turns Silero hardly rates, each 1.5 s: "said" stands 20 dB above the noise at 0.15 (its
+# pause, back at the noise, at 0.05), "low" stands only 8 dB above it at 0.15, "unrated" 20 dB above
+# it at 0.05, "heard" 20 dB above it at 0.15 but reaches the threshold twice (0.6), once in every
+# 1 s stretch of it
+NOISE_DB, QUIET = -40.0, 312
+TURN = 47
+WEAK = [("said", -20.0, 0.15), ("low", -32.0, 0.15), ("unrated", -20.0, 0.05), ("heard", -20.0, 0.15)]
+
+
+def _weak_script() -> tuple[np.ndarray, np.ndarray]:
+    """(probabilities, dBFS) per window: the noise, then each turn after 0.5 s of noise."""
+    probs, levels = [np.full(QUIET, 0.02)], [np.full(QUIET, NOISE_DB)]
+    for name, db, p in WEAK:
+        turn_p, turn_db = np.full(TURN, p), np.full(TURN, db)
+        turn_p[23], turn_db[23] = 0.05, NOISE_DB  # the pause between two words
+        if name == "heard":  # every stretch of it holds a window the threshold hears
+            turn_p[[15, 31]] = 0.6
+        probs += [np.full(16, 0.02), turn_p]
+        levels += [np.full(16, NOISE_DB), turn_db]
+    return np.concatenate(probs), np.concatenate(levels)
+
+
+def _weak_windows(blocks: list[int], **options) -> tuple[np.ndarray, dict[str, slice]]:
+    """Which windows are speech (each asked alone) and where each turn is, the audio (white noise at
+    each window's level) fed in blocks of these many windows."""
+    probs, levels = _weak_script()
+    rng = np.random.default_rng(7)
+    audio = (rng.standard_normal((probs.size, VAD_WINDOW)) * 10 ** (levels[:, None] / 20)).astype(np.float32)
+    det = SpeechDetector(**options)
+    det._session = ScriptedSilero(probs)  # type: ignore[assignment]
+    fed = 0
+    while fed < probs.size:
+        n = min(blocks[fed % len(blocks)], probs.size - fed)
+        det.feed(audio[fed : fed + n].reshape(-1))
+        fed += n
+        det.speech(0, fed * VAD_WINDOW)
+    speech = np.array([det.speech(i * VAD_WINDOW, (i + 1) * VAD_WINDOW, min_s=0.0) is not None
+                       for i in range(probs.size)])
+    turns = {name: slice(QUIET + 16 * (k + 1) + TURN * k, QUIET + (16 + TURN) * (k + 1)) for k, (name, _, _) in
+             enumerate(WEAK)}
+    return speech, turns
+
+
+def test_a_turn_that_stands_above_the_noise_is_weak_speech_where_it_stands_that_high() -> None:
+    """The "said" turn is speech but its pause; the one only 8 dB above the noise, the one Silero
+    rates 0.05 and the one the threshold hears in every stretch (left to the threshold: its two windows) are
+    not, and without the rule none is (faint speech, 0.25, hears none of them)."""
+    weak, turns = _weak_windows([10_000], faint=0.25, weak=0.1, weak_db=12.0)
+    plain, _ = _weak_windows([10_000], faint=0.25)
+    said = turns["said"]
+    assert weak[said].sum() == TURN - 1 and not weak[said.start + 23]
+    heard = np.flatnonzero(weak[turns["heard"]])
+    assert heard.tolist() == [15, 31]  # the threshold's windows only
+    assert not weak[turns["low"]].any() and not weak[turns["unrated"]].any()
+    assert not weak[:QUIET].any()  # the noise is its own quiet level
+    outside = np.ones(weak.size, bool)
+    outside[said] = False
+    assert (plain[outside] == weak[outside]).all() and not plain[said].any()  # the rule changes that turn only
+
+
+@pytest.mark.parametrize("blocks", [[1], [7, 3, 50], [31, 33]])
+def test_weak_speech_does_not_depend_on_how_the_audio_arrives(blocks) -> None:
+    whole, _ = _weak_windows([10_000], faint=0.25, weak=0.1)
+    assert (_weak_windows(blocks, faint=0.25, weak=0.1)[0] == whole).all()
+
+
+def test_weak_speech_settings_are_checked() -> None:
+    with pytest.raises(CaptionerError, match="weak"):
+        StreamConfig(speech_weak=0.5)
+    with pytest.raises(CaptionerError, match="weak"):
+        StreamConfig(speech_weak_db=-1.0)
+    assert (StreamConfig().speech_weak, StreamConfig().speech_weak_db) == (0.1, 12.0)  # deviations.md, 45
