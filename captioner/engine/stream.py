@@ -37,7 +37,7 @@ Speech is what the speech detector (Silero VAD, 32 ms windows) rates at ``vad_th
 any ``speech_faint_s`` stretch that never reaches it but averages ``speech_faint`` or more (band-limited
 radio turns that Silero rates 0.25–0.45 throughout) [32] or averages ``speech_weak`` or more while it
 stands ``speech_weak_db`` above the recording's quiet level (where it stands that high: an edited radio
-channel rated 0.05–0.25) [45], and the speaker going on where Silero lets
+channel rated 0.05–0.4) [45], and the speaker going on where Silero lets
 go: a window ``speech_loud_db`` above the recording's quiet level and within 10 dB of the phrase
 before it, between two phrases the threshold heard at most ``speech_bridge_s`` apart (a meeting's
 soft "I mean"), which counts as speech while the second phrase may still come [39]. A round that opens an utterance (the first
@@ -195,7 +195,7 @@ class StreamConfig:
         speech_weak: a ``speech_faint_s`` stretch that never reaches the threshold, whose mean
             probability is at least this and whose median level stands ``speech_weak_db`` above the
             recording's quiet level is speech where it stands that high (deviation 45: an edited radio
-            channel Silero rates 0.05–0.25 word after word; :class:`~captioner.engine.vad.SpeechDetector`
+            channel Silero rates 0.05–0.4 word after word; :class:`~captioner.engine.vad.SpeechDetector`
             ``weak``); 0 = off.
         speech_weak_db: that height, dB.
         speech_loud_db: the speaker goes on where Silero lets go (deviation 39): a window at least

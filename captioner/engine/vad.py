@@ -69,7 +69,7 @@ class SpeechDetector:
             become speech as more audio arrives, the final answer does not depend on the splits.
         faint_s: the stretch, seconds.
         weak: radio speech that Silero hardly rates (a clipped, edited air-to-ground channel 15 dB
-            above its noise, rated 0.05–0.25 word after word): a ``faint_s`` stretch in which no
+            above its noise, rated 0.05–0.4 word after word): a ``faint_s`` stretch in which no
             window reaches ``threshold``, whose mean probability is at least ``weak`` and whose
             median level stands ``weak_db`` or more above the recording's quiet level (as for
             ``loud_db``) is speech where its windows stand that high (the pauses between its
