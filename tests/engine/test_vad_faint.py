@@ -35,23 +35,25 @@ SHORT = np.full(15, 0.4)  # 0.5 s of faint speech: its stretches average under 0
 PROBS = np.concatenate([np.zeros(10), RADIO, np.zeros(20), SPOKEN, np.zeros(20), SHORT, np.zeros(20)])
 
 
-def detector(blocks: list[int], **options) -> SpeechDetector:
-    """A detector fed ``PROBS.size`` windows in blocks of these many windows, asked after each."""
+def detector(blocks: list[int], probs: np.ndarray = PROBS, audio: np.ndarray | None = None,
+             **options) -> SpeechDetector:
+    """A detector fed ``probs.size`` windows (``audio``: float32 [windows, VAD_WINDOW], else
+    digital silence) in blocks of these many windows, asked after each."""
     det = SpeechDetector(**options)
-    det._session = ScriptedSilero(PROBS)  # type: ignore[assignment]
+    det._session = ScriptedSilero(probs)  # type: ignore[assignment]
     fed = 0
-    while fed < PROBS.size:
-        n = min(blocks[fed % len(blocks)], PROBS.size - fed)
-        det.feed(np.zeros(n * VAD_WINDOW, np.float32))
+    while fed < probs.size:
+        n = min(blocks[fed % len(blocks)], probs.size - fed)
+        det.feed(np.zeros(n * VAD_WINDOW, np.float32) if audio is None else audio[fed : fed + n].reshape(-1))
         fed += n
         det.speech(0, fed * VAD_WINDOW)  # asked between blocks, as a stream asks
     return det
 
 
-def windows(det: SpeechDetector) -> np.ndarray:
-    """bool [windows]: which windows are speech, each asked alone."""
+def windows(det: SpeechDetector, n: int = PROBS.size) -> np.ndarray:
+    """bool [n]: which of the first ``n`` windows are speech, each asked alone."""
     return np.array([det.speech(i * VAD_WINDOW, (i + 1) * VAD_WINDOW, min_s=0.0) is not None
-                     for i in range(PROBS.size)])
+                     for i in range(n)])
 
 
 def test_a_faint_turn_is_speech_and_clear_speech_is_left_to_the_threshold() -> None:
@@ -125,16 +127,7 @@ def _weak_windows(blocks: list[int], **options) -> tuple[np.ndarray, dict[str, s
     probs, levels = _weak_script()
     rng = np.random.default_rng(7)
     audio = (rng.standard_normal((probs.size, VAD_WINDOW)) * 10 ** (levels[:, None] / 20)).astype(np.float32)
-    det = SpeechDetector(**options)
-    det._session = ScriptedSilero(probs)  # type: ignore[assignment]
-    fed = 0
-    while fed < probs.size:
-        n = min(blocks[fed % len(blocks)], probs.size - fed)
-        det.feed(audio[fed : fed + n].reshape(-1))
-        fed += n
-        det.speech(0, fed * VAD_WINDOW)
-    speech = np.array([det.speech(i * VAD_WINDOW, (i + 1) * VAD_WINDOW, min_s=0.0) is not None
-                       for i in range(probs.size)])
+    speech = windows(detector(blocks, probs, audio, **options), probs.size)
     turns = {name: slice(QUIET + 16 * (k + 1) + TURN * k, QUIET + (16 + TURN) * (k + 1)) for k, (name, _, _) in
              enumerate(WEAK)}
     return speech, turns
