@@ -12,8 +12,9 @@ The plan is finite (~30 positions, or 224 for the 10 s and 30 s buckets). The la
 is never consumed, so it has no attention and cannot be validated: it is dropped, and the round
 ends as if it had reached the token limit there (``stop is None``; the stream calls it "limit").
 
-**Draft decoding** (``draft``: tokens the round is expected to produce, e.g. a closing round's
-draft words, ``stream.py`` deviation 17): past the forced positions, where the pack has a verifier
+**Draft decoding** (``draft``: tokens the round is expected to produce: a closing round's draft
+words, ``stream.py`` deviation 17, or the drafts an opening or reaching-back live round decodes
+again, deviation 20): past the forced positions, where the pack has a verifier
 for the bucket (:class:`~captioner.engine.model.VerifyingRunner`), the next K − 1 draft tokens are
 proposed and checked in one batched dispatch: every row predicts, the predictions are accepted up
 to the first that differs from the proposal, and the cache positions after it are forgotten. Out

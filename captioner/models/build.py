@@ -82,8 +82,9 @@ class BuildOptions:
             beating one dispatch per token at T = 20 (22 positions computed: ×0.98).
         tail_positions: positions the shared chunks cover after the heads (20: 30 per round).
         max_positions: the last decoder position the longest bucket's chunks consume (224).
-        verify_chunk: tokens a verifier graph checks per dispatch (the long buckets' caches get
-            one: a closing round proposes its draft words to it, ``engine/decoder.py``).
+        verify_chunk: tokens a verifier graph checks per dispatch (each cache gets one: a closing
+            round and a live round that revises an utterance's drafts propose the drafts to it,
+            ``engine/decoder.py``).
         beam_size: hypotheses of the long buckets' beam-step graph (closing rounds' beam search,
             ``engine/beam.py``, with ``StreamConfig.closing_beam``); 0 (the default) or 1: none.
             Measured and not kept as the default (deviation 43 in docs/accuracy/deviations.md):
@@ -312,10 +313,12 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
     slots = {str(b): cache_slots(plan[b]) for b in plan}
     # one chunk graph per (cache slots, size, known steps), shared by the buckets with that cache
     graphs = sorted({(slots[str(b)], size, known.get((start, size), 1)) for b in plan for start, size in plan[b]})
-    # a verifier per cache of the long buckets: closing rounds check their draft words with it
-    verify_slots = sorted({slots[str(b)] for b in plan if b > SHORT_MAX_S})
+    # a verifier per cache: closing rounds (long buckets) and the live rounds that revise an open
+    # utterance's drafts (short buckets: opening and reaching-back rounds) check the drafts with it
+    verify_slots = sorted({slots[str(b)] for b in plan})
     cpu = options.cpu_weights(ckpt.dims.d_model)
-    beam_slots = verify_slots if options.beam_size > 1 else []  # closing rounds' beam search (deviation 43)
+    long_slots = sorted({slots[str(b)] for b in plan if b > SHORT_MAX_S})
+    beam_slots = long_slots if options.beam_size > 1 else []  # closing rounds' beam search (deviation 43)
     per_set = len(plan) + len(graphs) + len(verify_slots) + len(beam_slots)
     total = per_set * (2 if cpu else 1)
     done = 0

@@ -302,7 +302,8 @@ class Pack:
     def verifier(self, bucket: int) -> tuple[Path, int] | None:
         """The verifier graph of ``bucket``'s cache and the tokens it checks per dispatch (every
         batched row predicts: ``decoder_graph.build_decoder_chunk(verify=True)``); None when the
-        pack has none for it (the short buckets, and packs built before verifiers)."""
+        pack has none for it (packs built before verifiers, and the short buckets of packs built
+        before 2026-11-29)."""
         entry = self._verifiers.get(self.cache_slots[int(bucket)])
         return (self.root / entry[0], entry[1]) if entry else None
 

@@ -1,5 +1,5 @@
-"""Draft decoding (``engine/decoder.py``): a closing round proposes its draft words to the pack's
-verifier graph. On the real tiny.en and real speech: the verifier's rows are the sequential chunks'
+"""Draft decoding (``engine/decoder.py``): a closing round, and a live round that revises an open
+utterance's drafts, proposes the draft words to the pack's verifier graph of its cache. On the real tiny.en and real speech: the verifier's rows are the sequential chunks'
 predictions, and decoding with any draft (right, wrong, shifted, truncated, garbage) gives exactly
 the greedy decode's tokens, with fewer step-equivalents of decoder work when the draft is good.
 """
@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from speech_clips import CLIPS
+from speech_clips import CLIPS, DATA
 
+from captioner.audio import load_audio_file
+from captioner.core import SAMPLE_RATE as SR
 from captioner.engine import OnnxAcousticModel
 from captioner.engine.decoder import NativeValidator, decode_round
 
@@ -70,11 +72,11 @@ def decode(model, encoding, input_s, draft=()):
     return decode_round(model, encoding, prompt, (), NativeValidator(input_s, model.vocab), 224, draft)
 
 
-def test_the_long_buckets_have_a_verifier_and_the_short_ones_none(real_tiny_en_pack) -> None:
-    assert real_tiny_en_pack.verifier(10) is not None and real_tiny_en_pack.verifier(30) is not None
-    assert real_tiny_en_pack.verifier(3) is None
+def test_every_cache_has_a_verifier(real_tiny_en_pack) -> None:
     path, size = real_tiny_en_pack.verifier(20)
-    assert path.name == "decoder_s220_k5_j5_v.onnx" and size == 5
+    assert path.name == "decoder_s220_k5_j5_v.onnx" and size == 5 and real_tiny_en_pack.verifier(10)[0] == path
+    path, size = real_tiny_en_pack.verifier(3)  # the live rounds' buckets: opening and reaching-back rounds
+    assert path.name == "decoder_s25_k5_j5_v.onnx" and size == 5 and real_tiny_en_pack.verifier(6)[0] == path
 
 
 def test_verifier_rows_are_the_sequential_predictions(model, closing) -> None:
@@ -145,3 +147,24 @@ def test_any_draft_gives_the_greedy_tokens(model, closing, index) -> None:
             assert result.drafted >= len(tokens) - head - 1
             assert sum(kind == "verify" for kind, _ in counting.calls) <= len(tokens) // 5 + 2
             assert sum(kind == "run" for kind, _ in counting.calls) == 1  # the prompt's batched head
+
+
+def test_a_revising_live_round_checks_its_drafts_with_the_short_caches_verifier(model) -> None:
+    """An opening round (the first seconds of an utterance, heard with silence to 6 s: a short
+    bucket) decodes its drafts again: they are proposed to the short cache's verifier, which gives
+    the greedy tokens in fewer sequential chunks."""
+    audio = max((load_audio_file(DATA / clip["audio"]) for clip in CLIPS), key=len)[: 4 * SR]
+    assert audio.size == 4 * SR
+    encoding = model.encode(np.concatenate([audio, np.zeros(2 * SR, np.float32)]))
+    assert encoding.bucket == 6 and model.pack.verifier(6) is not None
+    greedy = decode(model, encoding, 6.0)
+    tokens = list(greedy.tokens)
+    assert len(tokens) >= 8
+    plain, drafted = Counting(model), Counting(model)
+    assert list(decode(plain, encoding, 6.0).tokens) == tokens
+    result = decode(drafted, encoding, 6.0, tokens)
+    assert list(result.tokens) == tokens and result.stop_reason == greedy.stop_reason
+    assert np.abs(np.subtract(result.logprobs, greedy.logprobs)).max() < _LOGPROB_TOLERANCE
+    assert result.drafted >= len(tokens) // 2 and any(kind == "verify" for kind, _ in drafted.calls)
+    sequential = [size for kind, size in drafted.calls if kind == "run"]
+    assert len(sequential) < sum(kind == "run" for kind, _ in plain.calls)

@@ -251,7 +251,8 @@ def test_opening_rounds_and_the_minimum_context_revise_the_drafts(vocab) -> None
     decodes all of it from its start, heard with silence to 6 s (bucket 6), without a prefix, and
     replaces the drafts; the next round (its carry short) reaches back to a drafted word 5 s before
     its end (the clip's start: 4.2 s), forced as the prefix, and replaces the drafts after it. Words that come out the same
-    keep the time they were first shown; no word is ever shown twice in a row."""
+    keep the time they were first shown; no word is ever shown twice in a row. The drafts these
+    rounds decode again are checked by the verifier of the short buckets' cache."""
     model, result = replay("revising", vocab)
     updates, stream = result["updates"], result["stream"]
     live = [u for u in updates if u.stats is not None and u.stats.chunks and not u.stats.closes]
@@ -265,6 +266,8 @@ def test_opening_rounds_and_the_minimum_context_revise_the_drafts(vocab) -> None
     reach = next(u for u in live if u.stats.bucket != 6)
     assert reach.stats.revised_s > 0 and reach.stats.input_s >= 4.0 - 0.25  # from a word 5 s back, or the first
     assert reach.stats.input_s == pytest.approx(reach.stats.carry_s + 1.0 + reach.stats.revised_s, abs=0.05)
+    # the drafts decoded again are proposed to the short cache's verifier (a 6 s bucket's) and confirmed
+    assert "verify" in model.dispatches and sum(u.stats.drafted for u in live) >= 10
     # the first word, drafted by the first round, kept its first-shown time through the revisions
     first = next(u for u in updates if u.words)
     assert stream.words[0].emitted_at == first.words[0].emitted_at

@@ -92,7 +92,8 @@ def test_sessions_are_lazy_and_share_one_ortvalue_per_weight(tiny_pack, tmp_path
     loaded = {p.name for p in rt.loaded()}
     assert not any("30s" in name for name in loaded)  # the 30 s bucket stays unloaded
     files = {tiny_pack.decoder_file(3, *chunk).name for chunk in tiny_pack.decoder_chunks(3)}
-    assert len(files) == 4 and loaded == {"encoder_3s.onnx", *files}  # 8 chunks, 4 graphs
+    verifier = tiny_pack.verifier(3)[0].name  # the revising live rounds' draft checks
+    assert len(files) == 4 and loaded == {"encoder_3s.onnx", *files, verifier}  # 8 chunks, 4 graphs
     info = rt.info()
     assert set(info.placement) == loaded
     assert all(set(p) == {"CPUExecutionProvider"} for p in info.placement.values())
@@ -186,17 +187,17 @@ def wide_pack(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_a_loaded_pack_holds_one_copy_of_the_weights(wide_pack) -> None:
-    """All five graphs of a bucket loaded and run: RSS grows by about one weight file, not five.
+    """All six graphs of a bucket loaded and run: RSS grows by about one weight file, not six.
 
     Measured in a fresh interpreter from just before the first session to after a full round."""
     out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(wide_pack)], capture_output=True, text=True,
                          timeout=300, check=True)
     stats = json.loads(out.stdout.strip().splitlines()[-1])
     print("memory:", stats)
-    assert stats["sessions"] == 5
+    assert stats["sessions"] == 6
     assert stats["onnx_imported"] is False  # the manifest lists each graph's weights (11 MB saved)
     assert stats["weights_mb"] > 70
-    # one copy plus ORT's own overhead; a copy per session would be ~5 × the 80 MB embedding
+    # one copy plus ORT's own overhead; a copy per session would be ~6 × the 80 MB embedding
     assert stats["rss_mb"] < 2 * stats["weights_mb"], stats
 
 
@@ -264,7 +265,7 @@ def test_buckets_share_the_npus_decoder_graphs_and_the_padding_changes_no_output
     units = rt.npu_units()
     assert {f for _, f in units} == {None, 300, 500, 1500}
     print(f"NPU graphs: {len(units)} with shared frame counts, {len(per_bucket)} with one per bucket")
-    assert len(units) == 21 and len(per_bucket) == 38
+    assert len(units) == 22 and len(per_bucket) == 42
     assert Runtime(pack, "cpu", npu_buckets=(3, 10)).static_decoder_frames(4) == 50 * 4  # no prepared bucket serves it
 
     model = OnnxAcousticModel(pack, rt)

@@ -42,10 +42,11 @@ def _encode(rt: Runtime, pack) -> list[np.ndarray]:
 def test_prepare_compiles_every_npu_graph_ahead_and_a_warm_start_compiles_none(npu_pack, tmp_path, caplog) -> None:
     rt = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3, 10))
     units = rt.npu_units()
-    # each bucket: its encoder, its chunk graphs with its frames fixed; 10 s also its verifier
+    # each bucket: its encoder, its chunk graphs and its cache's verifier with its frames fixed
     assert units[0] == (npu_pack.encoder_file(3), None) and (npu_pack.encoder_file(10), None) in units
     assert {f for _, f in units} == {None, 150, 500}
-    assert (npu_pack.verifier(10)[0], 500) in units and len(units) == len(set(units))
+    assert (npu_pack.verifier(10)[0], 500) in units and (npu_pack.verifier(3)[0], 150) in units
+    assert len(units) == len(set(units))
     calls: list[tuple[int, int]] = []
     with caplog.at_level(logging.WARNING, logger="captioner.engine.runtime"):
         rt.prepare(progress=lambda done, total: calls.append((done, total)))

@@ -71,7 +71,8 @@ def test_pack_api(tiny_pack):
     assert p.decoder_file(3, 4, 6).name == "decoder_s25_k6.onnx"
     assert {p.decoder_file(b, 4, 6) for b in (3, 4, 5, 6)} == {p.decoder_file(3, 4, 6)}  # shared by the short buckets
     assert p.cache_slots[3] == 25 and p.cache_slots[30] == 220
-    assert len(p.graph_files()) == 7 + 4 + 4 + 1  # + the long buckets' verifier
+    assert len(p.graph_files()) == 7 + 4 + 4 + 2  # + a verifier per cache
+    assert p.verifier(3)[0].name == "decoder_s25_k5_j5_v.onnx" and p.verifier(30)[0].name == "decoder_s220_k5_j5_v.onnx"
     assert p.beam(10) is None and p.manifest["beams"] == {}  # no beam step unless built with --beam
     assert p.weights_file().name == "weights.bin"
     assert len(p.pack_hash) == 64 and p.pack_hash == file_sha256(p.root / "manifest.json")
@@ -257,6 +258,6 @@ def test_a_chunk_3_pack_decodes_in_chunks_of_three(chunk3_pack):
     assert p.decoder_file(3, 10, 3).name == "decoder_s28_k3.onnx"
     assert p.decoder_file(3, 5, 5).name == "decoder_s28_k5.onnx"  # the prefixed head's second chunk
     # 7 encoders; per cache size: k4 (batched prompt), k6, k5 (batched), k5, k3
-    assert len(p.graph_files()) == 7 + 5 + 5 + 1
+    assert len(p.graph_files()) == 7 + 5 + 5 + 2  # + a verifier per cache
     assert pack_problems(p.root, checksums=False) == []
     assert BuildOptions().tail_chunk == BuildOptions(linear="conv").tail_chunk == 5  # the paper's
