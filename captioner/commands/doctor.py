@@ -152,6 +152,9 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         print(f"  {item.name}: OK ({p.dims.n_mels} mel, d_model {p.dims.d_model}, "
               f"{'multilingual' if p.multilingual else 'English-only'}, {describe_pack(p)}, "
               f"{disk_mb(item.path):.0f} MB on disk)")
+        if any(p.verifier(b) is None for b in p.buckets):
+            print(f"    built before every bucket had a verifier: live rounds at steps under 2 s take ~10 % more CPU; "
+                  f"to get it, reinstall the pack (captioner models remove {item.name}, then models install)")
     if sound == 0:
         print(f"  none usable; install one: captioner models install {DEFAULT_MODEL}")
 

