@@ -687,8 +687,7 @@ class Stream:
             chunks, decoder_ms, validation_ms = (chunks + free.chunks, decoder_ms + free.decoder_ms,
                                                  validation_ms + free.validation_ms)
             free_wrong = self._looks_wrong(free)
-            loops = (unheard_repeats(self.vocab, tuple(t for t in free.candidates if t < self.vocab.eot),
-                                     free.attn_align, eff_s, context, ends)
+            loops = (unheard_repeats(self.vocab, free.candidates, free.attn_align, eff_s, context, ends)
                      if free_wrong is None and cfg.closing_unguarded_heard else [])
             if loops:  # deviation 46: a loop's copies heard where its first time was are dropped
                 logger.debug("round %d: unguarded decode's repeats heard again where said first: %r",

@@ -320,7 +320,7 @@ def unheard_repeats(vocab: Vocabulary, tokens: tuple[int, ...], attn_align: np.n
 
     Args:
         vocab: token classes.
-        tokens: the decode's candidates, EOT excluded.
+        tokens: the decode's candidates (:attr:`~captioner.engine.decoder.DecodeResult.candidates`).
         attn_align: float32 [≥ len(tokens), n_frames], the alignment heads' attention per token.
         input_s: the round's input length, seconds.
         context: normalised words said before the decode's tokens (:class:`RoundValidator`'s).
