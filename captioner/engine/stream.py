@@ -87,13 +87,11 @@ After the decode, by kind:
   looks right, and when both look wrong the one with the higher average log-probability among those
   that did not loop [23, 24]. A decode that the phrase-repetition guard still stopped is decoded
   again in the 30 s window without that guard, as offline Whisper decodes it, and that decode is
-  kept when it looks right by the same signs [37], less the copies of a word block it says three
-  times or more where fewer than three quarters of a copy's tokens are heard later than the copy
-  before's (a loop by where it is heard; the words after it stay) [46]. Its words replace the
-  committed words of its input (``closing_replaces=False``: only the words after them are added,
-  aligned by text, else by time), except that a decode whose words begin, word for word, four or
-  more drafted words in (Whisper skipped the start of a long input) replaces only the drafts from
-  there, its words aligned to the audio after the kept ones [29]; one that finds no words keeps the drafts;
+  kept when it looks right by the same signs [37]. Its words replace the committed words of its input
+  (``closing_replaces=False``: only the words after them are added, aligned by text, else by
+  time), except that a decode whose words begin, word for word, four or more drafted words in
+  (Whisper skipped the start of a long input) replaces only the drafts from there, its words
+  aligned to the audio after the kept ones [29]; one that finds no words keeps the drafts;
   nothing is carried and the utterance ends, except that a decode the chunk plan cuts short,
   or that a guard stops 0.3 s or more before the input's end [36] (measured from where the stopped
   token attends when DTW stretched the kept words to the end [26]), or that Whisper ends (EOT) a
@@ -141,7 +139,7 @@ from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
 from captioner.engine.rounds import FULL_N, RoundPlan, RoundPolicy, StreamState, plan_round
 from captioner.engine.tokens import TASKS, normalize_word
 from captioner.engine.vad import SpeechDetector
-from captioner.engine.validate import RoundValidator, unheard_repeats
+from captioner.engine.validate import RoundValidator
 from captioner.engine.vocabulary import VocabularyPrompt, speech_frames
 from captioner.errors import CaptionerError
 
@@ -232,9 +230,6 @@ class StreamConfig:
         closing_unguarded: a closing decode that the phrase-repetition guard stopped (after the
             retry) is decoded again in the 30 s window without that guard, as offline Whisper
             decodes it, and kept when it looks right (deviation 37).
-        closing_unguarded_heard: ... less the copies of a repeated word block heard where its
-            first time was (:func:`~captioner.engine.validate.unheard_repeats`: fewer than three
-            quarters of a copy's tokens attend later), the words after them kept (deviation 46).
         closing_beam: closing rounds decode with beam search (the beam-step graph of a pack built
             with ``--beam 5``: offline Whisper's default decoding) where their bucket has one, except
             the stream's first utterance decoded whole (27: offline Whisper's greedy decode of a
@@ -318,7 +313,6 @@ class StreamConfig:
     closing_from_start: bool = True
     closing_retry: bool = True
     closing_unguarded: bool = True
-    closing_unguarded_heard: bool = True
     closing_beam: bool = False
     closing_beam_min_s: float = 0.0
     closing_beam_skips: bool = True
@@ -687,12 +681,6 @@ class Stream:
             chunks, decoder_ms, validation_ms = (chunks + free.chunks, decoder_ms + free.decoder_ms,
                                                  validation_ms + free.validation_ms)
             free_wrong = self._looks_wrong(free)
-            loops = (unheard_repeats(self.vocab, free.candidates, free.attn_align, eff_s, context, ends)
-                     if free_wrong is None and cfg.closing_unguarded_heard else [])
-            if loops:  # deviation 46: a loop's copies heard where its first time was are dropped
-                logger.debug("round %d: unguarded decode's repeats heard again where said first: %r",
-                             stats["round_index"], [self.vocab.decode(free.candidates[a:b]) for a, b in loops])
-                free = _without(free, loops)
             logger.debug("round %d: closing decode stopped by the phrase guard: %r; unguarded in 30 s: %r (%s, %s)",
                          stats["round_index"], self.vocab.decode(result.candidates), self.vocab.decode(free.candidates),
                          free_wrong or "fine", _logprob(free))
@@ -1292,20 +1280,6 @@ def _words_from(tokens: list[CommittedToken], sample: int, vocab) -> list[Commit
 def _word_groups(tokens: tuple[int, ...], vocab) -> list[tuple[int, ...]]:
     """``tokens`` split into words (token tuples)."""
     return [tokens[f : f + k] for f, k in split_words(tokens, vocab)]
-
-
-def _without(result: DecodeResult, spans: Sequence[tuple[int, int]]) -> DecodeResult:
-    """``result`` without the tokens of ``spans`` (``[start, end)`` into its candidates, in order,
-    apart), with their attention and log-probabilities."""
-    keep = np.ones(len(result.tokens), dtype=bool)
-    for a, b in spans:
-        keep[a:b] = False
-    stop = result.stop
-    if stop is not None:
-        stop = replace(stop, index=int(keep[: stop.index].sum()))
-    logprobs = tuple(p for p, k in zip(result.logprobs, keep, strict=False) if k) if result.logprobs else ()
-    return replace(result, tokens=tuple(t for t, k in zip(result.tokens, keep, strict=True) if k),
-                   attn_align=result.attn_align[: len(result.tokens)][keep], stop=stop, logprobs=logprobs)
 
 
 def _summed(result: DecodeResult, other: DecodeResult) -> DecodeResult:

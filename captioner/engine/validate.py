@@ -73,7 +73,6 @@ __all__ = [
     "moving_average",
     "repeated_tail",
     "shift_peaks",
-    "unheard_repeats",
 ]
 
 logger = logging.getLogger(__name__)
@@ -86,7 +85,6 @@ _RESTART = 5  # the round's first words said again: greedy Whisper restarting it
 _RESTART_LATER_S = 1.0  # ... unless they attend this much later than the first time (a real repeat)
 _RESTART_END_S = 0.3  # ... and not to the input's end (the silence after the speech)
 _REPEAT_AFTER_S = 0.2  # a repeat every token of which attends this much later than its first time's is speech
-_HEARD_SHARE = 0.75  # ... of which this part does, for the judge of an unguarded decode (one stray peak)
 _ANNOTATION_OPENERS = (b"(", b"[", "\u266a".encode(), "\u266b".encode(), b"*")
 
 
@@ -211,7 +209,6 @@ class WordGuard:
         self._ends = [e for w, e in zip(context, context_ends, strict=False) if w] if timed else []  # seconds
         self._firsts: list[int] = []  # decoded index of the first token of each completed word
         self._open: int | None = None  # decoded index where the current (incomplete) word starts
-        self.unheard: list[tuple[int, int]] = []  # unguarded: the repeats heard where their first time was
 
     def on_token(self, decoded: list[int], token: int | None) -> Stop | None:
         """``token`` is about to be appended to ``decoded`` (None: the round ends). When it starts
@@ -222,18 +219,15 @@ class WordGuard:
             if is_annotation(text):
                 return Stop("nonspeech", self._open)
             word = normalize_word(text)
-            if word:
+            if word and self._phrases:
                 self._words.append(word)
                 self._firsts.append(self._open)
                 n = repeated_tail(self._words)
                 if n == 1 and len(self._firsts) >= 2 and self._single_token_double(decoded):
                     n = 0  # one token said twice: the id rule (three copies, all dropped) decides
                 at = len(self._words) - n - self._context
-                if n and not self._phrases:  # judged, not stopped (an unguarded decode)
-                    self._judge_thrice(at, n, decoded)
-                elif n and not self._heard_after(at, n, decoded):
+                if n and not self._heard_after(at, n, decoded):
                     return Stop("repetition", self._firsts[at] if at >= 0 else 0)
-            if word and self._phrases:
                 own = self._words[self._context :]
                 if (len(own) >= 2 * _RESTART and own[-_RESTART:] == own[:_RESTART]
                         and not self._heard_again(len(own), len(decoded))):
@@ -242,18 +236,6 @@ class WordGuard:
             self._open = len(decoded)
         return None
 
-
-    def _judge_thrice(self, at: int, n: int, decoded: list[int]) -> None:
-        """Without the phrase guard: when the own words end with a block of ``n`` words said three
-        times in a row (the last copy begins at own word ``at``), the second and third copies are
-        each judged against the copy before; one fewer than :data:`_HEARD_SHARE` of whose tokens
-        attend later is recorded in :attr:`unheard` as its token span."""
-        if at < 2 * n or self._words[self._context + at - 2 * n : self._context + at - n] != self._words[-n:]:
-            return
-        for copy in (at - n, at):
-            end = self._firsts[copy + n] if copy + n < len(self._firsts) else len(decoded)
-            if not self._heard_after(copy, n, decoded[:end], _HEARD_SHARE):
-                self.unheard.append((self._firsts[copy], end))
 
     def _heard_again(self, n_own: int, n_decoded: int) -> bool:
         """The round's first :data:`_RESTART` words, said again as its last ones, attend to later
@@ -265,7 +247,7 @@ class WordGuard:
         later = float(np.median(again)) * FRAME_S
         return later >= float(np.median(first)) * FRAME_S + _RESTART_LATER_S and later <= self._input_s - _RESTART_END_S
 
-    def _heard_after(self, at: int, n: int, decoded: list[int], share: float = 1.0) -> bool:
+    def _heard_after(self, at: int, n: int, decoded: list[int]) -> bool:
         """The repeat (own words ``[at, at + n)``, the round's last) attends to later speech than its
         first time (words ``[at − n, at)``), every token later than its counterpart: a real
         repetition ("words, words"), not a loop, which attends back to the first time's audio, creeps
@@ -274,9 +256,7 @@ class WordGuard:
         words must attend that much after the context's last word ends (its committed time); a
         context without times, or a repeat that begins in it, is a loop as before. Punctuation
         tokens, whose attention peaks anywhere (a "." at the input's end), are compared only where
-        no other token is ("No, no": the first "No" is the round's first token). ``share``: the part
-        of the compared tokens that must attend later (1.0: every one; the unguarded decode's
-        judge takes :data:`_HEARD_SHARE`, which one stray peak does not fail)."""
+        no other token is ("No, no": the first "No" is the round's first token)."""
         n_decoded = len(decoded)
         c = max(0, n - at)  # words of the first time in the context
         if at < 0 or len(self._peaks) < n_decoded or (c and len(self._ends) != self._context):
@@ -295,51 +275,13 @@ class WordGuard:
                       for i in range(mid, again) if i > 0 and peaks[i] < end]
         moves = [m for m, p in timed if not p] or [m for m, _ in timed]
         later = peaks[mid:n_decoded]
-        heard = sum(m >= _REPEAT_AFTER_S for m in moves)
-        return (bool(moves) and heard >= share * len(moves)
+        return (bool(moves) and min(moves) >= _REPEAT_AFTER_S
                 and float(np.median(later)) * FRAME_S <= self._input_s - _RESTART_END_S)
 
     def _single_token_double(self, decoded: list[int]) -> bool:
         """The last two completed words are the same single token (left to the id rule)."""
         a, b = self._firsts[-2], self._firsts[-1]
         return b - a == 1 and len(decoded) == b + 1 and decoded[a] == decoded[b]
-
-
-def unheard_repeats(vocab: Vocabulary, tokens: tuple[int, ...], attn_align: np.ndarray, input_s: float,
-                    context: tuple[bytes, ...] = (), context_ends: tuple[float, ...] = ()) -> list[tuple[int, int]]:
-    """The copies of a word block said three or more times in a row, in a decode made without the
-    phrase guard, that are heard where the copy before them was: fewer than :data:`_HEARD_SHARE` of
-    a copy's tokens attend :data:`_REPEAT_AFTER_S` later than their counterparts. Returns their token
-    spans ``[start, end)`` (into ``tokens``), merged, in order. An unguarded decode (a closing round
-    heard again as offline Whisper, deviation 37) keeps the speech after a loop where the guard
-    stopped, and the loop too: its copies are dropped and the rest kept (deviation 46). "No problem,
-    no problem, no problem." for one "no problem", each copy's "No" or "problem" heard where the
-    copy before's was, keeps its first copy; "want to give me kisses?" said three times, every token
-    but one stray peak a second later each time, is speech and stays. A block said twice is left
-    alone: a speaker's "Yeah, yeah" moved its second "yeah" 0.18 s, as loops do.
-
-    Args:
-        vocab: token classes.
-        tokens: the decode's candidates (:attr:`~captioner.engine.decoder.DecodeResult.candidates`).
-        attn_align: float32 [≥ len(tokens), n_frames], the alignment heads' attention per token.
-        input_s: the round's input length, seconds.
-        context: normalised words said before the decode's tokens (:class:`RoundValidator`'s).
-        context_ends: where each context word ends, seconds from the input's start.
-    """
-    peaks = [int(p) for p in np.argmax(attn_align[: len(tokens)], axis=-1)] if len(tokens) else []
-    guard = WordGuard(vocab, context, peaks, input_s, peaks, context_ends, phrases=False)
-    decoded: list[int] = []
-    for token in tokens:
-        guard.on_token(decoded, token)
-        decoded.append(token)
-    guard.on_token(decoded, None)
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(guard.unheard):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
-        else:
-            merged.append((start, end))
-    return merged
 
 
 def _token_loop(tokens: list[int]) -> int:

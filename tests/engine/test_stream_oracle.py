@@ -404,27 +404,6 @@ def test_a_closing_decode_is_judged_by_whisper_signs_and_the_better_attempt_kept
     assert _better(loop, "repetition", unknown, "limit") is loop  # both looped, unknown: the first
 
 
-def test_an_unguarded_decode_keeps_the_speech_after_its_loop_without_the_loop_s_copies():
-    """Deviation 46 (``_without``): the copies of a loop heard where its first time was
-    (:func:`~captioner.engine.validate.unheard_repeats`) leave the decode with their attention and
-    log-probabilities; the words after them stay, and the stop index moves with them."""
-    from captioner.engine.decoder import DecodeResult
-    from captioner.engine.stream import _without
-    from captioner.engine.validate import Stop
-
-    a, b, c, d = V.word[:4]
-    tokens = (c, a, b, a, b, a, b, d)  # "C A B A B A B D": two copies of "A B" too many
-    attn = np.arange(len(tokens) * 5, dtype=np.float32).reshape(len(tokens), 5)
-    logprobs = tuple(-0.1 * k for k in range(len(tokens)))
-    result = DecodeResult(tokens, attn, Stop("eot", len(tokens)), 3, 1.0, 2.0, logprobs=logprobs, eot_logprob=-0.2)
-    kept = _without(result, [(3, 7)])
-    assert kept.tokens == (c, a, b, d) and kept.candidates == (c, a, b, d)
-    assert kept.stop == Stop("eot", 4) and kept.chunks == 3 and kept.eot_logprob == -0.2
-    np.testing.assert_array_equal(kept.attn_align, attn[[0, 1, 2, 7]])
-    assert kept.logprobs == tuple(logprobs[i] for i in (0, 1, 2, 7))
-    assert _without(result, []).tokens == tokens
-
-
 def test_the_rest_of_an_utterance_is_decoded_again_from_where_the_closing_decode_was_heard_to():
     """Deviation 28's cut (``_rest_cut``): 0.2 s before the last committed word's start; a decode that
     Whisper ended early but that committed no word (it heard only the word already kept: "about."

@@ -13,7 +13,6 @@ from captioner.engine.validate import (
     median_filter,
     moving_average,
     shift_peaks,
-    unheard_repeats,
 )
 
 V = make_vocab()
@@ -328,30 +327,3 @@ def test_without_the_phrase_guard_repeats_pass_and_sound_captions_still_stop() -
     assert free.decoded == loop
     stop = feed(validator(closing=True, phrases=False), [B, B, B], [20, 40, 60])
     assert stop is not None and (stop.reason, stop.index) == ("repetition", 0)
-
-
-def test_an_unguarded_decode_s_loop_copies_are_those_heard_where_the_first_time_was() -> None:
-    """Deviation 46: a block said three times in a decode made without the phrase guard is judged by
-    where its copies are heard, three quarters of a copy's tokens 0.2 s after the copy before. Issue 25's joined
-    radio call: whisper-base decoded "No problem, no problem, no problem." for one "no problem", the
-    second "problem" 0.18 s after the first and the third "No" where the second was: the two copies
-    are the loop, the first stays. The CHILDES father's "want to give me kisses?" said three times,
-    every token a second later each time but one stray peak, is speech: nothing is dropped."""
-    def attn(frames):
-        return np.stack([box(f) for f in frames])
-
-    # "C A B A B A B D": A B said three times; the second copy's B 0.1 s on, the third's A not at all
-    tokens = (C, A, B, A, B, A, B, D)
-    loop = [5, 20, 30, 40, 35, 40, 50, 70]
-    assert unheard_repeats(V.vocab, tokens, attn(loop), N * 0.02) == [(3, 7)]
-    # said twice, the same peaks: left alone (a speaker's "yeah, yeah" moves as little)
-    assert unheard_repeats(V.vocab, (C, A, B, A, B, D), attn([5, 20, 30, 40, 35, 70]), N * 0.02) == []
-    # "C A B D E" then "A B D E" twice: each token 0.4 s on, but the last copy's D (a stray peak)
-    e = V.word[4]
-    said = [C, A, B, D, e, A, B, D, e, A, B, D, e, C]
-    kisses = [5, 10, 13, 16, 19, 30, 33, 36, 39, 50, 53, 36, 59, 80]
-    assert unheard_repeats(V.vocab, tuple(said), attn(kisses), N * 0.02) == []
-    # the phrase guard's own rule, every token later, stops at the stray peak
-    stop = feed(validator(closing=True), said, kisses)
-    assert stop is not None and stop.reason == "repetition"
-    assert unheard_repeats(V.vocab, (), np.zeros((0, N), np.float32), N * 0.02) == []
