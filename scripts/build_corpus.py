@@ -5,7 +5,7 @@
 
 It writes ``corpus/audio/<id>.flac`` (16 kHz, mono, 16-bit FLAC) and ``corpus/manifest.jsonl`` (the
 development corpus's format, ``../shared/speech/README.md``, with a ``speaker`` field on every item and
-``notes`` that give the exact cut): 43 recordings of 24 people who are not in the development corpus.
+``notes`` that give the exact cut): 47 recordings of 25 people who are not in the development corpus.
 Everything that decides the output is data in this file (:data:`ITEMS`: source file, cut, reference
 text, notes, and the SHA-256 of the 16-bit samples each build must reproduce); nothing is chosen at
 run time. ``--mirrors`` is a folder of bare git mirrors named ``owner+name`` (the ``fetch`` tool's
@@ -37,6 +37,12 @@ What it builds, from what, under which licence:
   Wikimedia Commons' edit of NASA's recording, as its ``DATA_LICENSES.txt`` states, which the build checks), the
   whole file; text: NASA's *Apollo 13 Technical Air-to-Ground Voice Transcription* as cleaned by Spacelog
   (``missions/a13/transcripts/TEC``), checked there like the Apollo 11 items.
+- 4 more ``conversational`` items, Apollo 11 Public Affairs commentary (NASA, public domain): the Houston Public
+  Affairs Officer's live announcement at MET 00:36:00 ("This is Apollo Control at 36 minutes ...", launch heart
+  rates, then the Tananarive acquisition), the whole of UTD's 53 s file ``A11_HR1U_CH10_00002160000.wav`` beside
+  the launch-day ones (8 kHz), cut in four at its pauses by the same rule; text: NASA's *Apollo 11 Mission
+  Commentary* (1969, public domain) as Apollo in Real Time retyped and corrected it (bfeist/Apollo_11
+  ``MISSION_DATA/A11_merged_utterances.csv``, the PAO line at 000:36:00, split by words); the build checks it there.
 - 12 ``other`` items, CSTR VCTK Corpus (Veaux, Yamagishi, MacDonald; University of Edinburgh),
   CC BY 4.0: speakers p225-p228, 16 kHz audio from auspicious3000/autovc ``wavs/``, text from the
   VCTK ``txt/`` transcripts as copied in RichardSterry/msc-project ``docs/vctk/vctk_transcripts/``.
@@ -97,6 +103,7 @@ REPOS: dict[str, tuple[str, str]] = {
     "gutenberg": ("stostap/HashTableImproved", "a40f7440270813a4dfe13c252c3a6ec31c6afcff"),
     "ba3": ("TalkBank/batchalign3", "4a7f1b39e7fdcdf394fabac1a7c8b59784453457"),
     "kani": ("zhudotexe/kani", "fcea44100b8a258e9cccae6890c412e8478bc8c6"),
+    "a11rt": ("bfeist/Apollo_11", "a3a7e6c1c5c644b71d442aa4f2c25a44b5983c25"),
 }
 
 CANARY = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00001058000.wav"
@@ -116,6 +123,9 @@ TALE_MP3 = "galleries/examples/00-jupyter_notebooks/corpus/data/tale_of_two_citi
 TALE_TXT = "98-0.txt"
 CHILDES_MP3 = "batchalign/tests/support/eng_multi_speaker.mp3"
 CHILDES_CHA = "batchalign/tests/support/parity/eng_multi_speaker.cha"
+PAO36 = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00002160000.wav"
+PAO_CSV = "MISSION_DATA/A11_merged_utterances.csv"
+PAO_NASA = "MISSION_DATA/previous steps/PAO.txt"
 
 APOLLO_LICENSE = ("US government work (NASA), public domain; text: NASA's Apollo 11 Technical Air-to-Ground "
                   "Voice Transcription (1969, public domain) as cleaned by Spacelog")
@@ -171,6 +181,30 @@ SONNET_CUT = ("cut {start:.3f}-{end:.3f} s of {file} (44.1 kHz joint-stereo MP3,
               "is not in the text. The start is the centre of the quietest 20 ms window (centres on a 5 ms grid) "
               "within 0.15 s of a point 0.25 s before the first line's speech ({first:.2f} s); the end likewise "
               "0.25 s after the last line's ({last:.2f} s){tail}. The reader is not named in the source. ")
+
+
+PAO_LICENSE = ("US government work (NASA), public domain: audio, the Apollo 11 air-to-ground downlink as UTD CRSS's Explore "
+               "Apollo keeps it (UTD-CRSS/exploreapollo-import-audio); text: NASA's Apollo 11 Mission Commentary, the "
+               "Public Affairs Officer's transcript (1969, public domain), as Apollo in Real Time retyped and corrected it "
+               "(bfeist/Apollo_11, which has no licence file of its own; the words are NASA's)")
+PAO_CUT = ("cut {start:.3f}-{end:.3f} s of A11_HR1U_CH10_00002160000.wav (launch day, MET 00:36:00 on, 8 kHz; 53.39 s, "
+           "the whole file one announcement): {turns}. " + UTD_RULE.replace("turn boundary", "segment boundary")
+           + "The file is the Public Affairs Officer's live commentary on the air-to-ground channel (\"This is Apollo "
+           "Control\", Houston), not read from a script: a report read out from notes with the announcer's own "
+           "words around it, the channel's hiss about 15 dB below the speech. ")
+PAO_NASA_NOTE = ("NASA's typed original of the line (MISSION_DATA/previous steps/PAO.txt in the same repository, GET 00:23 "
+                 "tape 17/1) has \"flight surgeon\", \"Commander Neil\" and \"Lunar Module pilot 88\": Apollo in Real Time "
+                 "added \"Buzz Aldrin\", which the audio has (UTD's verbatim transcript too). ")
+
+
+def _pao(n: int, start: float, end: float, words: tuple[int, int], text: str, turns: str, notes: str,
+         sha: str) -> dict[str, Any]:
+    """Part ``n`` of the Houston Public Affairs Officer's announcement at MET 00:36:00 (UTD's 53 s file), cut in
+    its pauses; the text is the words ``words`` (a slice) of Apollo in Real Time's line for it."""
+    return {"id": f"a11-pao-0036-{n}", "kind": "conversational", "speaker": "apollo11-pao-houston", "repo": "utd",
+            "path": PAO36, "start": start, "end": end, "pao": ("000:36:00", *words), "text": text,
+            "license_note": PAO_LICENSE, "sha256": sha,
+            "notes": PAO_CUT.format(start=start, end=end, turns=turns) + notes}
 
 
 def _sonnet(n: int, roman: str, start: float, end: float, head: float, first: float, last: float, text: str,
@@ -233,7 +267,9 @@ DAY6_SPEAKER = "apollo11-day6"
 # Manifest order. The accuracy bench splits speakers into halves per kind in this order: launch day
 # (9 items) -> tune, day 6 (3) -> check, AMI FEE005, FEO072, MEE073 (2 each) -> check, MEE008 (1) -> tune,
 # CHILDES MacWhinney (1) -> check (a second item of it would move MEE008 to check, so it has one), Apollo 13 (1)
-# -> tune (its speaker id sorts after CHILDES', so it is placed last and moves no one);
+# -> tune (its speaker id sorts after CHILDES', so it is placed last and moves no one). The Apollo 11 Public
+# Affairs Officer came last (4 items, so second in the split, after launch day) -> check, which moves AMI FEO072
+# to tune (with 2 items it would move MEE008, with 6 FEE005, MEE073 and MEE008; 4 moves the fewest);
 # p225, p227 -> tune, p226, p228 -> check; 251 -> tune, 3536 -> check; p232 -> tune, p257 -> check.
 ITEMS: list[dict[str, Any]] = [
     _apollo("a11-launch-canary-1", LAUNCH, "utd", CANARY, 69.760, 73.318, ["00:00:18:18"],
@@ -491,6 +527,31 @@ ITEMS: list[dict[str, Any]] = [
               "by a word or two there; NASA's wording is kept. Lovell's line starts with \"Uh,\" in the audio "
               "(Whisper's normaliser drops it anyway). The first exchange of the accident: radio noise throughout, "
               "about 15 dB below the speech, and the shortened pauses. "},
+    # The Houston Public Affairs Officer at MET 00:36:00: four parts of one announcement, its own speaker id. Four
+    # items, so that the split moves only AMI FEO072 (check -> tune); see corpus/README.md.
+    _pao(1, 0.000, 17.780, (0, 33),
+         "This is Apollo Control at 36 minutes. That's the end of the tape. We have a report on the launch heart rates "
+         "now from the Flight Surgeon. Commander, Neil Armstrong's heart rate 110,",
+         "UTD's segments 0-17.480 s (the opening and Armstrong's rate, a 1.0 s pause after \"launch\" kept)",
+         "The start is the file's start (the speech begins at 0.68 s, a click at 0.16 s); the cut ends in the 1.6 s "
+         "pause before the next name of the list. " + PAO_NASA_NOTE,
+         "5f9d22c6c3ac0e8ef36ac32605e1c1b9e672bff8ac64610741815604b46c89b6"),
+    _pao(2, 18.925, 27.200, (33, 45),
+         "Command Module Pilot, Mike Collins 99, Lunar Module Pilot, Buzz Aldrin 88.",
+         "UTD's segments 19.037-27.056 s (Collins's and Aldrin's rates)", PAO_NASA_NOTE,
+         "84b5861619a3154f65cc8604baea6390c3267bb555c3e1dc4b2d448b4a837203"),
+    _pao(3, 27.955, 45.895, (45, 74),
+         "These compare with their first Gemini flights, their first liftoff back in the Gemini program. Armstrong's "
+         "heart rate was 146 at that time, Collins was 125, Aldrin was 110.",
+         "UTD's segments 28.164-45.794 s (the Gemini comparison)",
+         "Not verbatim in one word: the audio has \"Aldrin's was 110\" (as UTD's verbatim transcript has it, and as "
+         "whisper-base hears it); NASA's wording, \"Aldrin was 110\", is kept. ",
+         "e388b724ebe7deff4c725bb96970670b27fbe1c4f436af362fd5a4f8b9bcf0d6"),
+    _pao(4, 47.115, 52.430, (74, 88),
+         "We have acquisition at Tananarive now. We'll stand by live now through that station.",
+         "UTD's segment 47.344-52.034 s (the hand-over to Tananarive; the file ends 1.4 s later, in the channel's "
+         "noise)", "UTD's verbatim transcript agrees with NASA's. ",
+         "61132c3ef938763e93c38c7d5667e22b5beb600781ea44fdc0d22398ab179cff"),
 ]
 
 FIXTURE = "tests/data/speech-hard/radio-a11-launch-canary-1+2.wav"  # canary-1, 0.2 s of silence, canary-2 (11.5 s)
@@ -671,12 +732,24 @@ def _chat_text(cha: str) -> str:
     return " ".join(u for u in said if u)
 
 
+def _pao_lines(mirrors: Path) -> dict[str, str]:
+    """MET stamp -> the Public Affairs Officer's line (type ``P``) in Apollo in Real Time's merged transcript
+    (``MET|type|speaker|text`` rows)."""
+    lines: dict[str, str] = {}
+    for row in _show(mirrors, "a11rt", PAO_CSV).decode("utf-8").splitlines():
+        parts = row.split("|", 3)
+        if len(parts) == 4 and parts[1] == "P":
+            lines.setdefault(parts[0], parts[3].strip())
+    return lines
+
+
 def _check_texts(mirrors: Path) -> list[str]:
     """Each item's reference text against the source it names; returns the mismatches."""
     problems: list[str] = []
     tecs: dict[str, dict[str, str]] = {}
     libri = _libri_texts(mirrors)
     vctk: dict[str, dict[str, str]] = {}
+    pao: dict[str, str] | None = None
     for item in ITEMS:
         if "met" in item:
             tec = item.get("tec", TEC)
@@ -689,6 +762,10 @@ def _check_texts(mirrors: Path) -> list[str]:
                 if Path(item["path"]).name not in stated or "solely created by NASA" not in block:
                     problems.append(f"{item['id']}: {item['license_check']} does not state the NASA public-domain "
                                     "source of the audio")
+        elif "pao" in item:
+            stamp, first, last = item["pao"]
+            pao = pao if pao is not None else _pao_lines(mirrors)
+            want = " ".join(pao.get(stamp, f"<no line at {stamp}>").split()[first:last])
         elif "ami" in item:
             clip, role, count = item["ami"]
             scenario = json.loads(_show(mirrors, "hotato", AMI_JSON.format(clip=clip)))
@@ -719,6 +796,11 @@ def _text_source(item: dict[str, Any]) -> str:
         return (f"NASA {mission} Technical Air-to-Ground Voice Transcription as cleaned by Spacelog "
                 f"({tec} of Spacelog/Spacelog at {REPOS['spacelog'][1][:7]}, glossary links removed): the lines "
                 f"at MET {stamps}, joined")
+    if "pao" in item:
+        stamp, first, last = item["pao"]
+        return (f"NASA Apollo 11 Mission Commentary (the Public Affairs Officer's transcript) as corrected by Apollo in "
+                f"Real Time: words {first + 1}-{last} of the PAO line at MET {stamp} in {PAO_CSV} of "
+                f"{REPOS['a11rt'][0]} at {REPOS['a11rt'][1][:7]} (NASA's typed original: {PAO_NASA})")
     if "ami" in item:
         clip, role, count = item["ami"]
         which = f"the first {count} words" if count else "the words"
