@@ -7,8 +7,8 @@ process with **one** loaded model runs:
 
 * **offline**: the pack as stock Whisper runs it: windows of at most 30 s, each zero-padded to 30 s
   and encoded unmasked (``encode(native_30s=True)``), decoded greedily until EOT wins (no minimum
-  length, no hallucination tests; a runaway ends at 224 tokens), DTW word times on the window's
-  real frames. Audio longer than 30 s is cut like Whisper seeks: the next window starts at the start
+  length, no hallucination tests; a runaway ends at 224 tokens), DTW word times over the whole
+  window, clamped to its real frames. Audio longer than 30 s is cut like Whisper seeks: the next window starts at the start
   of the previous window's last word, which that window drops (it may be cut), unless the window
   reached the end of the audio. These words are the WER baseline and the **time reference**.
 * **live** at each step size: a fresh :class:`~captioner.engine.Stream` fed one step at a time as
@@ -306,9 +306,12 @@ def run_offline(model: AcousticModel, audio: np.ndarray, language: str = "en", t
         real = chunk.size // SAMPLES_PER_FRAME
         spans = []
         if tokens:
-            alignment = align_words(tokens, result.attn_align[: len(tokens), :real], vocab)
-            spans = [(vocab.decode(tokens[w.first : w.first + w.count]).strip(), w.start_frame, w.end_frame)
-                     for w in alignment.words]
+            # DTW over the whole window, as the live engine's 30 s decodes align, then clamped to the
+            # real frames: cropped first, a clip of ~2 s whose last tokens attend to the padding put
+            # every word at 0.0 s (the latency of its words then read as the clip's length)
+            alignment = align_words(tokens, result.attn_align[: len(tokens)], vocab)
+            spans = [(vocab.decode(tokens[w.first : w.first + w.count]).strip(), min(w.start_frame, real),
+                      min(w.end_frame, real)) for w in alignment.words]
         advance = chunk.size
         if not reaches_end and len(spans) >= 2 and spans[-1][1] > 0:
             advance = spans[-1][1] * SAMPLES_PER_FRAME  # seek to the last (maybe cut) word; drop it here
