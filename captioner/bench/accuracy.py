@@ -8,9 +8,10 @@ process with **one** loaded model runs:
 * **offline**: the pack as stock Whisper runs it: windows of at most 30 s, each zero-padded to 30 s
   and encoded unmasked (``encode(native_30s=True)``), decoded greedily until EOT wins (no minimum
   length, no hallucination tests; a runaway ends at 224 tokens), DTW word times over the whole
-  window, clamped to its real frames. Audio longer than 30 s is cut like Whisper seeks: the next window starts at the start
-  of the previous window's last word, which that window drops (it may be cut), unless the window
-  reached the end of the audio. These words are the WER baseline and the **time reference**.
+  window, clamped to its real frames. Audio longer than 30 s is cut like Whisper seeks: the next
+  window starts at the start of the previous window's last word, which that window drops (it may be
+  cut), unless the window reached the end of the audio. These words are the WER baseline and the
+  **time reference**.
 * **live** at each step size: a fresh :class:`~captioner.engine.Stream` fed one step at a time as
   fast as possible, then ``finish()``; the hypothesis is the final word list after every
   retraction. Emission times are simulated real time: a round starts when its audio has arrived

@@ -23,10 +23,10 @@ def model(real_tiny_en_pack) -> OnnxAcousticModel:
 
 @pytest.mark.parametrize("seconds", [1.8, 2.0])
 def test_the_offline_word_times_of_a_clip_under_two_seconds_follow_the_speech(model, seconds) -> None:
-    """"Please call Stella." cut at 1.8 s: the last tokens attend to the window's padding, and DTW on
-    the real frames alone put every word at 0.0 s (so each live word's latency read as the clip's
-    length), at 2.0 s "Stella." at the end of "call". Aligned over the whole window and clamped to the
-    clip, the words follow one another through it."""
+    """VCTK p287's "Please call Stella." cut at 1.8 s: the last tokens attend to the window's padding,
+    and DTW on the real frames alone put every word at 0.0 s (so each live word's latency read as the
+    clip's length), at 2.0 s "Stella." at the end of "call". Aligned over the whole window and clamped
+    to the clip, the words follow one another through it."""
     audio = load_audio_file(SAID)[: round(seconds * SR)]
     words = run_offline(model, audio).words
     assert [w.text for w in words] == ["Please", "call", "Stella."]
