@@ -192,7 +192,7 @@ PAO_CUT = ("cut {start:.3f}-{end:.3f} s of A11_HR1U_CH10_00002160000.wav (launch
            + "The file is the Public Affairs Officer's live commentary on the air-to-ground channel (\"This is Apollo "
            "Control\", Houston), not read from a script: a report read out from notes with the announcer's own "
            "words around it, the channel's hiss about 15 dB below the speech. ")
-PAO_NASA_NOTE = ("NASA's typed original of the line (MISSION_DATA/previous steps/PAO.txt in the same repository, GET 00:23 "
+PAO_NASA_NOTE = (f"NASA's typed original of the line ({PAO_NASA} in the same repository, GET 00:23 "
                  "tape 17/1) has \"flight surgeon\", \"Commander Neil\" and \"Lunar Module pilot 88\": Apollo in Real Time "
                  "added \"Buzz Aldrin\", which the audio has (UTD's verbatim transcript too). ")
 
