@@ -63,6 +63,9 @@ class RoundPlan:
         splits: a closing round that cuts a long open utterance at a pause inside the round's
             input (``end`` is in the pause): the audio after ``end`` stays the utterance's, carried to
             the next round.
+        speech_end: where the speech detector hears the round input's speech end (absolute sample; None
+            without a detector): a live round's backward-shift test is not a stop while the speech
+            goes on ``backward_speech_s`` after where its decoder attended (deviation 46).
         search: a closing round that decodes with beam search (``closing_beam``, deviation 43, not
             the default): every closing round but the whole-recording decode (offline Whisper's
             greedy decode, 27), an input shorter than ``closing_beam_min_s`` and one in a hurry.
@@ -80,6 +83,7 @@ class RoundPlan:
     skip: str | None = None
     splits: bool = False
     search: bool = False
+    speech_end: int | None = None
 
     @property
     def closes(self) -> bool:
@@ -210,14 +214,17 @@ def plan_round(s: StreamState, p: RoundPolicy, model: AcousticModel, detector: S
                     return replace(plan, splits=True)
     if closes:
         return _closing(s, p, model, start, end, utterance, opens, draft_from)
+    speech_end = None if span is None else span.end
     if p.context_n and utterance is not None:  # an open utterance: its drafts may be decoded again
         revise = _reach_back(s, p, model, start, end, _frames(utterance or 0), draft_from or 0)
         if revise is not None:
             begin, prefix, redo = revise
             kind: RoundKind = "live" if prefix else "opening"
             heard = p.opening_window_n if kind == "opening" else end - begin
-            return RoundPlan(kind, begin, end, heard, prefix, redo, start - begin, opens, draft_from)
-    return RoundPlan("live", start, end, end - start, s.prefix, opens=opens, draft_from=draft_from)
+            return RoundPlan(kind, begin, end, heard, prefix, redo, start - begin, opens, draft_from,
+                             speech_end=speech_end)
+    return RoundPlan("live", start, end, end - start, s.prefix, opens=opens, draft_from=draft_from,
+                     speech_end=speech_end)
 
 
 def _closing(s: StreamState, p: RoundPolicy, model: AcousticModel, start: int, end: int, utterance: int | None,

@@ -57,7 +57,9 @@ decodes by default (``closing_beam`` with a pack built with ``--beam 5``, :mod:`
 not the whole-recording decode [27], not in a hurry; the round's guards read the chosen
 hypothesis): measured and not the default [43]. The guards of
 :mod:`~captioner.engine.validate`: live rounds stop on the paper's tests (EOT with a garbage
-runner-up, backward shift, peak margin (0.15 s, the paper's 0.6 s quartered [41]), token limit [6]); closing rounds end on EOT whenever it wins
+runner-up, backward shift (not while the speech detector hears the speech go on ``backward_speech_s``,
+1 s, after where the decoder attended [46]), peak margin (0.15 s, the paper's 0.6 s quartered [41]),
+token limit [6]); closing rounds end on EOT whenever it wins
 and have no attention stops [16]; the two word guards (a phrase repeated with the committed words as
 context: those before the input, or with a forced word those before it in the log, whatever their
 times [44]; sound annotations) run in every round. Language (``"auto"`` on a multilingual model): read
@@ -163,6 +165,10 @@ class StreamConfig:
         peak_margin_s: stop a live round when attention enters the last this-many seconds of its
             input (paper: 0.6 s; 0.15 s here: the words of the input's last 0.15–0.6 s are shown a
             round sooner, the final words decided as before by the closing round, deviation 41).
+        backward_speech_s: a live round's backward cross-attention shift (§7) is not a stop while the
+            speech detector hears at least this much speech in the input after the last passed
+            test's f+ (the decoder has not run out of audio: the shift is the attention's noise
+            between two words; deviation 46); 0: the paper's test on every content token.
         min_chunk_s: rounds with a shorter effective input are skipped (audio carried).
         word_end_offset_s: added to the second-to-last word's DTW start for the carry cut.
         exclude_s: f+ is searched from this time on (0.3 s = frame 15).
@@ -281,6 +287,7 @@ class StreamConfig:
 
     step_s: float = 2.0
     peak_margin_s: float = 0.15
+    backward_speech_s: float = 1.0
     min_chunk_s: float = 1.0
     word_end_offset_s: float = -0.2
     exclude_s: float = 0.3
@@ -331,7 +338,7 @@ class StreamConfig:
             raise CaptionerError(f"step must be between 0.5 and 3.0 seconds, got {self.step_s}")
         if self.task not in TASKS:
             raise CaptionerError(f"unknown task {self.task!r}; choose one of: {', '.join(TASKS)}")
-        if self.peak_margin_s < 0 or self.min_chunk_s < 0 or self.max_tokens < 1:
+        if self.peak_margin_s < 0 or self.min_chunk_s < 0 or self.max_tokens < 1 or self.backward_speech_s < 0:
             raise CaptionerError("peak margin, minimum chunk and token limit must not be negative")
         if not 2 * self.step_s < self.max_input_s <= 30.0:
             raise CaptionerError(f"maximum input must be in (2 × step, 30] seconds, got {self.max_input_s}")
@@ -640,7 +647,9 @@ class Stream:
         def validator(phrases: bool = True) -> TokenValidator:
             checks = RoundValidator(self.vocab, input_s=eff_s, peak_margin_s=0.0 if plan.closes else cfg.peak_margin_s,
                                     exclude_s=cfg.exclude_s, median=cfg.median, average=cfg.average, context=context,
-                                    context_ends=ends, closing=plan.closes, phrases=phrases)
+                                    context_ends=ends, closing=plan.closes, phrases=phrases,
+                                    speech_end_s=None if plan.speech_end is None else (plan.speech_end - start) / SAMPLE_RATE,
+                                    backward_speech_s=cfg.backward_speech_s)
             return self._vocabulary.guard(checks, self._speech(start, audio.size))  # a listed word must be heard
 
         # words decoded again are proposed to the verifier (draft decoding)

@@ -317,6 +317,12 @@ class RoundValidator:
             last words attend to the end of the input; the word guards still apply).
         phrases: False: no phrase-repetition guard (a closing decode heard again as offline Whisper
             decodes it, which has none; judged afterwards by Whisper's own signs instead).
+        speech_end_s: where the speech detector hears the input's speech end, seconds from its start;
+            None: unknown.
+        backward_speech_s: a backward shift is not a stop while the speech goes on at least this
+            long after the last passed test's f+ (``speech_end_s − f+``): the decoder has not run out
+            of audio, and the shift is the attention's noise between two words; 0: the paper's test
+            everywhere.
     """
 
     def __init__(
@@ -332,6 +338,8 @@ class RoundValidator:
         context_ends: tuple[float, ...] = (),
         closing: bool = False,
         phrases: bool = True,
+        speech_end_s: float | None = None,
+        backward_speech_s: float = 0.0,
     ):
         self.vocab = vocab
         self.input_s = float(input_s)
@@ -349,6 +357,8 @@ class RoundValidator:
         self.align_peaks: list[int] = []  # ... its alignment heads' attention (when the decoder gives them)
         self._words = WordGuard(vocab, context, self.peaks, self.input_s, self.align_peaks, context_ends, phrases)
         self.closing = closing
+        self._speech_end_s = speech_end_s
+        self._backward_speech_s = backward_speech_s
 
     def on_prediction(self, token: int, token_logit: float, eot_logit: float) -> Stop | None:
         """A new generated token was predicted; apply the EOT rule and the word guards. Returns
@@ -368,6 +378,12 @@ class RoundValidator:
         if self.stop is None:
             self.stop = self._words.on_token(self.decoded[: self.checked], None)
         return self.stop
+
+    def _speech_ahead(self) -> bool:
+        """The speech goes on at least ``backward_speech_s`` after the last passed test's f+."""
+        if self._backward_speech_s <= 0 or self._speech_end_s is None:
+            return False
+        return self._speech_end_s - self.last_peak_s >= self._backward_speech_s
 
     def on_alignment(self, attn_align: np.ndarray) -> None:
         """The alignment heads' attention (float32 [n_frames]) of the next unchecked decoded token,
@@ -403,8 +419,11 @@ class RoundValidator:
         if self._first_delta:  # the first difference of a round always passes (§7.4)
             f_minus, self._first_delta = 0, False
         if f_plus < f_minus:
-            self.stop = Stop("backward_shift", i, token)
-            return self.stop
+            if not self._speech_ahead():
+                self.stop = Stop("backward_shift", i, token)
+                return self.stop
+            self._prev_attn = attn  # speech still to come: the next token is compared with this one
+            return None
         self.last_peak_s = f_plus * FRAME_S
         self._prev_attn = attn
         if self.peak_margin_s > 0 and f_plus * FRAME_S > self.input_s - self.peak_margin_s:

@@ -127,6 +127,20 @@ def test_same_jump_is_flagged_when_it_is_not_the_first_difference():
     assert feed(validator(), [A, B, C], [20, 40, 60]) is None
 
 
+def test_backward_shift_with_speech_still_to_come_is_not_a_stop():
+    # B attends at 1.2 s, C 0.6 s back: a stop, unless the speech goes on at least
+    # ``backward_speech_s`` after B's f+ (the decoder has not run out of audio: deviation 46)
+    def bs(**kw):
+        stop = feed(validator(**kw), [A, B, C, D], [20, 60, 30, 70])
+        return None if stop is None else stop.reason
+
+    assert bs(speech_end_s=1.9, backward_speech_s=0.5) is None  # speech to 1.9 s: 0.7 s after B's f+
+    assert bs(speech_end_s=1.9, backward_speech_s=1.0) == "backward_shift"
+    assert bs(speech_end_s=1.9) == "backward_shift"  # 0: the paper's test
+    assert bs(backward_speech_s=0.5) == "backward_shift"  # no speech detector
+    assert bs(speech_end_s=1.3, backward_speech_s=0.5) == "backward_shift"  # the speech ends where B attends
+
+
 def test_punctuation_and_subwords_skip_the_test_and_keep_prev_attention():
     # the comma and "ing" attend far back but are not content tokens; C is compared with B, not them
     assert feed(validator(), [A, B, COMMA, ING, C], [20, 40, 16, 16, 50]) is None
