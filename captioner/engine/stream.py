@@ -166,7 +166,7 @@ class StreamConfig:
             input (paper: 0.6 s; 0.15 s here: the words of the input's last 0.15–0.6 s are shown a
             round sooner, the final words decided as before by the closing round, deviation 41).
         backward_speech_s: a live round's backward cross-attention shift (§7) is not a stop while the
-            speech detector hears at least this much speech in the input after the last passed
+            speech detector hears the round's speech go on at least this long after the last passed
             test's f+ (the decoder has not run out of audio: the shift is the attention's noise
             between two words; deviation 46); 0: the paper's test on every content token.
         min_chunk_s: rounds with a shorter effective input are skipped (audio carried).
@@ -339,7 +339,7 @@ class StreamConfig:
         if self.task not in TASKS:
             raise CaptionerError(f"unknown task {self.task!r}; choose one of: {', '.join(TASKS)}")
         if self.peak_margin_s < 0 or self.min_chunk_s < 0 or self.max_tokens < 1 or self.backward_speech_s < 0:
-            raise CaptionerError("peak margin, minimum chunk and token limit must not be negative")
+            raise CaptionerError("peak margin, backward-shift speech, minimum chunk and token limit must not be negative")
         if not 2 * self.step_s < self.max_input_s <= 30.0:
             raise CaptionerError(f"maximum input must be in (2 × step, 30] seconds, got {self.max_input_s}")
         if self.median < 1 or self.average < 1 or self.dtw_median < 1 or self.reinfer_after < 1:

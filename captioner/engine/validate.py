@@ -10,8 +10,9 @@ For every generated token, in the reference's order:
    *consumes* it, §5): the repetition guard (3 identical ids → stop, all three dropped; ours: a
    block of 2–4 tokens three times in a row → stop, the first copy kept), then for
    content tokens the backward cross-attention shift test (§7: ``f+ < f−`` → stop, the token and
-   everything after it dropped) and the peak-margin stop (§8: ``f+ > input − 0.6 s`` → stop, the
-   token kept).
+   everything after it dropped; ours: not while the speech detector hears the speech go on
+   ``backward_speech_s`` after the last passed f+, stream.py deviation 46) and the peak-margin
+   stop (§8: ``f+ > input − 0.6 s`` → stop, the token kept).
 
 The difference signal is ``MA_10(Med_7(a_i − a_prev))`` with mirror edges for the median
 (``numpy.pad(mode="reflect")``) and zero edges for the moving average (``np.convolve(x,
