@@ -105,6 +105,10 @@ def markdown(acc: dict, header: str = "") -> str:
     if variant:
         lines += ["The live modes ran with " + ", ".join(f"`{k}={v}`" for k, v in variant.items())
                   + " (`--set`); the engine's defaults otherwise.", ""]
+    speed = acc["settings"].get("speed", 1.0)
+    if speed != 1.0:
+        lines += [f"Every recording played at {speed:g}× speed (`--speed`: resampled, its pitch moving with its "
+                  "tempo), the references as they are.", ""]
     english = summ.get("english", {})
     noise = acc.get("nonspeech", {})
     lines += ["| mode | English WER | gap vs offline (points) | CER | latency median / mean / p90 (s) | "

@@ -78,6 +78,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     acc.add_argument("--join", type=float, metavar="S",
                      help="continuous speech: each half's English recordings (long-forms left out) cut to their "
                           "speech and joined S seconds apart (2.5 × S at a change of speaker), one recording per half")
+    acc.add_argument("--speed", type=float, default=1.0, metavar="F",
+                     help="every recording played F times as fast (0.8-1.25; resampled, so the pitch moves with "
+                          "it): the corpus's words in new voices, to check that a rule holds beyond its speakers")
     acc.add_argument("--nonspeech-s", type=float, default=60.0, metavar="S",
                      help="seconds of each non-speech signal (silence, white, brown noise, tones); 0: none")
     acc.add_argument("--reference-ct2", type=Path, metavar="DIR",
@@ -138,6 +141,8 @@ def _accuracy_options(args: argparse.Namespace):
         raise CaptionerError("--limit must be at least 1")
     if args.nonspeech_s < 0:
         raise CaptionerError("--nonspeech-s must not be negative")
+    if not 0.8 <= args.speed <= 1.25:
+        raise CaptionerError(f"--speed must be between 0.8 and 1.25, got {args.speed}")
     if args.reference_ct2 is not None and not (args.reference_ct2 / "model.bin").is_file() and not any(
             args.reference_ct2.glob("model.bin.part*")):
         raise CaptionerError(f"{args.reference_ct2} is not a CTranslate2 Whisper folder (no model.bin)")
@@ -147,7 +152,8 @@ def _accuracy_options(args: argparse.Namespace):
         items = join_halves(items, args.join)
     steps = tuple(sorted(set(args.step))) if args.step else (1.0, 2.0)
     return items, AccuracyOptions(steps=steps, nonspeech_s=args.nonspeech_s, reference_ct2=args.reference_ct2,
-                                  vocabulary=command_vocabulary(args) or (), settings=_settings(args.settings, steps))
+                                  vocabulary=command_vocabulary(args) or (), settings=_settings(args.settings, steps),
+                                  speed=args.speed)
 
 
 def _settings(texts: list[str], steps: tuple[float, ...]) -> tuple[tuple[str, object], ...]:

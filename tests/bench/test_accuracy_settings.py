@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from captioner import cli
@@ -24,20 +25,59 @@ def _manifest(tmp_path: Path) -> Path:
     return manifest
 
 
-def test_a_setting_reaches_the_live_streams_and_is_recorded(real_tiny_en_pack, tmp_path: Path) -> None:
-    out, report = tmp_path / "set.json", tmp_path / "set.md"
-    code = cli.run(["bench", "--sections", "accuracy", "--model", str(real_tiny_en_pack.root), "--manifest",
-                    str(_manifest(tmp_path)), "--step", "2", "--nonspeech-s", "0", "--set", "max_tokens=1",
-                    "--json", str(out), "--report", str(report)], AppPaths.default(tmp_path / "home"))
+def _bench(pack, tmp_path: Path, *options: str) -> tuple[dict, str]:
+    """One accuracy run of ``pack`` on the clip at a 2 s step: (its JSON's accuracy part, its report)."""
+    out, report = tmp_path / "run.json", tmp_path / "run.md"
+    code = cli.run(["bench", "--sections", "accuracy", "--model", str(pack.root), "--manifest", str(_manifest(tmp_path)),
+                    "--step", "2", "--nonspeech-s", "0", *options, "--json", str(out), "--report", str(report)],
+                   AppPaths.default(tmp_path / "home"))
     assert code == 0
-    acc = json.loads(out.read_text(encoding="utf-8"))["accuracy"]
+    return json.loads(out.read_text(encoding="utf-8"))["accuracy"], report.read_text(encoding="utf-8")
+
+
+def test_a_setting_reaches_the_live_streams_and_is_recorded(real_tiny_en_pack, tmp_path: Path) -> None:
+    acc, report = _bench(real_tiny_en_pack, tmp_path, "--set", "max_tokens=1")
     assert acc["settings"]["stream_config"] == {"max_tokens": 1}
     (item,) = acc["items"]
     offline = item["modes"]["offline"]["hypothesis"].split()
     live = item["modes"]["live_2s"]["hypothesis"].split()
     assert len(offline) >= 14  # the offline reference is not touched by the setting (tiny.en: 16 words)
     assert len(live) <= 6, live  # one token per round: 3 rounds and the last, never the sentence
-    assert "`max_tokens=1` (`--set`)" in report.read_text(encoding="utf-8")
+    assert "`max_tokens=1` (`--set`)" in report
+
+
+def test_speed_plays_every_recording_faster_or_slower_and_is_recorded(real_tiny_en_pack, tmp_path: Path) -> None:
+    """``--speed 0.9``: the clip is played 0.9 times as fast (5.415 s → 6.017 s), its voice lower;
+    offline and live decode the same slower audio, and the result and the report say so."""
+    from captioner.audio import load_audio_file
+    from captioner.bench.accuracy import speed_perturbed
+
+    clip = load_audio_file(CLIP)
+    slow, fast = speed_perturbed(clip, 0.9), speed_perturbed(clip, 1.1)
+    assert abs(slow.size - clip.size / 0.9) <= 2 and abs(fast.size - clip.size / 1.1) <= 2
+    assert speed_perturbed(clip, 1.0) is clip
+
+    def pitch_hz(x):  # the strongest frequency of the voice (the spectrum's peak, 80-400 Hz)
+        spectrum = np.abs(np.fft.rfft(x * np.hanning(x.size)))
+        freqs = np.fft.rfftfreq(x.size, 1 / 16000)
+        band = (freqs >= 80) & (freqs <= 400)
+        return freqs[band][np.argmax(spectrum[band])]
+
+    assert pitch_hz(slow) < pitch_hz(clip) < pitch_hz(fast)
+    acc, report = _bench(real_tiny_en_pack, tmp_path, "--speed", "0.9")
+    assert acc["settings"]["speed"] == 0.9
+    (item,) = acc["items"]
+    assert abs(item["seconds"] - 5.415 / 0.9) < 0.01
+    assert item["modes"]["offline"]["words"] >= 14 and item["modes"]["live_2s"]["words"] >= 14  # still the sentence
+    assert "played at 0.9× speed" in report
+
+
+@pytest.mark.parametrize("speed", ["0.5", "1.5"])
+def test_a_speed_out_of_range_is_refused_before_any_model_is_loaded(speed: str, tmp_path: Path, capsys) -> None:
+    code = cli.run(["bench", "--sections", "accuracy", "--model", str(tmp_path / "no-such-pack"), "--manifest",
+                    str(_manifest(tmp_path)), "--speed", speed], AppPaths.default(tmp_path / "home"))
+    err = capsys.readouterr().err
+    assert code != 0 and "--speed must be between 0.8 and 1.25" in err, err
 
 
 @pytest.mark.parametrize(("setting", "why"), [
