@@ -82,7 +82,9 @@ After the decode, by kind:
   last word's start) [9]; two identical backward-shift stops in a row: the input is decoded again as
   stock Whisper on a 30 s window (§11.3, [13]).
 * **opening / reaching back**: the same, except that the drafts after the prefix are replaced
-  (unchanged words keep their first-shown time [10]) instead of deduplicated.
+  (unchanged words keep their first-shown time [10]) instead of deduplicated; a decode that keeps no
+  token (a guard stopped it at its first word) replaces nothing: the drafts stand, and the round is
+  an empty one (its input's last 2 × step carried) [47].
 * **closing**: a decode heard in a window under 30 s that looks wrong by Whisper's own signs (a
   word guard or the token limit stopped it, its text compresses more than 2.4 times, or its average
   log-probability is below −1) is decoded again heard in the 30 s window; the retry is kept when it
@@ -283,6 +285,9 @@ class StreamConfig:
             the open utterance's drafted audio to a drafted word starting at least this long before
             its end, forced as the prefix; the drafts after it are decoded again and replaced
             (deviation 20); 0 = off.
+        revise_kept: a revising round (opening, or reaching back) whose decode keeps no token (a
+            guard stopped it at its first word) leaves the drafts it was to replace standing
+            (deviation 47); False: they go, replaced by nothing.
     """
 
     step_s: float = 2.0
@@ -332,6 +337,7 @@ class StreamConfig:
     opening_s: float = 4.0
     opening_window_s: float = 6.0
     min_context_s: float = 5.0
+    revise_kept: bool = True
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.step_s <= 3.0:
@@ -711,6 +717,12 @@ class Stream:
                 self._end_utterance()
                 return self._update(stats, t_round)
             return self._nothing_decoded(start, audio, stats, t_round, last, result.stop_reason)
+        if plan.revises and not result.candidates and self.config.revise_kept:
+            # deviation 47: a guard stopped the revising decode at its first word; the drafts it was
+            # to replace stand (replaced by nothing, they were gone until the closing decode)
+            logger.debug("round %d: revising decode stopped (%s) at its first word: %r; the drafts stand",
+                         stats["round_index"], result.stop_reason, self.vocab.decode(result.tokens))
+            return self._nothing_decoded(start, audio, stats, t_round, last, result.stop_reason or "eot")
         replaced: list[Shown] = []
         if plan.revises:  # the drafts after the prefix were decoded again: replace them
             speculative = self._undo_speculative()

@@ -739,3 +739,20 @@ def test_a_backward_shift_with_speech_still_to_come_does_not_hold_the_captions_b
     assert all("with which we are" in text for text in shown[k:]), shown
     assert not all("with which we are" in text for text in paper[k:]), paper  # the paper's rounds took it back
     assert first("concerned", shown) < first("concerned", paper), (shown, paper)
+
+
+def test_drafts_stand_when_a_revising_decode_keeps_no_word(model) -> None:
+    """Deviation 47: VCTK p287's "Please call Stella." said twice, then "Ask her to bring these
+    things …", at a 1 s step. The round at 6 s reaches back into the drafts (deviation 20) and its decode
+    stops at its first word (the phrase guard takes the forced "Please" and "call Stella" for the phrase
+    said a third time); replaced by nothing,
+    "call Stella. Ask her to bring those things" went from the captions until the closing decode.
+    Now the drafts stand; the final words are the same."""
+    audio = load_audio_file(HARD / "said-twice-vctk-p287_001-clean+noisy+002-clean.wav")
+    before, before_final = _shown_by_round(model, audio, 1.0, revise_kept=False)
+    shown, final = _shown_by_round(model, audio, 1.0)
+    assert final == before_final and final.startswith("please call stella please call stella ask her to bring"), final
+    k = next(k for k, text in enumerate(shown) if "ask her to bring" in text)
+    assert all("ask her to bring" in text for text in shown[k:]), shown  # shown once, never taken back
+    assert shown[:k + 1] == before[:k + 1]
+    assert not all("ask her to bring" in text for text in before[k:]), before  # the old way took it back

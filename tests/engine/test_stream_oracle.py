@@ -433,3 +433,49 @@ def test_the_rest_after_a_guard_stop_that_kept_no_new_word_is_decoded_from_the_s
     assert _rest_cut(start, start + 2 * SR, start + 3 * SR, False, offset, start + SR) == round(1.8 * SR)  # a new word
     assert _rest_cut(start, None, start, False, offset) == 0  # no stop: nothing to decode again
     assert _rest_cut(start, None, start, False, offset, start + SR // 10) == 0  # stopped on the input's start
+
+
+class _AllSpeech:
+    """A speech detector that hears speech everywhere (the oracle's audio is noise): utterances open
+    and stay open, so opening rounds revise their drafts (deviation 20)."""
+
+    threshold = 0.5
+
+    def feed(self, samples) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def speech(self, start: int, end: int, *, min_s: float = 0.1):
+        from captioner.engine.vad import SpeechSpan
+
+        return SpeechSpan(start, end) if end > start else None
+
+    def pause(self, start: int, end: int, *, min_s: float):
+        return None
+
+    def probabilities(self, start: int, end: int) -> np.ndarray:
+        return np.ones(max(0, -(-end // 512) - start // 512), np.float32)
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_drafts_stand_when_a_guard_stops_the_revising_decode_at_its_first_word(kept):
+    """Deviation 47: an opening round decodes the young utterance again to replace its drafts; when a
+    guard stops that decode at its first word (here a token said three times, dropped with its
+    copies), the drafts stand. Replaced by nothing, they were gone from the captions until the
+    closing decode (a LibriVox reading at a 1 s step: seven words missing for 13 s)."""
+    script = words_script([(0.1, 0.4), (0.45, 0.75), (0.8, 0.95), (1.1, 1.4), (1.5, 1.8), (1.9, 2.3)], total_s=4.0)
+    plant = Plant(force={1: "repeat"}, repeat_at=0)  # the second decode: the first revising one
+    stream, model, clock = stream_of(script, plant=plant, step_s=1.0, closing_context_s=29.6, revise_kept=kept)
+    stream._vad = _AllSpeech()
+    words, updates = run_stream(stream, script.audio, clock, block_s=1.0)
+    first, second = updates[:2]
+    assert [w.text for w in first.words] and first.stats.stop_reason != "repetition"
+    assert second.stats.stop_reason == "repetition" and second.stats.revised_s > 0 and not second.words
+    assert model.planted[:2] == [None, "repeat"]
+    if kept:
+        assert second.retract == 0  # the first round's words stay shown
+    else:
+        assert second.retract == len(first.words)  # the old way: the drafts went, nothing replaced them
+    check_words(words, script)  # the closing decode reads the utterance either way
