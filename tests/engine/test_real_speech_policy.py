@@ -743,11 +743,11 @@ def test_a_backward_shift_with_speech_still_to_come_does_not_hold_the_captions_b
 
 def test_drafts_stand_when_a_revising_decode_keeps_no_word(model) -> None:
     """Deviation 47: VCTK p287's "Please call Stella." said twice, then "Ask her to bring these
-    things …", at a 1 s step. The round at 6 s reaches back into the drafts (deviation 20) and its decode
-    stops at its first word (the phrase guard takes the forced "Please" and "call Stella" for the phrase
-    said a third time); replaced by nothing,
-    "call Stella. Ask her to bring those things" went from the captions until the closing decode.
-    Now the drafts stand; the final words are the same."""
+    things …", at a 1 s step. The round at 6 s reaches back into the drafts (deviation 20) and its
+    decode stops at its first word (the phrase guard takes the forced "Please" and "call Stella" for
+    the phrase said a third time); replaced by nothing, the shown "call Stella. Ask her to bring those
+    things" went from the captions until the closing decode. Now the drafts stand; the final words
+    are the same."""
     audio = load_audio_file(HARD / "said-twice-vctk-p287_001-clean+noisy+002-clean.wav")
     before, before_final = _shown_by_round(model, audio, 1.0, revise_kept=False)
     shown, final = _shown_by_round(model, audio, 1.0)

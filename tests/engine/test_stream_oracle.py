@@ -15,6 +15,7 @@ import pytest
 from oracle import SR, OracleModel, Plant, Script, ScriptWord, SimClock, make_vocab, random_script, run_stream
 
 from captioner.engine.stream import Stream, StreamConfig
+from captioner.engine.vad import SpeechSpan
 from captioner.errors import CaptionerError
 
 V = make_vocab()
@@ -447,12 +448,10 @@ class _AllSpeech:
     def flush(self) -> None:
         pass
 
-    def speech(self, start: int, end: int, *, min_s: float = 0.1):
-        from captioner.engine.vad import SpeechSpan
-
+    def speech(self, start: int, end: int, *, min_s: float = 0.1) -> SpeechSpan | None:
         return SpeechSpan(start, end) if end > start else None
 
-    def pause(self, start: int, end: int, *, min_s: float):
+    def pause(self, start: int, end: int, *, min_s: float) -> SpeechSpan | None:
         return None
 
     def probabilities(self, start: int, end: int) -> np.ndarray:
