@@ -712,17 +712,14 @@ class Stream:
         )
         if plan.looks_back:
             return self._close_utterance(start, audio, result, stats, t_round, last, tail)
-        if not result.tokens:  # §2.6: first choice EOT with a garbage runner-up
+        # §2.6: first choice EOT with a garbage runner-up; deviation 47: a revising decode that a guard
+        # stopped at its first word replaces nothing (its drafts, replaced by nothing, were gone until
+        # the closing decode)
+        if not result.tokens or (plan.revises and not result.candidates and cfg.revise_kept):
             if plan.closes and not last:  # the utterance is over: nothing of it is carried
                 self._end_utterance()
                 return self._update(stats, t_round)
             return self._nothing_decoded(start, audio, stats, t_round, last, result.stop_reason)
-        if plan.revises and not result.candidates and self.config.revise_kept:
-            # deviation 47: a guard stopped the revising decode at its first word; the drafts it was
-            # to replace stand (replaced by nothing, they were gone until the closing decode)
-            logger.debug("round %d: revising decode stopped (%s) at its first word: %r; the drafts stand",
-                         stats["round_index"], result.stop_reason, self.vocab.decode(result.tokens))
-            return self._nothing_decoded(start, audio, stats, t_round, last, result.stop_reason or "eot")
         replaced: list[Shown] = []
         if plan.revises:  # the drafts after the prefix were decoded again: replace them
             speculative = self._undo_speculative()

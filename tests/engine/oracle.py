@@ -120,17 +120,19 @@ class Script:
         for p in range(0, a.size - 8, SAMPLES_PER_FRAME):  # first occurrence (silence repeats)
             self.index.setdefault(a[p : p + 8].tobytes(), p)
 
-    def locate(self, audio: np.ndarray) -> int:
-        """Offset of ``audio`` in the script's audio, found from the samples alone."""
+    def locate(self, audio: np.ndarray) -> tuple[int, int]:
+        """Offset of ``audio`` in the script's audio and how many of its samples are the script's
+        (the rest: the digital silence an input is heard with), found from the samples alone."""
         off = self.index.get(np.asarray(audio[:8], np.float32).tobytes())
         if off is None:
             raise AssertionError("round audio is not a frame-aligned part of the script")
         real = min(audio.size, self.audio.size - off)
-        if not np.array_equal(audio[:real], self.audio[off : off + real]) or np.any(audio[real:]):
-            heard = heard_n(audio)  # an input heard with digital silence after it (an opening round's)
-            if not (heard < real and np.array_equal(audio[:heard], self.audio[off : off + heard])):
-                raise AssertionError("round audio does not match the script")
-        return off
+        if np.array_equal(audio[:real], self.audio[off : off + real]) and not np.any(audio[real:]):
+            return off, audio.size
+        heard = heard_n(audio)  # an input heard with digital silence after it (an opening round's)
+        if not (heard < real and np.array_equal(audio[:heard], self.audio[off : off + heard])):
+            raise AssertionError("round audio does not match the script")
+        return off, heard
 
 
 def heard_n(audio: np.ndarray) -> int:
@@ -241,13 +243,12 @@ class OracleModel:
     def encode(self, audio: np.ndarray, *, native_30s: bool = False) -> Encoding:
         assert audio.dtype == np.float32 and audio.ndim == 1
         assert audio.size % SAMPLES_PER_FRAME == 0 and 0 < audio.size <= 30 * SR
-        off = self.script.locate(audio)
+        off, n = self.script.locate(audio)
         self.rounds.append((off, audio.size, native_30s))
         if self.clock is not None:
             self.clock.now += self.encode_cost_s
         dur = audio.size / SR
         bucket = 30 if native_30s else next(b for b in self.buckets if dur <= b)
-        n = audio.size if np.array_equal(audio, self.script.audio[off : off + audio.size]) else heard_n(audio)
         return Encoding(bucket, audio.size // SAMPLES_PER_FRAME, 50 * bucket, native_30s, 1.0, 2.0,
                         payload=(off, n))
 
