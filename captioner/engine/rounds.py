@@ -122,6 +122,7 @@ class RoundPolicy:
     pause_s: float = 0.2  # ... of at least this many seconds of non-speech
     beam: bool = False  # closing rounds search with five hypotheses (deviation 43)
     beam_min_n: int = 0  # ... those whose input is at least this long
+    rest_drafts: bool = False  # the next round of an utterance's rest replaces the rest's drafts [48]
 
     @classmethod
     def from_config(cls, cfg) -> RoundPolicy:
@@ -143,6 +144,7 @@ class RoundPolicy:
             pause_s=cfg.split_pause_s,
             beam=cfg.closing_beam,
             beam_min_n=round(cfg.closing_beam_min_s * SAMPLE_RATE),
+            rest_drafts=cfg.rest_drafts,
         )
 
 
@@ -264,6 +266,11 @@ def _reach_back(s: StreamState, p: RoundPolicy, model: AcousticModel, start: int
     first draft token replaced), or None when it follows its carry."""
     if s.hurry or not s.history[0] <= utterance <= start:
         return None
+    shown = len(s.log.tokens) if s.spec_from is None else s.spec_from  # speculative words go anyway [7]
+    if p.rest_drafts and not s.prefix and s.start <= utterance and draft_from < shown:
+        # the rest of an utterance after a closing decode's pause or early end, whose drafts stand
+        # [31, 28]: the input holds all of it; decoded whole, no prefix, its words replace them [48]
+        return utterance, (), draft_from
     if end - utterance <= p.opening_n:  # opening: all of the utterance, no prefix
         return utterance, (), s.log.first_word_since(utterance, draft_from)
     if end - start >= p.min_context_n or not p.reach_back:

@@ -13,7 +13,9 @@ skip     input empty; a live input under ``min_chunk_s``         —: the input 
          (``"short"``); digital silence [2, 40] (``"silence"``);  it; else its last 2 × step), nothing decoded
          no speech and no open utterance [15] (``"no_speech"``)
 opening  live, the open utterance at most ``opening_s`` long     the whole utterance from its start, heard    none / its drafts,
-         (its start to the input's end) [20]                     with silence to ``opening_window_s``         replaced
+         (its start to the input's end) [20], or the rest of     with silence to ``opening_window_s``         replaced
+         an utterance after a closing round, its drafts shown
+         [48]
 live     the speech goes on                                      carry + new audio (last 30 s), leading       the carry's word
                                                                  non-speech trimmed when nothing is forced    (§2.5) / none
                                                                  [15]; masked (the paper's round)
@@ -106,7 +108,9 @@ After the decode, by kind:
   far stay (the next closing round replaces only what follows them), and the drafts after them
   stand until a decode of the rest finds words [28, 34]. A round that closed a long utterance
   at a pause leaves the utterance open after the pause, its words before it final, the drafts after
-  it shown until the next round decodes that audio again [31]. ``finish()`` decodes everything pending
+  the word its decode ends with shown [31, 48]. Either way the next live round hears all of the
+  rest: it decodes it whole without a prefix, as an opening round, and its words replace the rest's
+  drafts [48]. ``finish()`` decodes everything pending
   as a closing round and decodes again what an early stop left (at most 3 times) [1].
 
 Times: audio positions are integer sample indices (16 kHz) from the first fed sample; ``Word``
@@ -288,6 +292,12 @@ class StreamConfig:
         revise_kept: a revising round (opening, or reaching back) whose decode keeps no token (a
             guard stopped it at its first word) leaves the drafts it was to replace standing
             (deviation 47); False: they go, replaced by nothing.
+        rest_drafts: the drafts of an utterance's rest, after a closing round that closed it at a
+            pause or that left its rest to be decoded again, are replaced by the next live round,
+            which hears all of the rest and decodes it whole without a prefix; a round that closed
+            at a pause keeps standing the drafts after the word its decode ends with, DTW's time
+            for them notwithstanding (deviation 48). False: the engine before it (those drafts
+            stayed beside the next round's words, and drafts timed before the pause went).
     """
 
     step_s: float = 2.0
@@ -338,6 +348,7 @@ class StreamConfig:
     opening_window_s: float = 6.0
     min_context_s: float = 5.0
     revise_kept: bool = True
+    rest_drafts: bool = True
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.step_s <= 3.0:
@@ -1052,13 +1063,32 @@ class Stream:
             # its drafts after the pause are shown until the next round decodes them again
             end = start + audio.size
             self._set_carry(end, tail)
-            self._log.extend(_words_from(dropped, end, self.vocab))
+            standing = _words_from(dropped, end, self.vocab)
+            undecoded = self._unheard_drafts(dropped, new_tokens) if self.config.rest_drafts and new_tokens else []
+            standing = max(standing, undecoded, key=len)  # both end with the last draft
+            final_n = len(self._log)  # the kept drafts may start before the pause (deviation 48)
+            self._log.extend(standing)
             self._utterance_start = end
-            self._final_n = self._log.first_word_since(end, self._log.draft_from or 0)
+            self._final_n = min(final_n, self._log.first_word_since(end, self._log.draft_from or 0))
             self._log.set_draft(self._final_n)
         elif not last:
             self._end_utterance()
         return self._update(stats, t_round)
+
+    def _unheard_drafts(self, dropped: list[CommittedToken], decoded: list[CommittedToken]) -> list[CommittedToken]:
+        """Deviation 48: the drafts after the word a splitting closing round's decode ends with (a
+        draft of the same text that starts at most ``_UNHEARD_SLACK_N`` before the decode's): the
+        decode did not hear them, whatever their DTW times (a live round's last words can collapse
+        onto the pause). Empty when no draft is that word."""
+        last = _word_groups(tuple(t.id for t in decoded), self.vocab)[-1]
+        text, at = normalize_word(self.vocab.text_bytes(last)), decoded[-len(last)].start
+        groups = [dropped[f : f + k] for f, k in split_words([t.id for t in dropped], self.vocab)]
+        for i in range(len(groups) - 1, -1, -1):
+            if groups[i][0].start < at - _UNHEARD_SLACK_N:
+                break
+            if normalize_word(self.vocab.text_bytes(t.id for t in groups[i])) == text:
+                return [t for g in groups[i + 1 :] for t in g]
+        return []
 
     def _skipped_drafts(self, replaced: int, decoded: list[bytes]) -> int:
         """Deviation 29: the log index from which a closing decode's words replace the drafts. A
@@ -1208,6 +1238,7 @@ _SKIP_MARGIN_N = 4800  # 0.3 s: the decode's words are aligned from this much be
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _SWITCH_P = 0.8  # deviations 33, 42: the probability that changes the session's language, or a live round's
 _UNSURE_P = 0.5  # deviation 38: a closing detection under this is decoded in its two likeliest languages
+_UNHEARD_SLACK_N = 8000  # 0.5 s: a draft word is a splitting decode's last word when it starts no earlier than this before it
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
 
 

@@ -756,3 +756,26 @@ def test_drafts_stand_when_a_revising_decode_keeps_no_word(model) -> None:
     assert all("ask her to bring" in text for text in shown[k:]), shown  # shown once, never taken back
     assert shown[:k + 1] == before[:k + 1]
     assert not all("ask her to bring" in text for text in before[k:]), before  # the old way took it back
+
+
+def _repeated_run(text: str, n: int = 4) -> str | None:
+    """A run of ``n`` words that ``text`` shows twice, else None."""
+    words = text.split()
+    runs = [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
+    return next((r for i, r in enumerate(runs) if r in runs[i + 1 :]), None)
+
+
+def test_the_rest_of_a_closed_utterance_replaces_its_drafts_instead_of_showing_them_twice(model) -> None:
+    """Deviation 48: two LibriSpeech speakers 0.2 s apart, at a 1 s step with ``closing_split_s`` at 8 s
+    (tests/data/speech-hard). The closing round at 9 s ends the first sentence and leaves the rest
+    ("… he, of a truth I heard him") standing as drafts (deviations 28, 34); the next round heard all
+    of that rest and decoded it again as a live round, so its words came after the drafts: "he of a
+    truth i heard him replied he of a truth i heard him not …" was shown. Now that round decodes the
+    rest whole and its words replace the drafts; the final words are the same."""
+    audio = load_audio_file(HARD / "turn-1998-15444-0008+2033-164914-0000.wav")
+    before, before_final = _shown_by_round(model, audio, 1.0, closing_split_s=8.0, rest_drafts=False)
+    shown, final = _shown_by_round(model, audio, 1.0, closing_split_s=8.0)
+    assert final == before_final and "of a truth i heard him not" in final, final
+    assert any(_repeated_run(text) for text in before), before  # the old way showed the rest twice
+    assert not any(_repeated_run(text) for text in shown), shown
+    assert "replied he of a truth i heard him not" in shown[9], shown  # the round after the closing one

@@ -120,6 +120,25 @@ def test_a_live_round_follows_its_carry(vocab) -> None:
         "live", 13 * SR, 16 * SR, 3 * SR, (7,), None)
 
 
+def test_the_rest_of_a_closed_utterance_is_decoded_whole_and_replaces_its_drafts(vocab) -> None:
+    """The rest of an utterance after a closing round (closed at a pause [31], or its rest left to be
+    decoded again [28]): the input starts where that rest starts, no prefix is carried, and drafts of
+    the rest stand (one DTW timed just before the pause [48]). However long the input, the round
+    decodes all of it without a prefix, heard with silence to 6 s, and replaces those drafts; with a
+    carried prefix (a live round's carry), or with ``rest_drafts`` off, it is the paper's round."""
+    log = drafted(vocab, (" France", 57.8, 58.26), (" in", 58.26, 58.26), (" both", 58.4, 58.7))
+    log.set_draft(1)  # " France" final: the closing round's; the drafts after it stand
+    rest = state(log, 58.34, 5.66, utterance_s=58.34, history_s=30)
+    plan = plan_round(rest, policy(), MODEL, Detector(58.9, 64))
+    assert (plan.kind, plan.prefix, plan.redo_from) == ("opening", (), 1)
+    assert (plan.start, plan.end, plan.heard_n) == (round(58.34 * SR), 64 * SR, 6 * SR)
+    carried = plan_round(state(log, 58.34, 5.66, prefix=(7,), utterance_s=58.34, history_s=30), policy(), MODEL,
+                         Detector(58.9, 64))
+    assert (carried.kind, carried.redo_from) == ("live", None)
+    off = plan_round(rest, policy(rest_drafts=False), MODEL, Detector(58.9, 64))
+    assert (off.kind, off.redo_from, off.start) == ("live", None, round(58.7 * SR))  # leading non-speech trimmed
+
+
 def test_at_a_1_s_step_a_short_input_reaches_back_to_a_drafted_word(vocab) -> None:
     """Minimum context [20]: the drafted word starting 5 s before the input's end is forced as the
     prefix; the input starts 0.2 s before it (the carry's offset); the drafts after it are replaced."""
