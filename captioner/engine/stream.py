@@ -1064,7 +1064,7 @@ class Stream:
             end = start + audio.size
             self._set_carry(end, tail)
             standing = _words_from(dropped, end, self.vocab)
-            undecoded = self._unheard_drafts(dropped, new_tokens) if self.config.rest_drafts and new_tokens else []
+            undecoded = _drafts_after_last_word(dropped, new_tokens, self.vocab) if self.config.rest_drafts and new_tokens else []
             standing = max(standing, undecoded, key=len)  # both end with the last draft
             final_n = len(self._log)  # the kept drafts may start before the pause (deviation 48)
             self._log.extend(standing)
@@ -1074,21 +1074,6 @@ class Stream:
         elif not last:
             self._end_utterance()
         return self._update(stats, t_round)
-
-    def _unheard_drafts(self, dropped: list[CommittedToken], decoded: list[CommittedToken]) -> list[CommittedToken]:
-        """Deviation 48: the drafts after the word a splitting closing round's decode ends with (a
-        draft of the same text that starts at most ``_UNHEARD_SLACK_N`` before the decode's): the
-        decode did not hear them, whatever their DTW times (a live round's last words can collapse
-        onto the pause). Empty when no draft is that word."""
-        last = _word_groups(tuple(t.id for t in decoded), self.vocab)[-1]
-        text, at = normalize_word(self.vocab.text_bytes(last)), decoded[-len(last)].start
-        groups = [dropped[f : f + k] for f, k in split_words([t.id for t in dropped], self.vocab)]
-        for i in range(len(groups) - 1, -1, -1):
-            if groups[i][0].start < at - _UNHEARD_SLACK_N:
-                break
-            if normalize_word(self.vocab.text_bytes(t.id for t in groups[i])) == text:
-                return [t for g in groups[i + 1 :] for t in g]
-        return []
 
     def _skipped_drafts(self, replaced: int, decoded: list[bytes]) -> int:
         """Deviation 29: the log index from which a closing decode's words replace the drafts. A
@@ -1324,6 +1309,22 @@ def _words_from(tokens: list[CommittedToken], sample: int, vocab) -> list[Commit
         if keep:
             kept.append(t)
     return kept
+
+
+def _drafts_after_last_word(dropped: list[CommittedToken], decoded: list[CommittedToken], vocab) -> list[CommittedToken]:
+    """Deviation 48: the tokens of ``dropped`` (drafts, in order) after the draft word that a splitting
+    closing decode (``decoded``, non-empty) ends with: a draft of the same text that starts at most
+    ``_UNHEARD_SLACK_N`` before the decode's. The decode did not hear them, whatever their DTW times
+    (a live round's last words can collapse onto the pause). Empty when no draft is that word."""
+    last = _word_groups(tuple(t.id for t in decoded), vocab)[-1]
+    text, at = normalize_word(vocab.text_bytes(last)), decoded[-len(last)].start
+    groups = [dropped[f : f + k] for f, k in split_words([t.id for t in dropped], vocab)]
+    for i in range(len(groups) - 1, -1, -1):
+        if groups[i][0].start < at - _UNHEARD_SLACK_N:
+            break
+        if normalize_word(vocab.text_bytes(t.id for t in groups[i])) == text:
+            return [t for g in groups[i + 1 :] for t in g]
+    return []
 
 
 def _word_groups(tokens: tuple[int, ...], vocab) -> list[tuple[int, ...]]:

@@ -3,13 +3,11 @@ vocabulary: which words are a round's context, and which re-emitted words keep t
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 from replay import load_vocabulary
 
 from captioner.engine._committed import CommittedLog, CommittedToken, keep_first_shown, retracted_words
-from captioner.engine.stream import Stream
+from captioner.engine.stream import _drafts_after_last_word
 from captioner.engine.tokens import Vocabulary
 
 SR = 16000
@@ -118,12 +116,11 @@ def test_a_split_keeps_the_drafts_after_the_word_its_decode_ends_with(vocab) -> 
     58.26 s, before the pause; kept by their time alone they went from the captions for a round. The
     drafts after the draft word the decode ends with (the same text, starting within 0.5 s of the
     decode's) stand, whatever their times; with no such draft, none do by this rule."""
-    stream = SimpleNamespace(vocab=vocab)
     drafts = [tok(vocab, " of", 57.14, 57.82), tok(vocab, " France", 57.82, 58.26), tok(vocab, " in", 58.26, 58.26),
               tok(vocab, " both", 58.26, 58.26), tok(vocab, " countries", 58.26, 58.26)]
     decoded = [tok(vocab, " of", 57.6, 57.94), tok(vocab, " France", 57.94, 58.34), tok(vocab, ".", 58.34, 58.34)]
-    kept = Stream._unheard_drafts(stream, drafts, decoded)
+    kept = _drafts_after_last_word(drafts, decoded, vocab)
     assert [vocab.decode([t.id]) for t in kept] == [" in", " both", " countries"]
-    assert Stream._unheard_drafts(stream, drafts, [tok(vocab, " England", 57.9, 58.3)]) == []
+    assert _drafts_after_last_word(drafts, [tok(vocab, " England", 57.9, 58.3)], vocab) == []
     late = [tok(vocab, " France", 56.0, 56.4), *drafts[2:]]  # a "France" drafted 2 s earlier is another one
-    assert Stream._unheard_drafts(stream, late, decoded) == []
+    assert _drafts_after_last_word(late, decoded, vocab) == []
