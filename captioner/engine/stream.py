@@ -104,9 +104,10 @@ After the decode, by kind:
   second or more before the input's end while the speech detector hears half a second of speech
   after its last word (a turn or sentence break where greedy Whisper stops) [28], leaves the rest of
   the utterance to be decoded again by itself, from its last kept word [17] (from where the stopped
-  word is heard when a guard's stop kept no new word [35]); the words decoded so
-  far stay (the next closing round replaces only what follows them), and the drafts after them
-  stand until a decode of the rest finds words [28, 34]. A round that closed a long utterance
+  word is heard when a guard's stop kept no new word [35]; carried to the end of the round's input,
+  the non-speech after the cut included, so the next audio follows it where it was heard [28]); the
+  words decoded so far stay (the next closing round replaces only what follows them), and the drafts
+  after them stand until a decode of the rest finds words [28, 34]. A round that closed a long utterance
   at a pause leaves the utterance open after the pause, its words before it final, the drafts after
   the word its decode ends with shown [31, 48]. Either way the next live round hears all of the
   rest: it decodes it whole without a prefix, as an opening round, and its words replace the rest's
@@ -623,7 +624,9 @@ class Stream:
             if self._context_n:
                 self._log.set_draft(plan.draft_from)
         own = plan.start + plan.reach_n
-        tail = audio[plan.end - start :] if plan.splits else None  # the utterance after the pause
+        # a closing round's own input after its end: the utterance after the pause (a split, deviation
+        # 31), else the non-speech after the speech, carried with a rest so the carry meets the next audio
+        tail = audio[plan.end - start :] if plan.closes else None
         audio = audio[own - start : plan.end - start]
         if plan.reach_n:
             audio = self._with_history(plan.start, own, audio)
@@ -633,7 +636,7 @@ class Stream:
     def _decode(self, plan: RoundPlan, start: int, audio: np.ndarray, stats: dict, t_round: float,
                 last: bool, tail: np.ndarray | None = None) -> EngineUpdate:
         """Encode what the plan hears, decode with its prefix, draft and guards, commit by its kind;
-        ``tail``: a splitting closing round's audio after its input (deviation 31)."""
+        ``tail``: a closing round's own audio after its input (deviation 31, 28)."""
         cfg = self.config
         eff_s = audio.size / SAMPLE_RATE
         stats["input_s"] = eff_s
@@ -722,7 +725,7 @@ class Stream:
             closes=plan.closes,
         )
         if plan.looks_back:
-            return self._close_utterance(start, audio, result, stats, t_round, last, tail)
+            return self._close_utterance(start, audio, result, stats, t_round, last, tail, plan.splits)
         # §2.6: first choice EOT with a garbage runner-up; deviation 47: a revising decode that a guard
         # stopped at its first word replaces nothing (its drafts, replaced by nothing, were gone until
         # the closing decode)
@@ -986,12 +989,13 @@ class Stream:
 
     def _close_utterance(
         self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool,
-        tail: np.ndarray | None = None,
+        tail: np.ndarray | None = None, splits: bool = False,
     ) -> EngineUpdate:
         """Deviation 17: a closing round decoded with left context already committed; emit the
         decoded words that follow the committed ones (aligned by text, else by time). ``tail``: the
-        audio after the input of a round that closed a long utterance at a pause (deviation 31),
-        which goes on as the utterance."""
+        round's own audio after its input: the rest of a long utterance closed at a pause (``splits``,
+        deviation 31), which goes on as the utterance, else the non-speech after the speech, carried
+        with a rest to be decoded again so that the carry ends where the next audio begins."""
         retracted = self._undo_speculative()
         cands = [t for t in result.candidates if t < self.vocab.eot]
         groups = split_words(cands, self.vocab)
@@ -1059,7 +1063,7 @@ class Stream:
                 self._log.extend(_words_from(dropped, heard_to - _TIME_SLACK_N, self.vocab))
                 if not last:
                     self._log.set_draft(self._final_n)
-        elif tail is not None:  # deviation 31: the utterance goes on after the pause, its words so far final;
+        elif splits and tail is not None:  # deviation 31: the utterance goes on after the pause, its words so far final;
             # its drafts after the pause are shown until the next round decodes them again
             end = start + audio.size
             self._set_carry(end, tail)

@@ -779,3 +779,27 @@ def test_the_rest_of_a_closed_utterance_replaces_its_drafts_instead_of_showing_t
     assert any(_repeated_run(text) for text in before), before  # the old way showed the rest twice
     assert not any(_repeated_run(text) for text in shown), shown
     assert "replied he of a truth i heard him not" in shown[9], shown  # the round after the closing one
+
+
+@pytest.mark.parametrize("step_s", [1.0, 2.0])
+def test_the_speech_after_a_closing_round_s_rest_is_heard_where_it_was_said(model, step_s) -> None:
+    """Deviation 28's rest, carried: the two-speaker clip (tests/data/speech-hard), 1.3 s of silence,
+    then a LibriSpeech sentence. The round that closes the clip's utterance cuts it 0.2 s after the
+    speech; tiny.en's decode ends after the first speaker, so the rest is carried to be decoded
+    again. That carry ended at the cut, and the next round's audio was joined to it without the
+    non-speech between: every later position was off by that much, and at a 2 s step the sentence
+    lost "For a full hour he had paced up and down, waiting, but". The rest is now carried to the
+    end of the round's input, so the audio after it follows it where it was heard."""
+    turn = load_audio_file(TURN)
+    sentence = load_audio_file(DATA / "1089-134691-0001.wav")
+    audio = np.concatenate([turn, np.zeros(round(1.3 * SR), np.float32), sentence])
+    words = stream_words(model, audio, step_s)
+    text = NORMALISE(" ".join(w.text for w in words))
+    assert "of a truth i heard him not" in text, text
+    assert text.endswith("for a full hour he had paced up and down waiting but he could wait no longer"), text
+    detector = SpeechDetector()
+    detector.feed(sentence)
+    detector.flush()
+    onset = (turn.size + round(1.3 * SR) + detector.speech(0, sentence.size).start) / SR
+    first = next(w for w in words if w.start >= turn.size / SR)  # the sentence's first word, where it was said
+    assert first.text == "For" and onset - 0.1 <= first.start <= onset + 0.5, (first, onset)
