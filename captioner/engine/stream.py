@@ -64,7 +64,11 @@ runner-up, backward shift (not while the speech detector hears the speech go on 
 token limit [6]); closing rounds end on EOT whenever it wins
 and have no attention stops [16]; the two word guards (a phrase repeated with the committed words as
 context: those before the input, or with a forced word those before it in the log, whatever their
-times [44]; sound annotations) run in every round. Language (``"auto"`` on a multilingual model): read
+times [44]; sound annotations) run in every round. A live or opening round that the phrase guard stopped at
+a repeat is followed, on the same input (its start within 0.1 s, the same prefix), by rounds that keep
+that one repeat after the same words: a step more of audio does not change the guard's evidence, and
+stopping there again froze the captions until the utterance closed; a later copy is judged as before
+[49]. Language (``"auto"`` on a multilingual model): read
 from the first decoder step of every round until 4 s of input settle it, and of every closing
 round [19]; a live round changes it only where it hears another language with probability 0.8 or
 more, a closing round at any probability [42]; once a closing round has heard it on 4 s or more it is
@@ -299,6 +303,11 @@ class StreamConfig:
             at a pause keeps standing the drafts after the word its decode ends with, DTW's time
             for them notwithstanding (deviation 48). False: the engine before it (those drafts
             stayed beside the next round's words, and drafts timed before the pause went).
+        repeat_kept_once: a live round that the phrase guard stopped at a repeat is followed, on the
+            same input (start and prefix), by rounds that keep that one repeat after the same words
+            (deviation 49): a step more of audio did not change the guard's evidence, and stopping
+            there again froze the captions until the utterance closed; a later copy (a loop's
+            third) is judged as before. False: stopped again each round.
     """
 
     step_s: float = 2.0
@@ -350,6 +359,7 @@ class StreamConfig:
     min_context_s: float = 5.0
     revise_kept: bool = True
     rest_drafts: bool = True
+    repeat_kept_once: bool = True
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.step_s <= 3.0:
@@ -452,6 +462,10 @@ class Stream:
         self._spec_from: int | None = None  # token index where the speculative emission starts
         self._repeat: tuple[int, int] | None = None
         self._repeat_count = 0
+        # deviation 49: ((input start, prefix), tokens before the repeat) of the last live round that
+        # the word guards stopped at a repeat, and of the repeat kept on that input since
+        self._guard_stop: tuple[tuple[int, tuple[int, ...]], tuple[int, ...]] | None = None
+        self._kept_repeat: tuple[tuple[int, tuple[int, ...]], tuple[int, ...]] | None = None
         self._round = 0
         self._finished = False
         # audio already taken, kept for closing rounds (deviation 17): [_history_start, _next)
@@ -664,12 +678,20 @@ class Stream:
             context += forced
             ends = ends + ((heard - start) / SAMPLE_RATE,) * len(forced) if heard is not None else ()
 
+        key = (start, prefix)  # deviation 49: the repeat a round stopped at, stopped at again, is kept
+        keep_after = None
+        if cfg.repeat_kept_once and not plan.closes:
+            for stopped in (self._kept_repeat, self._guard_stop):  # one repeat per input, the first stopped at
+                if stopped is not None and _same_input(stopped[0], key):
+                    keep_after = stopped[1]
+                    break
+
         def validator(phrases: bool = True) -> TokenValidator:
             checks = RoundValidator(self.vocab, input_s=eff_s, peak_margin_s=0.0 if plan.closes else cfg.peak_margin_s,
                                     exclude_s=cfg.exclude_s, median=cfg.median, average=cfg.average, context=context,
                                     context_ends=ends, closing=plan.closes, phrases=phrases,
                                     speech_end_s=None if plan.speech_end is None else (plan.speech_end - start) / SAMPLE_RATE,
-                                    backward_speech_s=cfg.backward_speech_s)
+                                    backward_speech_s=cfg.backward_speech_s, kept_after=keep_after)
             return self._vocabulary.guard(checks, self._speech(start, audio.size))  # a listed word must be heard
 
         # words decoded again are proposed to the verifier (draft decoding)
@@ -715,6 +737,9 @@ class Stream:
                          free_wrong or "fine", _logprob(free))
             if free_wrong is None:
                 result, stats["bucket"] = free, full.bucket
+        if keep_after is not None:
+            self._kept_repeat = (key, keep_after)
+        self._guard_stop = (key, result.candidates) if not plan.closes and result.stop_reason == "repetition" else None
         stats.update(
             tokens=len(result.tokens),
             chunks=chunks,
@@ -1212,6 +1237,14 @@ class Stream:
         return EngineUpdate(retract, words, round_stats, self.source)
 
 
+def _same_input(a: tuple[int, tuple[int, ...]], b: tuple[int, tuple[int, ...]]) -> bool:
+    """Two rounds' (input start, forced prefix) are the same input: the same prefix, starts within
+    :data:`_SAME_START_N` (leading non-speech is trimmed to whole frames, so a rest's start moves a frame
+    or two as its audio grows)."""
+    return a[1] == b[1] and abs(a[0] - b[0]) <= _SAME_START_N
+
+
+_SAME_START_N = SAMPLE_RATE // 10
 _LOOKS_WRONG_STOPS = ("limit", "repetition", "nonspeech")  # a closing decode so stopped is decoded again in 30 s
 _COMPRESSION_RATIO = 2.4  # ... and one whose text compresses more (faster-whisper's threshold)
 _LOGPROB_FLOOR = -1.0  # ... or whose average log-probability is lower (openai/whisper's, faster-whisper's)

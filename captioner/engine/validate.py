@@ -198,9 +198,10 @@ class WordGuard:
 
     def __init__(self, vocab: Vocabulary, context: tuple[bytes, ...] = (), peaks: list[int] | None = None,
                  input_s: float = 0.0, align_peaks: list[int] | None = None, context_ends: tuple[float, ...] = (),
-                 phrases: bool = True):
+                 phrases: bool = True, kept_after: tuple[int, ...] | None = None):
         self.vocab = vocab
         self._phrases = phrases  # False: the annotation guard only
+        self._kept_after = kept_after  # decoded tokens before a repeat that is kept once (RoundValidator)
         self._peaks = peaks if peaks is not None else []  # decoded index -> attention peak frame
         self._align = align_peaks if align_peaks is not None else []  # ... of the alignment heads, when known
         self._input_s = input_s
@@ -227,16 +228,25 @@ class WordGuard:
                 if n == 1 and len(self._firsts) >= 2 and self._single_token_double(decoded):
                     n = 0  # one token said twice: the id rule (three copies, all dropped) decides
                 at = len(self._words) - n - self._context
-                if n and not self._heard_after(at, n, decoded):
-                    return Stop("repetition", self._firsts[at] if at >= 0 else 0)
+                first = self._firsts[at] if n and at >= 0 else 0  # the repeat's first decoded token
+                if n and not self._heard_after(at, n, decoded) and not self._kept(decoded, first):
+                    return Stop("repetition", first)
                 own = self._words[self._context :]
                 if (len(own) >= 2 * _RESTART and own[-_RESTART:] == own[:_RESTART]
-                        and not self._heard_again(len(own), len(decoded))):
+                        and not self._heard_again(len(own), len(decoded))
+                        and not self._kept(decoded, self._firsts[len(own) - _RESTART])):
                     return Stop("repetition", self._firsts[len(own) - _RESTART])
         if starts:
             self._open = len(decoded)
         return None
 
+    def _kept(self, decoded: list[int], at: int) -> bool:
+        """The repeat starting at decoded index ``at`` is the one the round was told to keep (its
+        tokens before it are ``kept_after``); once."""
+        if self._kept_after is None or tuple(decoded[:at]) != self._kept_after:
+            return False
+        self._kept_after = None
+        return True
 
     def _heard_again(self, n_own: int, n_decoded: int) -> bool:
         """The round's first :data:`_RESTART` words, said again as its last ones, attend to later
@@ -324,6 +334,10 @@ class RoundValidator:
             long after the last passed test's f+ (``speech_end_s − f+``): the decoder has not run out
             of audio, and the shift is the attention's noise between two words; 0: the paper's test
             everywhere.
+        kept_after: the decoded tokens before a repeat that the word guards stopped the last round at,
+            on the same input and prefix (a live round): the same repeat after exactly these tokens
+            is kept, once. The guard's evidence did not change with a step more of audio, and
+            stopping again froze the captions; a loop's next copy is judged as before.
     """
 
     def __init__(
@@ -341,6 +355,7 @@ class RoundValidator:
         phrases: bool = True,
         speech_end_s: float | None = None,
         backward_speech_s: float = 0.0,
+        kept_after: tuple[int, ...] | None = None,
     ):
         self.vocab = vocab
         self.input_s = float(input_s)
@@ -356,7 +371,8 @@ class RoundValidator:
         self._first_delta = True
         self.peaks: list[int] = []  # per checked token: the frame its attention peaks at
         self.align_peaks: list[int] = []  # ... its alignment heads' attention (when the decoder gives them)
-        self._words = WordGuard(vocab, context, self.peaks, self.input_s, self.align_peaks, context_ends, phrases)
+        self._words = WordGuard(vocab, context, self.peaks, self.input_s, self.align_peaks, context_ends, phrases,
+                                kept_after)
         self.closing = closing
         self._speech_end_s = speech_end_s
         self._backward_speech_s = backward_speech_s

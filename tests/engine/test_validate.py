@@ -341,3 +341,19 @@ def test_without_the_phrase_guard_repeats_pass_and_sound_captions_still_stop() -
     assert free.decoded == loop
     stop = feed(validator(closing=True, phrases=False), [B, B, B], [20, 40, 60])
     assert stop is not None and (stop.reason, stop.index) == ("repetition", 0)
+
+
+def test_the_repeat_a_round_was_told_to_keep_passes_once_and_a_later_copy_is_judged() -> None:
+    """Deviation 49: ``kept_after`` (the tokens a live round kept before the repeat the guards
+    stopped it at, on the same input) lets that repeat after exactly those tokens through, once; the
+    same repeat after other tokens, and the next copy of a loop, stop as before."""
+    loop = [A, B, A, B, A, B, C]  # "w000 w001" three times, every copy attending back to the first
+    centers = [20, 30, 20, 30, 20, 30, 60]
+    stop = feed(validator(closing=True), loop, centers)
+    assert stop is not None and (stop.reason, stop.index) == ("repetition", 2)
+    told = validator(closing=True, kept_after=(A, B))
+    stop = feed(told, loop, centers)
+    assert stop is not None and (stop.reason, stop.index) == ("repetition", 3)  # "B A" again: a loop
+    other = validator(closing=True, kept_after=(A,))  # not the tokens before this repeat
+    stop = feed(other, loop, centers)
+    assert stop is not None and (stop.reason, stop.index) == ("repetition", 2)
