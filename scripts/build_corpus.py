@@ -5,7 +5,7 @@
 
 It writes ``corpus/audio/<id>.flac`` (16 kHz, mono, 16-bit FLAC) and ``corpus/manifest.jsonl`` (the
 development corpus's format, ``../shared/speech/README.md``, with a ``speaker`` field on every item and
-``notes`` that give the exact cut): 67 recordings of 29 people who are not in the development corpus.
+``notes`` that give the exact cut): 56 recordings of 27 people who are not in the development corpus.
 Everything that decides the output is data in this file (:data:`ITEMS`: source file, cut, reference
 text, notes, and the SHA-256 of the 16-bit samples each build must reproduce); nothing is chosen at
 run time. ``--mirrors`` is a folder of bare git mirrors named ``owner+name`` (the ``fetch`` tool's
@@ -58,12 +58,12 @@ What it builds, from what, under which licence:
   XHTML beside each, Project Gutenberg), and the first three paragraphs of A Tale of Two Cities read by
   Michael Sirois, from the chapter MP3 in scikit-plots/scikit-plots (22.05 kHz; text: Project Gutenberg
   eBook #98 as copied in stostap/HashTableImproved ``98-0.txt``); the build checks both texts.
-- 20 ``short-read`` items, whole files: LJ Speech LJ001-0001 to -0008 (public domain) from coqui-ai/TTS
-  ``tests/data/ljspeech/`` (22.05 kHz; text: its ``metadata.csv``); six CMU ARCTIC clips (BSD-style free licence)
-  of speakers aew and axb from LCAV/pyroomacoustics ``examples/input_samples/`` (text: the ``cmuarctic.data``
-  prompts as rhasspy/dataset-voice-cathy copies them); six recordings of the CC0 Voice Dataset (Cathy),
+- 9 ``short-read`` items, whole files: three CMU ARCTIC clips (BSD-style free licence) of speaker axb from
+  LCAV/pyroomacoustics ``examples/input_samples/`` (text: the ``cmuarctic.data`` prompts as
+  rhasspy/dataset-voice-cathy copies them); six recordings of the CC0 Voice Dataset (Cathy),
   rhasspy/dataset-voice-cathy ``data/`` (48 kHz, two identical channels; text: the ``.txt`` beside each).
-  The datasets that issue 25's held-out set draws on too: evidence only.
+  CMU ARCTIC is a dataset issue 25's held-out set draws on: evidence only. (The same kit's aew clips and LJ
+  Speech's LJ001 are in the development corpus, so they are not here.)
 
 Processing, all deterministic: WAV read with :mod:`wave` (one channel of hotato's two-channel clips); the
 MP3s decoded by ffmpeg's fixed-point ``mp3`` decoder (bit-exact; a stereo one as the mean of its channels); resampled to 16 kHz with a fixed
@@ -110,7 +110,6 @@ REPOS: dict[str, tuple[str, str]] = {
     "ba3": ("TalkBank/batchalign3", "4a7f1b39e7fdcdf394fabac1a7c8b59784453457"),
     "kani": ("zhudotexe/kani", "fcea44100b8a258e9cccae6890c412e8478bc8c6"),
     "a11rt": ("bfeist/Apollo_11", "a3a7e6c1c5c644b71d442aa4f2c25a44b5983c25"),
-    "coqui": ("coqui-ai/TTS", "dbf1a08a0d4e47fdad6172e433eeb34bc6b13b4e"),
     "pra": ("LCAV/pyroomacoustics", "6fe43fecb7c358ac9aaa054e7e73641189f1afff"),
     "cathy": ("rhasspy/dataset-voice-cathy", "c51cb971036a127359b43c621f26ca5081eab13e"),
     "cathy0": ("rhasspy/dataset-voice-cathy", "3d825072be5be3b262bc3d577a901c9b6f17ad04"),  # its first commit
@@ -136,8 +135,6 @@ CHILDES_CHA = "batchalign/tests/support/parity/eng_multi_speaker.cha"
 PAO36 = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00002160000.wav"
 PAO_CSV = "MISSION_DATA/A11_merged_utterances.csv"
 PAO_NASA = "MISSION_DATA/previous steps/PAO.txt"
-LJ_WAV = "tests/data/ljspeech/wavs/{utt}.wav"
-LJ_CSV = "tests/data/ljspeech/metadata.csv"
 ARCTIC_WAV = "examples/input_samples/cmu_arctic_us_{speaker}_{utt}.wav"
 ARCTIC_PROMPTS = "cmuarctic.data"
 CATHY_WAV = "data/arctic_{utt}_{take}.wav"
@@ -197,9 +194,6 @@ SONNET_CUT = ("cut {start:.3f}-{end:.3f} s of {file} (44.1 kHz joint-stereo MP3,
               "within 0.15 s of a point 0.25 s before the first line's speech ({first:.2f} s); the end likewise "
               "0.25 s after the last line's ({last:.2f} s){tail}. The reader is not named in the source. ")
 
-LJ_LICENSE = ("LJ Speech Dataset (Keith Ito and Linda Johnson, 2017), public domain (\"This dataset is in the public "
-              "domain in the USA (and likely other countries too)\"; the readings are LibriVox recordings of "
-              "public-domain books), as coqui-ai/TTS keeps a subset for its tests")
 ARCTIC_LICENSE = ("CMU ARCTIC databases (John Kominek and Alan W Black, Language Technologies Institute, Carnegie "
                   "Mellon University, 2003), under their BSD-style free licence (use, copy, modify and distribute "
                   "without restriction, the copyright notice and the authors' names kept), as LCAV/pyroomacoustics "
@@ -207,9 +201,9 @@ ARCTIC_LICENSE = ("CMU ARCTIC databases (John Kominek and Alan W Black, Language
                   "prompt list (cmuarctic.data), from Project Gutenberg's public-domain books")
 CATHY_LICENSE = ("Voice Dataset (Cathy), rhasspy/dataset-voice-cathy, CC0 1.0 (its README's licence), public-domain "
                  "dedication: a native female U.S. English speaker reading the CMU ARCTIC prompts")
-SHORT_READ = ("not cut: the whole file; {what}. A short read sentence of a speaker of a dataset that the held-out "
-              "set of issue 25 draws on too (issue 25: LJ Speech, CMU ARCTIC): read speech, used as evidence, "
-              "never to tune a rule on. ")
+SHORT_READ = ("not cut: the whole file; {what}. A short read sentence of a reader of the CMU ARCTIC prompts; CMU "
+              "ARCTIC is a dataset the held-out set of issue 25 draws on: read speech, used as evidence, never to tune "
+              "a rule on. ")
 
 
 PAO_LICENSE = ("US government work (NASA), public domain: audio, the Apollo 11 air-to-ground downlink as UTD CRSS's Explore "
@@ -290,24 +284,13 @@ def _ami(clip: str, meeting: str, channel: int, role: str, who: str, headset: st
                                     turns=turns) + notes}
 
 
-def _lj(utt: str, text: str, sha: str) -> dict[str, Any]:
-    """One LJ Speech clip of coqui-ai/TTS's test subset (22.05 kHz), the whole file; text: the second field
-    (the transcription) of its ``metadata.csv`` line."""
-    return {"id": f"ljspeech-{utt}", "kind": "short-read", "speaker": "ljspeech", "repo": "coqui",
-            "path": LJ_WAV.format(utt=utt), "start": None, "end": None, "text": text, "lj": utt,
-            "license_note": LJ_LICENSE, "sha256": sha,
-            "notes": SHORT_READ.format(what="22.05 kHz 16-bit WAV in the source, resampled to 16 kHz; one reader "
-                                            "(Linda Johnson) of non-fiction of 1884-1964, read aloud for LibriVox")}
-
-
 def _arctic(speaker: str, utt: str, text: str, sha: str) -> dict[str, Any]:
     """One CMU ARCTIC clip of pyroomacoustics' test samples (16 kHz), the whole file; text: its prompt."""
     return {"id": f"cmu-arctic-{speaker}-{utt}", "kind": "short-read", "speaker": f"cmu-arctic-{speaker}",
             "repo": "pra", "path": ARCTIC_WAV.format(speaker=speaker, utt=utt), "start": None, "end": None,
             "text": text, "arctic": utt, "license_note": ARCTIC_LICENSE, "sha256": sha,
             "notes": SHORT_READ.format(what=f"16 kHz 16-bit WAV in the source, copied sample for sample; CMU ARCTIC "
-                                            f"speaker {speaker} (aew: a US male; axb: an Indian English female), "
-                                            f"prompt arctic_{utt}")}
+                                            f"speaker {speaker} (an Indian English female), prompt arctic_{utt}")}
 
 
 def _cathy(utt: str, take: str, text: str, sha: str) -> dict[str, Any]:
@@ -613,38 +596,9 @@ ITEMS: list[dict[str, Any]] = [
          "UTD's segment 47.344-52.034 s (the hand-over to Tananarive; the file ends 1.4 s later, in the channel's "
          "noise)", "UTD's verbatim transcript agrees with NASA's. ",
          "61132c3ef938763e93c38c7d5667e22b5beb600781ea44fdc0d22398ab179cff"),
-    # Short read sentences of four more speakers (kind short-read, last in the manifest, so no earlier speaker
-    # changes halves): LJ Speech (8 items) -> tune, Cathy (6) -> check, CMU ARCTIC aew (3) -> check, axb (3) -> tune
-    _lj("LJ001-0001",
-        "Printing, in the only sense with which we are at present concerned, differs from most if not from "
-        "all the arts and crafts represented in the Exhibition",
-        "14ff769adee6fca3aba0c25f0fa4af527594caf02634efd49221644161f8da2f"),
-    _lj("LJ001-0002", "in being comparatively modern.",
-        "1bbd757f452a1c7aa56fed0feaae741d3b17b4443f3457723a961150b6c6197e"),
-    _lj("LJ001-0003",
-        "For although the Chinese took impressions from wood blocks engraved in relief for centuries before "
-        "the woodcutters of the Netherlands, by a similar process",
-        "30c93bfed7f29ba386a06566c6c84cb3c9ed82741c133f315cf0a64424c685ff"),
-    _lj("LJ001-0004", "produced the block books, which were the immediate predecessors of the true printed book,",
-        "68f584ce56f0cdd3cdf4545dd90b6d163bddcbee0b81521ff02f6618e7e3a3da"),
-    _lj("LJ001-0005",
-        "the invention of movable metal letters in the middle of the fifteenth century may justly be "
-        "considered as the invention of the art of printing.",
-        "9792657973f21a202749b5792ec41a9f1abb02b012ede623723a4f6cae5ca6f2"),
-    _lj("LJ001-0006", "And it is worth mention in passing that, as an example of fine typography,",
-        "c34421f0d34e86c03d0763db7520ba3225c8bc45da335d164ca64de5e762f452"),
-    _lj("LJ001-0007",
-        'the earliest book printed with movable types, the Gutenberg, or "forty-two line Bible" of about '
-        '1455,',
-        "24c23fcfb125462cfb57044de064280794931d354ac49793a324096f54e8b2b6"),
-    _lj("LJ001-0008", "has never been surpassed.",
-        "b7e36dc8b4426ea0d7b29928d7989bf496164400e06456e927c0355fefe6ef6d"),
-    _arctic("aew", "a0001", "Author of the danger trail, Philip Steels, etc.",
-        "c8e4b0058c0d335d79ab844de0705372fc3f957eae096b876dce50aeda73303c"),
-    _arctic("aew", "a0002", "Not at this particular case, Tom, apologized Whittemore.",
-        "b27371bda7f6718e564c275d777ee1d6a93b54eefdfa877a717c0cec52ee3040"),
-    _arctic("aew", "a0003", "For the twentieth time that evening the two men shook hands.",
-        "46e1eacf7c9e8c9742c3d268e3e33e089e3265e9d688f3e20dbdb564ebac784a"),
+    # Short read sentences of two more speakers (kind short-read, last in the manifest, so no earlier speaker
+    # changes halves): Cathy (6 items) -> tune, CMU ARCTIC axb (3) -> check. LJ Speech and ARCTIC aew are in the
+    # development corpus (LJ001-0001 to -0016, cmuarctic-aew-a0001 to -a0003), so they are not here.
     _arctic("axb", "a0004", "Lord, but I'm glad to see you again, Phil.",
         "3fedcf6a65cca2e48caff991d567ea7db5bac7961a6f98361d641ebc74f0e7d1"),
     _arctic("axb", "a0005", "Will we ever forget it.",
@@ -862,8 +816,6 @@ def _check_texts(mirrors: Path) -> list[str]:
     libri = _libri_texts(mirrors)
     vctk: dict[str, dict[str, str]] = {}
     pao: dict[str, str] | None = None
-    lj = {row[0]: row[1] for row in csv.reader(io.StringIO(_show(mirrors, "coqui", LJ_CSV).decode("utf-8")),
-                                                delimiter="|", quoting=csv.QUOTE_NONE) if len(row) >= 2}
     prompts = dict(re.findall(r'^\( arctic_(\w+) "(.*)" \)$', _show(mirrors, "cathy0", ARCTIC_PROMPTS).decode("utf-8"),
                               re.MULTILINE))
     for item in ITEMS:
@@ -893,8 +845,6 @@ def _check_texts(mirrors: Path) -> list[str]:
             want = _gutenberg_text(mirrors, item["gutenberg"])
         elif "chat" in item:
             want = _chat_text(_show(mirrors, item["repo"], item["chat"]).decode("utf-8"))
-        elif "lj" in item:
-            want = lj.get(item["lj"], "<missing>")
         elif "arctic" in item:
             want = prompts.get(item["arctic"], "<missing>")
         elif "cathy" in item:
@@ -944,9 +894,6 @@ def _text_source(item: dict[str, Any]) -> str:
                 f"(FAT, CHI) of {item['chat']} of {REPOS[item['repo']][0]} at {REPOS[item['repo']][1][:7]}, joined, "
                 "CHAT codes removed (overlap markers, +/. and +, codes, (.) pauses, @s:hun, lengthening colons; "
                 "&-uh written uh)")
-    if "lj" in item:
-        return (f"LJ Speech metadata.csv, the transcription field of {item['lj']}, as {LJ_CSV} of {REPOS['coqui'][0]} "
-                f"at {REPOS['coqui'][1][:7]} copies it")
     if "arctic" in item:
         return (f"the CMU ARCTIC prompt arctic_{item['arctic']} of {ARCTIC_PROMPTS} (festvox.org/cmu_arctic) as "
                 f"{REPOS['cathy0'][0]} copies it at {REPOS['cathy0'][1][:7]} (its first commit; the line is the same "
