@@ -13,7 +13,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from whisper_normalizer.english import EnglishTextNormalizer
 
 from captioner.bench.accuracy import load_manifest, speaker_of
