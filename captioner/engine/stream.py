@@ -68,7 +68,10 @@ times [44]; sound annotations) run in every round. A live or opening round that 
 a repeat is followed, on the same input (its start within 0.1 s, the same prefix), by rounds that keep
 that one repeat after the same words: a step more of audio does not change the guard's evidence, and
 stopping there again froze the captions until the utterance closed; a later copy is judged as before
-[49]. Language (``"auto"`` on a multilingual model): read
+[49]. A live or opening round whose decode the token guards stopped at a loop (one id three times, a
+block of tokens inside a word three times: a failed decode, which speech never sounds like) is decoded
+again heard in the 30 s window, and that decode is kept when it does not loop
+[50]. Language (``"auto"`` on a multilingual model): read
 from the first decoder step of every round until 4 s of input settle it, and of every closing
 round [19]; a live round changes it only where it hears another language with probability 0.8 or
 more, a closing round at any probability [42]; once a closing round has heard it on 4 s or more it is
@@ -308,6 +311,11 @@ class StreamConfig:
             (deviation 49): a step more of audio did not change the guard's evidence, and stopping
             there again froze the captions until the utterance closed; a later copy (a loop's
             third) is judged as before. False: stopped again each round.
+        loop_retry: a live or opening round whose decode the token guards stopped at a loop (one id
+            three times, a block inside a word three times: the decode failed, speech never sounds
+            so) is decoded again heard in the 30 s window, and that decode is kept when it does not
+            loop (deviation 50): the same short window a step later looped again or not at all, and
+            the words after the loop were shown only when the utterance closed. False: kept as it is.
     """
 
     step_s: float = 2.0
@@ -360,6 +368,7 @@ class StreamConfig:
     revise_kept: bool = True
     rest_drafts: bool = True
     repeat_kept_once: bool = True
+    loop_retry: bool = True
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.step_s <= 3.0:
@@ -704,6 +713,19 @@ class Stream:
         stats["language"] = self.language
         self._closed = self._closed or plan.closes
         chunks, decoder_ms, validation_ms = result.chunks, result.decoder_ms, result.validation_ms
+        if (not plan.closes and cfg.loop_retry and not self.hurry and plan.heard_n < FULL_N
+                and result.stop is not None and result.stop.loop):
+            # deviation 50: a live decode that looped failed in its short window; heard as offline Whisper hears it
+            again = self.model.encode(_heard_with_silence(audio, FULL_N))
+            retry = self._decode_told(again, prefix, validator, draft, eff_s, beam)
+            stats.update(retried=True, mel_ms=stats["mel_ms"] + again.mel_ms,
+                         encoder_ms=stats["encoder_ms"] + again.encoder_ms)
+            chunks, decoder_ms, validation_ms = (chunks + retry.chunks, decoder_ms + retry.decoder_ms,
+                                                 validation_ms + retry.validation_ms)
+            logger.debug("round %d: live decode looped: %r; heard again in 30 s: %r (%s)", stats["round_index"],
+                         self.vocab.decode(result.candidates), self.vocab.decode(retry.candidates), retry.stop_reason)
+            if retry.stop is None or not retry.stop.loop:
+                result, stats["bucket"] = retry, again.bucket
         wrong = self._looks_wrong(result) if plan.closes and cfg.closing_retry and plan.heard_n < FULL_N else None
         full = encoding if plan.heard_n >= FULL_N else None  # the input heard in the 30 s window
         if wrong is not None:

@@ -8,7 +8,8 @@ For every generated token, in the reference's order:
    ``"eot"`` and every token decoded so far is kept;
 2. when its cross-attention arrives (:meth:`RoundValidator.on_attention`, from the decoder pass that
    *consumes* it, §5): the repetition guard (3 identical ids → stop, all three dropped; ours: a
-   block of 2–4 tokens three times in a row → stop, the first copy kept), then for
+   block of 2–4 tokens three times in a row → stop, the first copy kept; both a failed decode,
+   ``Stop.loop``, which a live round decodes again in the 30 s window, stream.py deviation 50), then for
    content tokens the backward cross-attention shift test (§7: ``f+ < f−`` → stop, the token and
    everything after it dropped; ours: not while the speech detector hears the speech go on
    ``backward_speech_s`` after the last passed f+, stream.py deviation 46) and the peak-margin
@@ -186,11 +187,15 @@ class Stop:
             EOT: every decoded token; phrase repetition: the repeat's first token; nonspeech: the
             annotation's first token).
         token: the flagged token id (backward shift only; the 30 s re-inference tracker uses it).
+        loop: a repetition stop of the token guards (one id three times, a block inside a word three
+            times): the decode itself failed, which no speech sounds like (a live round so stopped is
+            decoded again in the 30 s window, stream.py deviation 50).
     """
 
     reason: str
     index: int
     token: int | None = None
+    loop: bool = False
 
 
 class WordGuard:
@@ -417,13 +422,13 @@ class RoundValidator:
         token = self.decoded[i]
         self.peaks.append(int(np.argmax(attn_last)))
         if i >= _REPEAT - 1 and len(set(self.decoded[i - _REPEAT + 1 : i + 1])) == 1:
-            self.stop = Stop("repetition", i - (_REPEAT - 1))
+            self.stop = Stop("repetition", i - (_REPEAT - 1), loop=True)
             return self.stop
         block = _token_loop(self.decoded[: i + 1])
         if block and not any(self.vocab.starts_word(t) for t in self.decoded[i + 1 - block : i + 1]):
             # a loop inside one word, which the word guards cannot see: the first copy stays (a
             # block that starts a word is words, "words, words, words": the word guards judge it)
-            self.stop = Stop("repetition", i + 1 - 2 * block)
+            self.stop = Stop("repetition", i + 1 - 2 * block, loop=True)
             return self.stop
         if self.closing or not self.vocab.is_content(token):
             return None

@@ -822,3 +822,18 @@ def test_the_speech_after_a_closing_round_s_rest_is_heard_where_it_was_said(mode
     onset = (turn.size + round(1.3 * SR) + detector.speech(0, sentence.size).start) / SR
     first = next(w for w in words if w.start >= turn.size / SR)  # the sentence's first word, where it was said
     assert first.text == "For" and onset - 0.1 <= first.start <= onset + 0.5, (first, onset)
+
+
+def test_a_live_decode_that_loops_is_heard_again_in_the_30_s_window(model) -> None:
+    """Deviation 50: Apollo 11 launch-day radio (NASA, public domain), CAPCOM's "... if you're ready to
+    copy." then the commander's "Stand by.", tiny.en at a 1 s step. The live round at 6 s decodes
+    " and i i i": the token guard stops it at the loop, all three copies dropped, and "Stand by" was
+    not shown until the utterance closed, where this decode lost it. Heard again in the 30 s window,
+    the round's decode does not loop and shows "Stand by" at once, and it stays."""
+    audio = load_audio_file(HARD / "radio-a11-launch-canary-3-from-3s.wav")
+    looped, looped_final = _shown_by_round(model, audio, 1.0, loop_retry=False)
+    shown, final = _shown_by_round(model, audio, 1.0)
+    assert looped[:5] == shown[:5]  # the rounds before the loop are the same
+    assert looped[5].endswith("ready to copy and") and "stand by" not in looped_final, (looped[5], looped_final)
+    assert shown[5].endswith("ready to copy stand by"), shown[5]
+    assert "stand by" in final, final

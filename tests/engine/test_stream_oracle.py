@@ -85,7 +85,9 @@ def test_planted_hallucinations_do_stop_rounds():
     reasons = []
     for seed in range(10):
         script, step, block = random_case(seed)
-        stream, model, clock = stream_of(script, plant=Plant(ghost=0.3, repeat=0.2, runner_up=0.3), seed=seed, step_s=step)
+        # the rounds' own stops: a loop's decode heard again (deviation 50) would end with the retry's
+        stream, model, clock = stream_of(script, plant=Plant(ghost=0.3, repeat=0.2, runner_up=0.3), seed=seed, step_s=step,
+                                         loop_retry=False)
         _, updates = run_stream(stream, script.audio, clock, block_s=block, before_finish=lambda m=model: setattr(m, "plant", Plant()))
         reasons += [u.stats.stop_reason for u in updates]
     assert reasons.count("backward_shift") >= 10 and reasons.count("repetition") >= 5
@@ -466,7 +468,8 @@ def test_drafts_stand_when_a_guard_stops_the_revising_decode_at_its_first_word(k
     closing decode (a LibriVox reading at a 1 s step: seven words missing for 13 s)."""
     script = words_script([(0.1, 0.4), (0.45, 0.75), (0.8, 0.95), (1.1, 1.4), (1.5, 1.8), (1.9, 2.3)], total_s=4.0)
     plant = Plant(force={1: "repeat"}, repeat_at=0)  # the second decode: the first revising one
-    stream, model, clock = stream_of(script, plant=plant, step_s=1.0, closing_context_s=29.6, revise_kept=kept)
+    stream, model, clock = stream_of(script, plant=plant, step_s=1.0, closing_context_s=29.6, revise_kept=kept,
+                                     loop_retry=False)  # the loop's decode is not heard again (deviation 50)
     stream._vad = _AllSpeech()
     words, updates = run_stream(stream, script.audio, clock, block_s=1.0)
     first, second = updates[:2]
@@ -478,3 +481,26 @@ def test_drafts_stand_when_a_guard_stops_the_revising_decode_at_its_first_word(k
     else:
         assert second.retract == len(first.words)  # the old way: the drafts went, nothing replaced them
     check_words(words, script)  # the closing decode reads the utterance either way
+
+
+@pytest.mark.parametrize("retry", [True, False])
+def test_a_live_decode_that_loops_is_decoded_again_in_the_30_s_window(retry):
+    """Deviation 50: a live round whose decode loops at once (a token three times, all three dropped)
+    kept nothing, and its words waited for a later round; the decode is heard again in the 30 s
+    window and, not looping there, shows the round's words at once. The retry's encoding is the
+    round's input followed by silence to 30 s; the round's stats say it was retried."""
+    script = words_script([(0.2, 0.5), (0.6, 0.9), (1.0, 1.3), (2.1, 2.4), (2.5, 2.8), (2.9, 3.2), (4.3, 4.6)],
+                          total_s=6.0)
+    plant = Plant(force={1: "repeat"}, repeat_at=0)  # the second decode (the round at 4 s) loops at its first token
+    stream, model, clock = stream_of(script, plant=plant, step_s=2.0, loop_retry=retry)
+    words, updates = run_stream(stream, script.audio, clock, block_s=2.0)
+    second = updates[1]
+    assert model.planted[1] == "repeat"
+    if retry:
+        assert second.stats.retried and second.stats.bucket == 30 and second.stats.stop_reason != "repetition"
+        assert model.planted[2] is None and model.rounds[2][1] == 30 * SR  # the retry: the same input, in 30 s
+        shown = [w.text for w in second.words]
+        assert shown and set(expected(script)[3:5]) <= set(shown)  # words of 2.1-2.8 s shown by this round
+    else:
+        assert second.stats.stop_reason == "repetition" and not second.words and not second.stats.retried
+    check_words(words, script)  # the same final words either way

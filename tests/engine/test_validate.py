@@ -163,6 +163,7 @@ def test_a_repeated_word_or_token_stops_the_round():
     # … punctuation too
     stop = feed(validator(), [A, COMMA, COMMA, COMMA], [20, 20, 20, 20])
     assert (stop.reason, stop.index) == ("repetition", 1)
+    assert stop.loop  # the decode failed: a live round so stopped is decoded again (stream.py deviation 50)
 
 
 def test_eot_with_garbage_runner_up_keeps_everything_decoded():
@@ -256,6 +257,7 @@ def test_a_syllable_loop_inside_one_word_stops_keeping_its_first_copy() -> None:
     tokens = [A, hyphen, chi, hyphen, chi, hyphen, chi, hyphen]
     stop = feed(v, tokens, [10 + 5 * k for k in range(len(tokens))])
     assert stop is not None and stop.reason == "repetition" and stop.index == 3  # A, -, Chi kept
+    assert stop.loop
 
 
 @pytest.mark.parametrize("closing", [False, True])
@@ -268,6 +270,7 @@ def test_a_repeat_heard_in_later_audio_is_speech_not_a_loop(closing) -> None:
     back = validator(closing=True)  # (a live round's backward-shift test may stop a jump back first)
     stop = feed(back, [A, B, A, B, C], [10, 20, 12, 18, 50])
     assert stop is not None and (stop.reason, stop.index) == ("repetition", 2)
+    assert not stop.loop  # a phrase said again: the word guard's judgement, not a failed decode
     past_the_input = validator(closing=True)
     stop = feed(past_the_input, [A, B, A, B, C], [10, 20, N + 5, N + 9, 50])
     assert stop is not None and stop.reason == "repetition"
