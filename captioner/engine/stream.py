@@ -151,7 +151,7 @@ from captioner.engine.align import Alignment, align_words, split_words
 from captioner.engine.beam import FEWER_WORDS, SKIP_WORDS, decode_beam, skipped_words
 from captioner.engine.decoder import DecodeResult, NativeValidator, TokenValidator, decode_round, max_prefix
 from captioner.engine.language import LanguageGuess, detect_language
-from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel
+from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel, Encoding
 from captioner.engine.rounds import FULL_N, RoundPlan, RoundPolicy, StreamState, plan_round
 from captioner.engine.tokens import TASKS, normalize_word
 from captioner.engine.vad import SpeechDetector
@@ -712,16 +712,24 @@ class Stream:
                                                                                    eff_s, beam), stats["round_index"])
         stats["language"] = self.language
         self._closed = self._closed or plan.closes
-        chunks, decoder_ms, validation_ms = result.chunks, result.decoder_ms, result.validation_ms
+        decodes = [result]  # every decode of the round: their chunks and times are the round's
+
+        def in_30s() -> Encoding:
+            """The round's input heard again in the 30 s window (offline Whisper's), its encoding counted."""
+            again = self.model.encode(_heard_with_silence(audio, FULL_N))
+            stats.update(retried=True, mel_ms=stats["mel_ms"] + again.mel_ms,
+                         encoder_ms=stats["encoder_ms"] + again.encoder_ms)
+            return again
+
+        def decode_again(heard: Encoding, checks: Callable[[], TokenValidator] = validator) -> DecodeResult:
+            decodes.append(self._decode_told(heard, prefix, checks, draft, eff_s, beam))
+            return decodes[-1]
+
         if (not plan.closes and cfg.loop_retry and not self.hurry and plan.heard_n < FULL_N
                 and result.stop is not None and result.stop.loop):
             # deviation 50: a live decode that looped failed in its short window; heard as offline Whisper hears it
-            again = self.model.encode(_heard_with_silence(audio, FULL_N))
-            retry = self._decode_told(again, prefix, validator, draft, eff_s, beam)
-            stats.update(retried=True, mel_ms=stats["mel_ms"] + again.mel_ms,
-                         encoder_ms=stats["encoder_ms"] + again.encoder_ms)
-            chunks, decoder_ms, validation_ms = (chunks + retry.chunks, decoder_ms + retry.decoder_ms,
-                                                 validation_ms + retry.validation_ms)
+            again = in_30s()
+            retry = decode_again(again)
             logger.debug("round %d: live decode looped: %r; heard again in 30 s: %r (%s)", stats["round_index"],
                          self.vocab.decode(result.candidates), self.vocab.decode(retry.candidates), retry.stop_reason)
             if retry.stop is None or not retry.stop.loop:
@@ -730,12 +738,9 @@ class Stream:
         full = encoding if plan.heard_n >= FULL_N else None  # the input heard in the 30 s window
         if wrong is not None:
             # a short window's decode that looks wrong: heard again as offline Whisper hears it
-            again = full = self.model.encode(_heard_with_silence(audio, FULL_N))
-            retry = self._decode_told(again, prefix, validator, draft, eff_s, beam)
-            stats.update(retried=True, bucket=again.bucket, mel_ms=stats["mel_ms"] + again.mel_ms,
-                         encoder_ms=stats["encoder_ms"] + again.encoder_ms)
-            chunks, decoder_ms, validation_ms = (chunks + retry.chunks, decoder_ms + retry.decoder_ms,
-                                                 validation_ms + retry.validation_ms)
+            full = in_30s()
+            stats["bucket"] = full.bucket
+            retry = decode_again(full)
             retry_wrong = self._looks_wrong(retry)
             kept = _better(result, wrong, retry, retry_wrong)
             logger.debug("round %d: closing decode (%s, %s) heard again in 30 s: %r -> %r (%s, %s); kept the %s",
@@ -747,18 +752,18 @@ class Stream:
             # deviation 37: the phrase guard stopped it; offline Whisper, which has no such guard,
             # hears the whole input: kept when that looks right by Whisper's own signs
             if full is None:
-                full = self.model.encode(_heard_with_silence(audio, FULL_N))
-                stats.update(mel_ms=stats["mel_ms"] + full.mel_ms, encoder_ms=stats["encoder_ms"] + full.encoder_ms)
+                full = in_30s()
             stats["retried"] = True
-            free = self._decode_told(full, prefix, lambda: validator(phrases=False), draft, eff_s, beam)
-            chunks, decoder_ms, validation_ms = (chunks + free.chunks, decoder_ms + free.decoder_ms,
-                                                 validation_ms + free.validation_ms)
+            free = decode_again(full, lambda: validator(phrases=False))
             free_wrong = self._looks_wrong(free)
             logger.debug("round %d: closing decode stopped by the phrase guard: %r; unguarded in 30 s: %r (%s, %s)",
                          stats["round_index"], self.vocab.decode(result.candidates), self.vocab.decode(free.candidates),
                          free_wrong or "fine", _logprob(free))
             if free_wrong is None:
                 result, stats["bucket"] = free, full.bucket
+        chunks = sum(d.chunks for d in decodes)
+        decoder_ms = sum(d.decoder_ms for d in decodes)
+        validation_ms = sum(d.validation_ms for d in decodes)
         if keep_after is not None:
             self._kept_repeat = (key, keep_after)
         self._guard_stop = (key, result.candidates) if not plan.closes and result.stop_reason == "repetition" else None
