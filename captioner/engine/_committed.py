@@ -25,13 +25,16 @@ __all__ = ["CommittedLog", "CommittedToken", "Shown", "keep_first_shown", "retra
 
 @dataclass(slots=True)
 class CommittedToken:
-    """A committed token: its id, its DTW word's audio span (absolute samples), when it was shown."""
+    """A committed token: its id, its DTW word's audio span (absolute samples), when it was shown, and
+    ``heard_to``: the end of the input (absolute sample) of the round that first showed it (−1: not
+    known), the latest place its word can be."""
 
     id: int
     start: int
     end: int
     emitted_at: float
     speculative: bool
+    heard_to: int = -1
 
 
 class CommittedLog:
@@ -264,12 +267,14 @@ def token_spans(words: Sequence[WordSpan], n_tokens: int, start: int, end: int |
 
 
 class Shown(NamedTuple):
-    """A retracted word: normalised text, first emission time, and its audio span (absolute samples)
-    where it was timed reliably (``None`` for a speculative word: its DTW was unreliable)."""
+    """A retracted word: normalised text, first emission time, its audio span (absolute samples)
+    where it was timed reliably (``None`` for a speculative word: its DTW was unreliable), and the
+    end of the input of the round that first showed it (``heard_to``, −1: not known)."""
 
     text: bytes
     emitted_at: float
     span: tuple[int, int] | None
+    heard_to: int = -1
 
 
 # a re-emitted word is the shown one where their ends are within 0.5 s (DTW re-times a word that came
@@ -283,16 +288,23 @@ def retracted_words(tokens: Sequence[CommittedToken], vocab: Vocabulary) -> list
     for f, k in split_words([t.id for t in tokens], vocab):
         toks = tokens[f : f + k]
         span = None if any(t.speculative for t in toks) else (toks[0].start, max(t.end for t in toks))
-        words.append(Shown(normalize_word(vocab.text_bytes(t.id for t in toks)), toks[0].emitted_at, span))
+        words.append(Shown(normalize_word(vocab.text_bytes(t.id for t in toks)), toks[0].emitted_at, span,
+                           toks[0].heard_to))
     return words
 
 
 def keep_first_shown(new_tokens: list[CommittedToken], retracted: list[Shown], vocab: Vocabulary) -> None:
-    """Words that re-emit retracted words with equal normalised text, at the same place (ends within
-    0.5 s; a speculative word's time was unreliable: anywhere), keep the earlier ``emitted_at`` (``stream.py`` deviations 10,
-    17 and 20): the two word lists are aligned in order (``difflib``), so a word changed by a
-    correction does not cost the words after it the time they were first shown, and an equal word
-    elsewhere in the audio (a repeated "the") does not take a time from before it was spoken."""
+    """Words that re-emit retracted words with equal normalised text, at the same place, keep the
+    earlier ``emitted_at`` (``stream.py`` deviations 10, 17, 20 and 51): the two word lists are aligned
+    in order (``difflib``), so a word changed by a correction does not cost the words after it the time
+    they were first shown, and an equal word elsewhere in the audio (a repeated "the") does not take
+    a time from before it was spoken.
+
+    The same place: the ends within 0.5 s, or the two spans overlap (a word that one decode's DTW
+    stretched over the pause after it ends later there than in another); for a word whose DTW span
+    collapsed onto one frame (a live round's last words squeezed onto a pause), a start before the
+    end of the input of the round that showed it (that round had heard it); for a speculative word
+    (its DTW was unreliable), anywhere."""
     if not retracted or not new_tokens:
         return
     groups = split_words([t.id for t in new_tokens], vocab)
@@ -302,7 +314,18 @@ def keep_first_shown(new_tokens: list[CommittedToken], retracted: list[Shown], v
         for n in range(block.size):
             f, k = groups[block.b + n]
             shown, word = retracted[block.a + n], new_tokens[f : f + k]
-            if shown.span is not None and abs(max(t.end for t in word) - shown.span[1]) > _SAME_PLACE_N:
+            if not _same_place(shown, word[0].start, max(t.end for t in word)):
                 continue  # an equal word elsewhere in the audio (a repeated "the")
-            for t in word:
-                t.emitted_at = min(t.emitted_at, shown.emitted_at)
+            if shown.emitted_at < word[0].emitted_at:
+                for t in word:
+                    t.emitted_at, t.heard_to = shown.emitted_at, shown.heard_to
+
+
+def _same_place(shown: Shown, start: int, end: int) -> bool:
+    """Whether a re-emitted word spanning samples [start, end) is where ``shown`` was (:func:`keep_first_shown`)."""
+    if shown.span is None:
+        return True
+    if abs(end - shown.span[1]) <= _SAME_PLACE_N or (start < shown.span[1] and shown.span[0] < end):
+        return True
+    collapsed = shown.span[1] - shown.span[0] < SAMPLES_PER_FRAME
+    return collapsed and shown.span[0] - _SAME_PLACE_N <= start < shown.heard_to

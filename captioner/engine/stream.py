@@ -91,9 +91,9 @@ After the decode, by kind:
   last word's start) [9]; two identical backward-shift stops in a row: the input is decoded again as
   stock Whisper on a 30 s window (§11.3, [13]).
 * **opening / reaching back**: the same, except that the drafts after the prefix are replaced
-  (unchanged words keep their first-shown time [10]) instead of deduplicated; a decode that keeps no
-  token (a guard stopped it at its first word) replaces nothing: the drafts stand, and the round is
-  an empty one (its input's last 2 × step carried) [47].
+  (unchanged words at the same place keep their first-shown time [10, 51]) instead of
+  deduplicated; a decode that keeps no token (a guard stopped it at its first word) replaces
+  nothing: the drafts stand, and the round is an empty one (its input's last 2 × step carried) [47].
 * **closing**: a decode heard in a window under 30 s that looks wrong by Whisper's own signs (a
   word guard or the token limit stopped it, its text compresses more than 2.4 times, or its average
   log-probability is below −1) is decoded again heard in the 30 s window; the retry is kept when it
@@ -866,6 +866,7 @@ class Stream:
 
         emit = cands
         preserved: float | None = None
+        preserved_to = -1
         count = 0  # tokens of the current first word (11.8)
         if saved_memory is not None and emit and start < saved_end:  # 11.8 (deviations 8, 9)
             count = words[0].count if len(words) > 1 or (speculative and words) else len(saved_memory)
@@ -876,7 +877,8 @@ class Stream:
             if same and (speculative or not longer):
                 emit = emit[count:]
             elif not speculative and self._log.tail_ids(len(saved_memory)) == saved_memory:
-                preserved = self._log.truncate(len(self._log) - len(saved_memory))[0].emitted_at
+                first_shown = self._log.truncate(len(self._log) - len(saved_memory))[0]
+                preserved, preserved_to = first_shown.emitted_at, first_shown.heard_to
             if not emit and not speculative:  # deviation 12: the committed tail still ends with it
                 self._memory, self._memory_end = saved_memory, saved_end
         dropped = len(cands) - len(emit)
@@ -887,9 +889,11 @@ class Stream:
         new_tokens = []
         for k, token in enumerate(emit):
             i = k + dropped
-            emitted_at = preserved if (preserved is not None and k < count) else now
             s, e = spans[i] if spans else (start, start + audio.size)
-            new_tokens.append(CommittedToken(int(token), s, e, emitted_at, speculative))
+            if preserved is not None and k < count:
+                new_tokens.append(CommittedToken(int(token), s, e, preserved, speculative, preserved_to))
+            else:
+                new_tokens.append(CommittedToken(int(token), s, e, now, speculative, start + audio.size))
         keep_first_shown(new_tokens, retracted, self.vocab)  # deviation 10
         if speculative and new_tokens:
             self._spec_from = len(self._log)
@@ -1171,7 +1175,7 @@ class Stream:
         new_tokens = []
         for i, t in enumerate(tokens):
             a, b = spans[i] if spans else whole
-            new_tokens.append(CommittedToken(int(t), a, b, now, False))
+            new_tokens.append(CommittedToken(int(t), a, b, now, False, start + n_audio))
         keep_first_shown(new_tokens, retracted, self.vocab)
         self._log.extend(new_tokens)
         return new_tokens

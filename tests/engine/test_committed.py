@@ -47,6 +47,41 @@ def test_a_re_emitted_word_keeps_its_first_shown_time_only_at_the_same_place(voc
     assert [t.emitted_at for t in elsewhere] == [9.0, 9.0]  # "the cat" said again 1.5 s later
 
 
+def test_a_word_stretched_over_a_pause_keeps_its_first_shown_time_where_the_spans_overlap(vocab) -> None:
+    """One decode's DTW may stretch a word over the pause after it and another's not (LibriVox "A
+    Tale of Two Cities" at 2 s: "belief" 11.26–12.40 s live, 11.28–11.80 s in the closing decode 22 s
+    later): the same word, though their ends are 0.6 s apart."""
+    shown = [tok(vocab, " belief", 11.26, 12.40, shown=6.0)]
+    again = [tok(vocab, " belief", 11.28, 11.80, shown=18.0)]
+    keep_first_shown(again, retracted_words(shown, vocab), vocab)
+    assert again[0].emitted_at == 6.0
+    apart = [tok(vocab, " belief", 12.95, 13.40, shown=18.0)]  # the word said again after the pause
+    keep_first_shown(apart, retracted_words(shown, vocab), vocab)
+    assert apart[0].emitted_at == 18.0
+
+
+def test_a_word_collapsed_onto_one_frame_keeps_its_first_shown_time_where_its_round_had_heard_it(vocab) -> None:
+    """A live round's last words can collapse onto a pause (LibriVox "A Tale of Two Cities" at 2 s:
+    "in both countries" shown by the round whose input ended at 60.0 s, all three timed 58.26–58.26 s);
+    the round that decodes them again times them 58.34–60.12 s. Those are the words that were shown,
+    since that round had heard where they start; the same words starting after its input's end are not."""
+    heard_to = 60 * SR
+    shown = [CommittedToken(vocab.token_bytes.index(w.encode()), round(58.26 * SR), round(58.26 * SR), 30.0, False,
+                            heard_to) for w in (" in", " both", " countries")]
+    again = [tok(vocab, " In", 58.34, 59.42, shown=32.0), tok(vocab, " both", 59.42, 59.86, shown=32.0),
+             tok(vocab, " countries", 59.86, 60.12, shown=32.0)]
+    keep_first_shown(again, retracted_words(shown, vocab), vocab)
+    assert [t.emitted_at for t in again] == [30.0, 30.0, 30.0]
+    assert [t.heard_to for t in again] == [heard_to] * 3  # the first showing's input end goes with its time
+    later = [tok(vocab, " in", 60.3, 60.5, shown=34.0), tok(vocab, " both", 60.5, 60.9, shown=34.0)]
+    keep_first_shown(later, retracted_words(shown, vocab), vocab)
+    assert [t.emitted_at for t in later] == [34.0, 34.0]  # said after that round's input: not what it showed
+    unknown = [CommittedToken(t.id, t.start, t.end, 30.0, False) for t in shown]  # no input end recorded
+    again = [tok(vocab, " in", 59.0, 59.4, shown=32.0)]
+    keep_first_shown(again, retracted_words(unknown, vocab), vocab)
+    assert again[0].emitted_at == 32.0
+
+
 def test_a_speculative_word_keeps_its_first_shown_time_wherever_it_is_timed_again(vocab) -> None:
     """A speculative round's DTW was unreliable (words collapsed at the input's start): the round
     that confirms its words times them properly and they keep the time they were first shown (§11.7,
