@@ -26,7 +26,8 @@ process with **one** loaded model runs:
 Scores (:mod:`captioner.bench.scoring`): WER/CER after Whisper's normalisers, per item, per kind and
 per language; per-word latency and start error against the offline words, and with faster-whisper
 also the latency against its default decoding's word ends (``latency_fw_s``: an independent time
-reference, the one issue 25 judges by); stutters; words emitted
+reference, the one issue 25 judges by); only matched words have a latency, and ``latency_words`` /
+``latency_fw_words`` give the index in ``timed_words`` of the word each belongs to; stutters; words emitted
 on non-speech; compute RTF per mode and, for the live modes, where the compute went (encoder,
 decoder, closing rounds, rounds in the 30 s window: ``compute_split``) and how much their captions flicker
 (``changed_words``: shown words that a later update takes back and does not show again the same). Leading silence is judged against the speech onset that Silero
@@ -470,11 +471,13 @@ def _score(item_text: str, language: str, run: ModeRun, reference: ModeRun | Non
     if latency and reference is not None:
         lat = latency_stats(run.words, reference.words, sc, language)
         out["latency_s"] = lat["latency_s"]
+        out["latency_words"] = lat["latency_words"]
         out["start_error_s"] = lat["start_error_s"]
         out["matched"] = lat["matched"]
         out["timed_words"] = [[w.text, round(w.start, 3), round(w.end, 3), round(w.emitted, 3)] for w in run.words]
         if fw_times is not None:
-            out["latency_fw_s"] = latency_stats(run.words, fw_times, sc, language)["latency_s"]
+            fw = latency_stats(run.words, fw_times, sc, language)
+            out["latency_fw_s"], out["latency_fw_words"] = fw["latency_s"], fw["latency_words"]
     if onset_s is not None:
         out["leading_words"] = leading_words(run.words, onset_s)
         if run.words:

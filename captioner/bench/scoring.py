@@ -187,13 +187,17 @@ def latency_stats(hyp: Sequence[TimedWord], ref: Sequence[TimedWord], sc: Scorer
     """Per-word latency and start error of ``hyp`` against the time reference ``ref``.
 
     Returns:
-        ``latency_s`` (emission − matched reference end, per matched word), ``start_error_s``
-        (|start − matched reference start|), ``matched`` (count).
+        ``latency_s`` (emission − matched reference end, per matched word), ``latency_words`` (the
+        index in ``hyp`` of the word each latency belongs to: unmatched words have none, so the
+        latencies do not line up with ``hyp``), ``start_error_s`` (|start − matched reference
+        start|), ``matched`` (count).
     """
     pairs = match_words(hyp, ref, sc, language)
-    latency = [hyp[h].emitted - ref[r].end for h, r in pairs if not math.isnan(hyp[h].emitted)]
+    timed = [(h, r) for h, r in pairs if not math.isnan(hyp[h].emitted)]
+    latency = [hyp[h].emitted - ref[r].end for h, r in timed]
     start_error = [abs(hyp[h].start - ref[r].start) for h, r in pairs]
-    return {"latency_s": latency, "start_error_s": start_error, "matched": len(pairs)}
+    return {"latency_s": latency, "latency_words": [h for h, _ in timed], "start_error_s": start_error,
+            "matched": len(pairs)}
 
 
 def leading_words(words: Sequence[TimedWord], onset_s: float, margin_s: float = 0.1) -> int:

@@ -100,8 +100,9 @@ def test_latency_and_start_error_against_the_matched_reference_word(sc) -> None:
     out = latency_stats(hyp, ref, sc)
     assert out["matched"] == 3
     assert out["latency_s"] == pytest.approx([2.1 - 1.2, 2.1 - 1.5, 4.2 - 1.9])
+    assert out["latency_words"] == [1, 2, 3]  # which word of hyp each latency is ("um" has none)
     assert out["start_error_s"] == pytest.approx([0.1, 0.0, 0.1])
-    assert latency_stats(hyp, [], sc) == {"latency_s": [], "start_error_s": [], "matched": 0}
+    assert latency_stats(hyp, [], sc) == {"latency_s": [], "latency_words": [], "start_error_s": [], "matched": 0}
     assert leading_words(hyp, onset_s=0.95) == 1 and leading_words(hyp, onset_s=1.25) == 2  # "He" at 1.1 too
     assert leading_words(hyp, onset_s=0.05) == 0
 
