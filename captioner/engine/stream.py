@@ -865,8 +865,7 @@ class Stream:
             self._memory, self._memory_end, self._prefix = saved_memory, saved_end, saved_prefix
 
         emit = cands
-        preserved: float | None = None
-        preserved_to = -1
+        first_shown: CommittedToken | None = None  # the re-decoded first word's, when it replaces it (11.8)
         count = 0  # tokens of the current first word (11.8)
         if saved_memory is not None and emit and start < saved_end:  # 11.8 (deviations 8, 9)
             count = words[0].count if len(words) > 1 or (speculative and words) else len(saved_memory)
@@ -878,7 +877,6 @@ class Stream:
                 emit = emit[count:]
             elif not speculative and self._log.tail_ids(len(saved_memory)) == saved_memory:
                 first_shown = self._log.truncate(len(self._log) - len(saved_memory))[0]
-                preserved, preserved_to = first_shown.emitted_at, first_shown.heard_to
             if not emit and not speculative:  # deviation 12: the committed tail still ends with it
                 self._memory, self._memory_end = saved_memory, saved_end
         dropped = len(cands) - len(emit)
@@ -890,10 +888,9 @@ class Stream:
         for k, token in enumerate(emit):
             i = k + dropped
             s, e = spans[i] if spans else (start, start + audio.size)
-            if preserved is not None and k < count:
-                new_tokens.append(CommittedToken(int(token), s, e, preserved, speculative, preserved_to))
-            else:
-                new_tokens.append(CommittedToken(int(token), s, e, now, speculative, start + audio.size))
+            shown, heard_to = ((first_shown.emitted_at, first_shown.heard_to) if first_shown is not None and k < count
+                               else (now, start + audio.size))
+            new_tokens.append(CommittedToken(int(token), s, e, shown, speculative, heard_to))
         keep_first_shown(new_tokens, retracted, self.vocab)  # deviation 10
         if speculative and new_tokens:
             self._spec_from = len(self._log)
