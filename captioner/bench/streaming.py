@@ -6,10 +6,11 @@ The child:
 
 1. opens the pack and the runtime and feeds the first ``step`` of audio: **first round** is the time
    from the process start (imports included) and from opening the pack to that round's update,
-   sessions being created lazily as the app does;
+   its sessions created as it needs them (the worst case: the app opens them all on a thread of
+   its own meanwhile, ``Runtime.prepare``);
 2. streams the whole recording through a fresh :class:`~captioner.engine.Stream`, one step at a time
    as fast as possible, keeping every round's :class:`~captioner.core.RoundStats` (sessions still
-   created lazily, as in the app: the 30 s bucket only if a re-inference needs it); notes the RSS;
+   created as rounds need them: the 30 s bucket only if a round needs it); notes the RSS;
 3. creates the sessions of every graph of the pack (the whole pack loaded) and notes the RSS again;
 4. reports the real-time factors (``rtf``: engine compute ÷ audio, ``wall_rtf``: wall ÷ audio, as
    :mod:`captioner.engine.transcriber` defines them), per-round stage costs, tokens and chunks per round, peak RSS and the

@@ -105,7 +105,8 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
 
     ``vocabulary``: the entries to use instead of the settings' list (``()``: none).
     ``install_missing``: see :func:`resolve_pack_path`. ``prepare_npu``: compile the NPU's graphs
-    now (``Runtime.prepare``, progress on stderr); the app passes False and prepares on a thread of
+    now (``Runtime.prepare``, progress on stderr; on the CPU it opens every session, ~3.5 s for
+    whisper-base, so that no round waits for one); the app passes False and prepares on a thread of
     its own, so that its window stays responsive.
 
     Raises:
@@ -128,7 +129,7 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
         config = dataclasses.replace(config, language="en")  # an English-only pack hears English
     try:
         transcriber.check(config)  # an unknown language fails here, clearly
-        if prepare_npu:  # the NPU's graphs are compiled now, once per pack and plugin version, never in a round
+        if prepare_npu:  # the NPU's graphs compiled (once per pack and plugin version), the CPU's sessions opened: never in a round
             transcriber.runtime.prepare(progress=_npu_progress)
     except CaptionerError:
         transcriber.close()

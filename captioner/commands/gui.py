@@ -126,7 +126,8 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     from captioner.commands._engine import open_configured_engine
 
     setup = open_configured_engine(settings.engine, paths, prepare_npu=False)
-    # the NPU's graphs compile off the UI thread (minutes on a first start); rounds wait for them
+    # the NPU's graphs compile off the UI thread (minutes on a first start), the CPU's sessions open there
+    # (seconds); rounds wait for them
     threading.Thread(target=setup.engine.runtime.prepare, name="captioner-npu-prepare", daemon=True).start()
     t0 = time.monotonic()
     clock: Callable[[], float] = lambda: time.monotonic() - t0  # noqa: E731 - seconds since session start

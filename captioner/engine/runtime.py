@@ -404,8 +404,8 @@ def _external_initializers(graph: Path, weights_name: str) -> tuple[WeightRef, .
 class Runtime:
     """Creates and caches one ONNX Runtime session per graph of a pack, on the best provider.
 
-    Sessions are created lazily (:meth:`session`), so graphs of a bucket that is never used (the 30 s
-    bucket and its long decoder chain) are never loaded. If the current provider fails on a graph, the
+    Sessions are created on first use (:meth:`session`), or all of them before the first round by
+    :meth:`prepare` (which the app and the CLI call): compiled on an NPU, opened on the CPU. If the current provider fails on a graph, the
     runtime records why and moves on to the next candidate for that graph and every later one.
 
     Args:
@@ -627,18 +627,27 @@ class Runtime:
 
     def prepare(self, progress: Callable[[int, int], None] | None = None) -> None:
         """Compile every graph of :meth:`npu_units` for the current provider now, before any round
-        (EP-context providers with a cache dir; elsewhere nothing is done), then open the first one's
-        session (a compile that fails falls back to the next provider as any session would).
-        ``progress(done, total)`` is called after each graph compiled; nothing is called when the
-        cache already holds them all.
+        (EP-context providers with a cache dir), then open the first one's session (a compile that
+        fails falls back to the next provider as any session would). Elsewhere (the CPU, DirectML)
+        open every one of their sessions now, one at a time: a session takes 20–60 ms for an encoder
+        but 200–520 ms for a decoder chunk graph (whisper-base, 2-core x86-64: 3.5 s in all), which a
+        session opened as rounds need it charged to the first live round (~1.5 s) and the first
+        closing round (~1.4 s) of every run. ``progress(done, total)`` is called after each graph
+        compiled; nothing is called when the cache already holds them all, nor for sessions opened.
 
         Raises:
             ProviderError: no provider, not even the CPU, could run the pack's first graph.
         """
         with self._lock:
-            if not (self._current.uses_ep_context and self.cache_dir is not None):
-                return  # the CPU (and DirectML) create their sessions as rounds need them, in ms
-            self._progress, self._preparing = progress, True
+            ahead, generation = not (self._current.uses_ep_context and self.cache_dir is not None), self._generation
+            if not ahead:
+                self._progress, self._preparing = progress, True
+        if ahead:
+            for graph, frames in self.npu_units():  # each takes the lock: a round's own session can go between
+                if self._generation != generation:
+                    return  # closed (or failed over) meanwhile: what is still needed opens as rounds need it
+                self.session(graph, frames)
+            return
         try:
             graph, frames = self.npu_units()[0]
             self.session(graph, frames)

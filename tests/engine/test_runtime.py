@@ -108,6 +108,51 @@ def test_sessions_are_lazy_and_share_one_ortvalue_per_weight(tiny_pack, tmp_path
     assert rt.loaded() == []
 
 
+def test_prepare_opens_every_cpu_session_before_any_round(tiny_pack, tmp_path) -> None:
+    """On the CPU, ``prepare()`` opens the session of every graph of every bucket now (the CLI before
+    its first round, the app on a thread), so no round waits for one (whisper-base: 200-520 ms per
+    decoder chunk graph); rounds after it open none, and one sharing the runtime meanwhile gets its
+    own session as before."""
+    rt = Runtime(tiny_pack, "cpu", cache_dir=tmp_path)
+    model = OnnxAcousticModel(tiny_pack, rt)
+    rt.prepare(progress=lambda done, total: pytest.fail("nothing is compiled on the CPU"))
+    expected = {graph for graph, _frames in rt.npu_units()}
+    assert set(rt.loaded()) == expected and len(rt.loaded()) == len(expected)
+    assert {tiny_pack.encoder_file(b) for b in tiny_pack.buckets} <= expected
+    assert any("s220" in graph.name for graph in expected) and any(g.name.endswith("_v.onnx") for g in expected)
+    opened = list(rt._sessions.values())
+    sp = tiny_pack.special
+    prompt = [sp.sot, sp.languages["en"], sp.transcribe, sp.notimestamps]
+    for native in (False, True):  # a live round's 3 s bucket, a closing round's 30 s window
+        enc = model.encode(np.zeros(16000 * 2, np.float32), native_30s=native)
+        start, size = model.chunk_plan(enc.bucket, False)[0]
+        model.decoder(enc).run(start, size, prompt[0], np.array(prompt[1:size] + [-1] * (size - len(prompt)), np.int64))
+    assert list(rt._sessions.values()) == opened  # the same sessions, none opened by a round
+    model.close()
+    rt.prepare()  # closed: prepares afresh
+    assert len(rt.loaded()) == len(expected)
+    rt.close()
+
+
+def test_prepare_stops_when_the_runtime_is_closed_meanwhile(tiny_pack, monkeypatch) -> None:
+    """The app prepares on a thread of its own: a runtime closed while it runs (the app quitting, a
+    provider failing over) is not filled again with the rest of the sessions."""
+    rt = Runtime(tiny_pack, "cpu")
+    opened = []
+    real = rt.session
+
+    def session(graph, frames=None):
+        opened.append(graph)
+        sess = real(graph, frames)
+        if len(opened) == 2:
+            rt.close()
+        return sess
+
+    monkeypatch.setattr(rt, "session", session)
+    rt.prepare()
+    assert len(opened) == 2 and rt.loaded() == []
+
+
 def test_a_failing_provider_falls_back_to_the_next(tiny_pack, monkeypatch) -> None:
     """A provider whose session creation fails is recorded with the ORT reason; CPU takes over."""
     # ORT refuses this one: the CPU EP added explicitly while CPU fallback is disabled
