@@ -100,14 +100,16 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
                            provider: Provider | None = None, step_s: float | None = None,
                            language: str | None = None, task: str | None = None,
                            vocabulary: Sequence[str] | None = None,
-                           install_missing: bool = False, prepare_npu: bool = True) -> EngineSetup:
+                           install_missing: bool = False, prepare_npu: bool = True,
+                           open_sessions: bool = True) -> EngineSetup:
     """Open the engine the settings (``engine``) describe, each given override winning.
 
     ``vocabulary``: the entries to use instead of the settings' list (``()``: none).
     ``install_missing``: see :func:`resolve_pack_path`. ``prepare_npu``: compile the NPU's graphs
     now (``Runtime.prepare``, progress on stderr; on the CPU it opens every session, ~3.5 s for
-    whisper-base, so that no round waits for one); the app passes False and prepares on a thread of
-    its own, so that its window stays responsive.
+    whisper-base, so that no round waits for one, unless ``open_sessions`` is False: a file
+    transcribed as fast as it can be); the app passes False and prepares on a thread of its own, so
+    that its window stays responsive.
 
     Raises:
         CaptionerError: a missing or corrupt pack, an invalid step/language/task/vocabulary.
@@ -130,7 +132,7 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
     try:
         transcriber.check(config)  # an unknown language fails here, clearly
         if prepare_npu:  # the NPU's graphs compiled (once per pack and plugin version), the CPU's sessions opened: never in a round
-            transcriber.runtime.prepare(progress=_npu_progress)
+            transcriber.runtime.prepare(progress=_npu_progress, open_sessions=open_sessions)
     except CaptionerError:
         transcriber.close()
         raise
@@ -144,15 +146,18 @@ def _npu_progress(done: int, total: int) -> None:
         print(f"Preparing the NPU (once for this model) … {done}/{total}", end=end, file=sys.stderr, flush=True)
 
 
-def open_engine(args: argparse.Namespace, paths: AppPaths, *, install_missing: bool = False) -> EngineSetup:
-    """:func:`open_configured_engine` with the user's settings and the command's engine options.
+def open_engine(args: argparse.Namespace, paths: AppPaths, *, install_missing: bool = False,
+                open_sessions: bool = True) -> EngineSetup:
+    """:func:`open_configured_engine` with the user's settings and the command's engine options
+    (``open_sessions``: see there).
 
     Raises:
         CaptionerError: a missing or corrupt pack, an invalid step/language/task.
     """
     return open_configured_engine(_engine_settings(paths), paths, model=args.model, provider=args.provider,
                                   step_s=args.step, language=args.language, task=args.task,
-                                  vocabulary=command_vocabulary(args), install_missing=install_missing)
+                                  vocabulary=command_vocabulary(args), install_missing=install_missing,
+                                  open_sessions=open_sessions)
 
 
 def command_vocabulary(args: argparse.Namespace) -> tuple[str, ...] | None:

@@ -176,7 +176,8 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         paths.ensure()  # the app's folders (an export may go there)
     check_targets([target for _, target in _targets(args)])
     audio, audio_s = _load(args.audio)
-    setup = open_engine(args, paths, install_missing=True)  # a fresh machine installs the default model
+    # a fresh machine installs the default model; paced as a live source, no round waits for a session
+    setup = open_engine(args, paths, install_missing=True, open_sessions=args.realtime)
     engine = setup.engine
     err = sys.stderr
     info = engine.info()

@@ -625,15 +625,17 @@ class Runtime:
                 units[(beam[0], frames)] = None
         return list(units)
 
-    def prepare(self, progress: Callable[[int, int], None] | None = None) -> None:
+    def prepare(self, progress: Callable[[int, int], None] | None = None, *, open_sessions: bool = True) -> None:
         """Compile every graph of :meth:`npu_units` for the current provider now, before any round
         (EP-context providers with a cache dir), then open the first one's session (a compile that
         fails falls back to the next provider as any session would). Elsewhere (the CPU, DirectML)
         open every one of their sessions now, one at a time: a session takes 20–60 ms for an encoder
         but 200–520 ms for a decoder chunk graph (whisper-base, 2-core x86-64: 3.5 s in all), which a
         session opened as rounds need it charged to the first live round (~1.5 s) and the first
-        closing round (~1.4 s) of every run. ``progress(done, total)`` is called after each graph
-        compiled; nothing is called when the cache already holds them all, nor for sessions opened.
+        closing round (~1.4 s) of every run; ``open_sessions=False`` leaves them to the rounds (a file
+        transcribed as fast as it can be, where a short one would open graphs it never uses).
+        ``progress(done, total)`` is called after each graph compiled; nothing is called when the
+        cache already holds them all, nor for sessions opened.
 
         Raises:
             ProviderError: no provider, not even the CPU, could run the pack's first graph.
@@ -643,7 +645,7 @@ class Runtime:
             if not ahead:
                 self._progress, self._preparing = progress, True
         if ahead:
-            for graph, frames in self.npu_units():  # each takes the lock: a round's own session can go between
+            for graph, frames in self.npu_units() if open_sessions else ():  # each takes the lock: a round's own session can go between
                 if self._generation != generation:
                     return  # closed (or failed over) meanwhile: what is still needed opens as rounds need it
                 self.session(graph, frames)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from captioner import cli
+from captioner.audio import WavWriter, load_audio_file
 from captioner.storage.paths import AppPaths
 from captioner.transcript.store import SessionStore
 
@@ -48,3 +49,25 @@ def test_transcribe_json_is_the_session_export_document_plus_stats(real_tiny_en_
     assert set(a) - {"stats"} == set(b) == {"version", "session", "words", "gaps"}
     assert a["words"] == b["words"] and len(a["words"]) == 48
     assert a["session"] == b["session"] and a["session"]["title"] == reading.name
+
+
+def test_paced_as_a_live_source_every_session_is_open_before_the_first_round(tiny_pack, tmp_path: Path,
+                                                                             capsys) -> None:
+    """``--realtime`` (a live source) opens every graph's session before the first round, so none is
+    opened inside a round (whisper-base: 200-520 ms a decoder chunk graph); a file transcribed as fast
+    as it can be opens only what its rounds use (a 3 s file never needs the 20 s bucket)."""
+    wav = tmp_path / "short.wav"
+    with WavWriter(wav) as writer:  # 3 s of a real reading
+        writer.write(load_audio_file(Path(__file__).resolve().parents[1] / "data" / "speech" / "1089-134691-0000.wav")[:48000])
+    home = AppPaths.default(tmp_path / "home")
+    graphs = {p.name for p in tiny_pack.root.glob("*.onnx")}
+    opened = {}
+    for mode in ("--realtime", None):
+        out = tmp_path / f"{mode}.json"
+        args = ["transcribe", str(wav), "--model", str(tiny_pack.root), "--provider", "cpu", "--no-save",
+                "--json", str(out)]
+        assert cli.run([*args, mode] if mode else args, home) == 0, capsys.readouterr().err
+        opened[mode] = set(json.loads(out.read_text(encoding="utf-8"))["stats"]["session_ms"])
+    capsys.readouterr()
+    assert opened["--realtime"] == graphs
+    assert "encoder_20s.onnx" not in opened[None] and opened[None] < graphs
