@@ -131,7 +131,7 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
         config = dataclasses.replace(config, language="en")  # an English-only pack hears English
     try:
         transcriber.check(config)  # an unknown language fails here, clearly
-        if prepare_npu:  # the NPU's graphs compiled (once per pack and plugin version), the CPU's sessions opened: never in a round
+        if prepare_npu:  # the NPU's graphs compiled (once per pack and plugin version), the CPU's opened: not in a round
             transcriber.runtime.prepare(progress=_npu_progress, open_sessions=open_sessions)
     except CaptionerError:
         transcriber.close()

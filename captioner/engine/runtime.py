@@ -405,8 +405,9 @@ class Runtime:
     """Creates and caches one ONNX Runtime session per graph of a pack, on the best provider.
 
     Sessions are created on first use (:meth:`session`), or all of them before the first round by
-    :meth:`prepare` (which the app and the CLI call): compiled on an NPU, opened on the CPU. If the current provider fails on a graph, the
-    runtime records why and moves on to the next candidate for that graph and every later one.
+    :meth:`prepare` (which the app and the CLI call): compiled on an NPU, opened on the CPU. If the
+    current provider fails on a graph, the runtime records why and moves on to the next candidate for
+    that graph and every later one.
 
     Args:
         pack: the loaded model pack.
@@ -641,11 +642,13 @@ class Runtime:
             ProviderError: no provider, not even the CPU, could run the pack's first graph.
         """
         with self._lock:
-            ahead, generation = not (self._current.uses_ep_context and self.cache_dir is not None), self._generation
-            if not ahead:
+            compiles = self._current.uses_ep_context and self.cache_dir is not None
+            generation = self._generation
+            if compiles:
                 self._progress, self._preparing = progress, True
-        if ahead:
-            for graph, frames in self.npu_units() if open_sessions else ():  # each takes the lock: a round's own session can go between
+        if not compiles:
+            # one session at a time, each under the lock, so a round's own session can go between them
+            for graph, frames in self.npu_units() if open_sessions else ():
                 if self._generation != generation:
                     return  # closed (or failed over) meanwhile: what is still needed opens as rounds need it
                 self.session(graph, frames)

@@ -180,7 +180,8 @@ class Transcriber:
     @classmethod
     def from_pack(cls, pack: Pack, provider: Provider = "auto", *, cache_dir: Path | None = None,
                   threads: int | None = None) -> Transcriber:
-        """Open a loaded pack on ``provider`` (sessions are created as rounds need them, or all at once by ``runtime.prepare()``)."""
+        """Open a loaded pack on ``provider`` (sessions are created as rounds need them, or all at once
+        by ``runtime.prepare()``)."""
         runtime = Runtime(pack, provider, cache_dir=cache_dir, threads=threads)
         return cls(OnnxAcousticModel(pack, runtime), runtime, pack.root.name)
 

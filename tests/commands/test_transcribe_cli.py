@@ -11,6 +11,8 @@ from captioner.audio import WavWriter, load_audio_file
 from captioner.storage.paths import AppPaths
 from captioner.transcript.store import SessionStore
 
+SPEECH = Path(__file__).resolve().parents[1] / "data" / "speech"
+
 
 def test_a_bad_export_path_fails_before_any_work(tiny_pack, reading: Path, tmp_path: Path, capsys) -> None:
     home = AppPaths.default(tmp_path / "home")
@@ -58,7 +60,7 @@ def test_paced_as_a_live_source_every_session_is_open_before_the_first_round(tin
     as it can be opens only what its rounds use (a 3 s file never needs the 20 s bucket)."""
     wav = tmp_path / "short.wav"
     with WavWriter(wav) as writer:  # 3 s of a real reading
-        writer.write(load_audio_file(Path(__file__).resolve().parents[1] / "data" / "speech" / "1089-134691-0000.wav")[:48000])
+        writer.write(load_audio_file(SPEECH / "1089-134691-0000.wav")[:48000])
     home = AppPaths.default(tmp_path / "home")
     graphs = {p.name for p in tiny_pack.root.glob("*.onnx")}
     opened = {}

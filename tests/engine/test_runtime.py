@@ -110,9 +110,9 @@ def test_sessions_are_lazy_and_share_one_ortvalue_per_weight(tiny_pack, tmp_path
 
 def test_prepare_opens_every_cpu_session_before_any_round(tiny_pack, tmp_path) -> None:
     """On the CPU, ``prepare()`` opens the session of every graph of every bucket now (the CLI paced as
-    a live source before its first round, the app on a thread), so no round waits for one (whisper-base: 200-520 ms per
-    decoder chunk graph); rounds after it open none, and one sharing the runtime meanwhile gets its
-    own session as before."""
+    a live source before its first round, the app on a thread), so no round waits for one
+    (whisper-base: 200-520 ms per decoder chunk graph); rounds after it open none. With
+    ``open_sessions=False`` it opens none: the rounds do."""
     rt = Runtime(tiny_pack, "cpu", cache_dir=tmp_path)
     model = OnnxAcousticModel(tiny_pack, rt)
     rt.prepare(open_sessions=False)  # a file transcribed as fast as it can be: rounds open what they use
