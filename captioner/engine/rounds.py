@@ -69,6 +69,11 @@ class RoundPlan:
         search: a closing round that decodes with beam search (``closing_beam``, deviation 43, not
             the default): every closing round but the whole-recording decode (offline Whisper's
             greedy decode, 27), an input shorter than ``closing_beam_min_s`` and one in a hurry.
+        keeps: a closing round whose input reaches back before its utterance (deviation 52): the
+            committed tokens before this index are final words that stay; the decode's words after
+            them replace the utterance's drafts.
+        fallback: with ``keeps``, the utterance's own closing plan, decoded instead when the decode
+            does not begin with those final words or does not hear the utterance.
     """
 
     kind: RoundKind
@@ -84,6 +89,8 @@ class RoundPlan:
     splits: bool = False
     search: bool = False
     speech_end: int | None = None
+    keeps: int | None = None
+    fallback: RoundPlan | None = None
 
     @property
     def closes(self) -> bool:
@@ -123,6 +130,7 @@ class RoundPolicy:
     beam: bool = False  # closing rounds search with five hypotheses (deviation 43)
     beam_min_n: int = 0  # ... those whose input is at least this long
     rest_drafts: bool = False  # the next round of an utterance's rest replaces the rest's drafts [48]
+    before_n: int = 0  # a later utterance's closing input shorter than this reaches back before it [52]
 
     @classmethod
     def from_config(cls, cfg) -> RoundPolicy:
@@ -145,6 +153,7 @@ class RoundPolicy:
             beam=cfg.closing_beam,
             beam_min_n=round(cfg.closing_beam_min_s * SAMPLE_RATE),
             rest_drafts=cfg.rest_drafts,
+            before_n=round(cfg.closing_before_s * SAMPLE_RATE),
         )
 
 
@@ -242,11 +251,32 @@ def _closing(s: StreamState, p: RoundPolicy, model: AcousticModel, start: int, e
             begin = max(s.history[0], s.log.word_start_since(begin, start) - p.pad_n)
         begin = _frames(begin)
         if begin <= start <= s.history[1]:
-            return RoundPlan("closing", begin, end, _closing_window(model, end - begin, p.full_n), (),
+            plan = RoundPlan("closing", begin, end, _closing_window(model, end - begin, p.full_n), (),
                              s.log.first_word_since(begin), start - begin, opens, draft_from,
                              search=_searches(s, p, end - begin))
+            return _before_utterance(s, p, model, plan, u, start) or plan
     return RoundPlan("closing", start, end, _closing_window(model, end - start, p.full_n), s.prefix,
                      opens=opens, draft_from=draft_from, search=_searches(s, p, end - start))
+
+
+def _before_utterance(s: StreamState, p: RoundPolicy, model: AcousticModel, plan: RoundPlan, utterance: int,
+                      start: int) -> RoundPlan | None:
+    """Deviation 52: a later utterance's closing ``plan`` whose input is shorter than ``before_n``,
+    reaching back to the first committed word that starts ``before_n`` before its end (less the pad)
+    among the final words before the utterance, in audio the stream keeps: Whisper hears a short
+    sentence after the ones before it, as offline Whisper's 30 s windows hear it. The final words
+    stay (``keeps``); the decode's words after them replace the utterance's drafts; ``plan`` is the
+    fallback. None where no final word is that near or kept."""
+    end = plan.end
+    if not (p.before_n and end - utterance < p.before_n and plan.draft_from):
+        return None
+    earlier = s.log.word_start_since(max(s.history[0], end - p.before_n + p.pad_n), utterance)
+    begin = _frames(max(s.history[0], earlier - p.pad_n))
+    if earlier >= utterance or not begin <= start <= s.history[1]:
+        return None
+    return replace(plan, start=begin, heard_n=_closing_window(model, end - begin, p.full_n),
+                   redo_from=s.log.first_word_since(begin), reach_n=start - begin, keeps=plan.draft_from,
+                   search=_searches(s, p, end - begin), fallback=plan)
 
 
 def _searches(s: StreamState, p: RoundPolicy, n: int) -> bool:

@@ -30,6 +30,11 @@ closing  the speech ended ``end_silence_s`` before the input's   cut ``speech_pa
 closing, a closing round of the stream's first utterance whose   from the stream's first sample, heard in     none / the
 whole    input ends within 30 s of the stream's first sample     the 30 s window: offline Whisper's decode    drafts, replaced
          (not in a hurry) [27]                                   of the recording so far
+closing, a later utterance's closing round, its input shorter    from the first committed word that starts    none / the
+after    than ``closing_before_s`` (19.6 s), after final words   ``closing_before_s`` before the input's end  utterance's
+words    the stream still keeps (not in a hurry) [52]            (less the pad): the final words before the   drafts, replaced;
+                                                                 utterance heard before it, as offline        the final words
+                                                                 Whisper's window hears a sentence            stay
 closing, an open utterance ``closing_split_s`` long or longer    to the latest pause (``speech_pad_s`` into   none / the
 at a     (not in a hurry) whose round input holds a pause of     it) as any closing round; the audio after    committed words of
 pause    ``split_pause_s`` or more that speech follows [31]      it is carried: the utterance goes on there   that audio, replaced
@@ -100,7 +105,11 @@ After the decode, by kind:
   looks right, and when both look wrong the one with the higher average log-probability among those
   that did not loop [23, 24]. A decode that the phrase-repetition guard still stopped is decoded
   again in the 30 s window without that guard, as offline Whisper decodes it, and that decode is
-  kept when it looks right by the same signs [37]. Its words replace the committed words of its input
+  kept when it looks right by the same signs [37]. A decode that reached back before its utterance
+  [52] must begin with the final words before it (matched by text among its first words) and hear the
+  utterance after them (a word at least, and at least half as many as its drafts), else the
+  utterance's own input is decoded instead; the final words stay, and its words after them replace
+  the drafts. Its words replace the committed words of its input
   (``closing_replaces=False``: only the words after them are added, aligned by text, else by
   time), except that a decode whose words begin, word for word, four or more drafted words in
   (Whisper skipped the start of a long input) replaces only the drafts from there, its words
@@ -250,6 +259,11 @@ class StreamConfig:
         closing_unguarded: a closing decode that the phrase-repetition guard stopped (after the
             retry) is decoded again in the 30 s window without that guard, as offline Whisper
             decodes it, and kept when it looks right (deviation 37).
+        closing_before_s: a later utterance's closing input shorter than this reaches back to the
+            final words before it (the first committed word starting this long before its end, in
+            audio the stream keeps), decoded without a prefix: Whisper hears a short sentence after
+            the ones before it, as offline Whisper's 30 s windows hear it; the final words stay
+            (deviation 52); 0 = the utterance's own input.
         closing_beam: closing rounds decode with beam search (the beam-step graph of a pack built
             with ``--beam 5``: offline Whisper's default decoding) where their bucket has one, except
             the stream's first utterance decoded whole (27: offline Whisper's greedy decode of a
@@ -353,6 +367,7 @@ class StreamConfig:
     closing_from_start: bool = True
     closing_retry: bool = True
     closing_unguarded: bool = True
+    closing_before_s: float = 19.6
     closing_beam: bool = False
     closing_beam_min_s: float = 0.0
     closing_beam_skips: bool = True
@@ -383,8 +398,9 @@ class StreamConfig:
             raise CaptionerError("filter widths and the re-inference count must be at least 1")
         if not 0.0 <= self.closing_full_s <= 30.0:
             raise CaptionerError(f"closing full window length must be in [0, 30] seconds, got {self.closing_full_s}")
-        if not 0.0 <= self.closing_context_s <= 30.0:
-            raise CaptionerError(f"closing context must be in [0, 30] seconds, got {self.closing_context_s}")
+        if not 0.0 <= self.closing_context_s <= 30.0 or not 0.0 <= self.closing_before_s <= 30.0:
+            raise CaptionerError(f"closing context and reach must be in [0, 30] seconds, got {self.closing_context_s} "
+                                 f"and {self.closing_before_s}")
         if not (0.0 <= self.opening_s <= self.opening_window_s <= 30.0 and 0.0 <= self.min_context_s <= 30.0):
             raise CaptionerError("opening length, opening window and minimum context must be within [0, 30] "
                                  "seconds, the opening no longer than its window")
@@ -667,7 +683,8 @@ class Stream:
             stats["revised_s"] = plan.reach_n / SAMPLE_RATE
         seen = _heard_with_silence(audio, plan.heard_n) if plan.heard_n > audio.size else audio
         encoding = self.model.encode(seen)
-        stats.update(bucket=encoding.bucket, mel_ms=encoding.mel_ms, encoder_ms=encoding.encoder_ms)
+        stats.update(bucket=encoding.bucket, mel_ms=stats.get("mel_ms", 0.0) + encoding.mel_ms,  # a fallback's decode adds
+                     encoder_ms=stats.get("encoder_ms", 0.0) + encoding.encoder_ms)
         unsure: tuple[str, str] | None = None  # deviation 38: the two likeliest languages of an unsure closing
         if self._auto and (plan.closes or not (self._language_settled or self._session_language)):
             held = self._session_language
@@ -769,15 +786,22 @@ class Stream:
         self._guard_stop = (key, result.candidates) if not plan.closes and result.stop_reason == "repetition" else None
         stats.update(
             tokens=len(result.tokens),
-            chunks=chunks,
-            decoder_ms=decoder_ms,
-            validation_ms=validation_ms,
+            chunks=stats.get("chunks", 0) + chunks,  # a fallback's decode adds (see the encoder's)
+            decoder_ms=stats.get("decoder_ms", 0.0) + decoder_ms,
+            validation_ms=stats.get("validation_ms", 0.0) + validation_ms,
             drafted=result.drafted,
             stop_reason=result.stop_reason,
             closes=plan.closes,
         )
+        if plan.fallback is not None and self._follows_before(plan, start, audio.size, result) is None:
+            # the decode did not hear the words before the utterance (Whisper skipped its start): the
+            # utterance's own input decoded instead
+            logger.debug("round %d: closing decode from %.2f s skipped the words before its utterance: %r",
+                         stats["round_index"], start / SAMPLE_RATE, self.vocab.decode(result.candidates))
+            fallback = plan.fallback
+            return self._decode(fallback, fallback.start, audio[fallback.start - start :], stats, t_round, last, tail)
         if plan.looks_back:
-            return self._close_utterance(start, audio, result, stats, t_round, last, tail, plan.splits)
+            return self._close_utterance(start, audio, result, stats, t_round, last, tail, plan.splits, plan.keeps)
         # §2.6: first choice EOT with a garbage runner-up; deviation 47: a revising decode that a guard
         # stopped at its first word replaces nothing (its drafts, replaced by nothing, were gone until
         # the closing decode)
@@ -792,6 +816,25 @@ class Stream:
             replaced = retracted_words(self._log.truncate(plan.redo_from or 0), self.vocab) + speculative
             self._prefix, self._memory = plan.prefix, None
         return self._end_of_round(start, audio, result, stats, t_round, last, plan.closes, replaced)
+
+    def _follows_before(self, plan: RoundPlan, start: int, n: int, result: DecodeResult) -> int | None:
+        """Index of the first decoded word after the final words that ``plan``'s input (``n`` samples
+        from ``start``) holds before its utterance (``plan.keeps``): by text at the decode's start
+        (:func:`_after_before`), else the first word DTW puts after the last of them ends. None when
+        the decode does not hear the utterance: no word after them, or fewer than half as many words
+        as its drafts (Whisper skipped the start of the input and the utterance's first sentence with it,
+        or ended before the utterance: a radio reply after a call)."""
+        keeps = plan.keeps or 0
+        cands = [t for t in result.candidates if t < self.vocab.eot]
+        groups = split_words(cands, self.vocab)
+        decoded = [normalize_word(self.vocab.text_bytes(cands[f : f + k])) for f, k in groups]
+        j = _after_before(self._before_words(start, keeps), decoded)
+        new, drafts = len(decoded) - (j or 0), len(self._log.words_from(keeps))
+        return j if j is not None and new >= 1 and 2 * new >= drafts else None
+
+    def _before_words(self, start: int, keeps: int) -> list[bytes]:
+        """Normalised texts of the final words (tokens before ``keeps``) that start at or after ``start``."""
+        return [w for i, w in self._log.words_from(self._log.first_word_since(start)) if i < keeps]
 
     def _looks_wrong(self, result: DecodeResult, guards: bool = True) -> str | None:
         """Why a decode looks failed by Whisper's own signs, in this order, else None: a word guard or
@@ -1042,7 +1085,7 @@ class Stream:
 
     def _close_utterance(
         self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool,
-        tail: np.ndarray | None = None, splits: bool = False,
+        tail: np.ndarray | None = None, splits: bool = False, keeps: int | None = None,
     ) -> EngineUpdate:
         """Deviation 17: a closing round decoded with left context already committed; emit the
         decoded words that follow the committed ones (aligned by text, else by time). ``tail``: the
@@ -1056,8 +1099,12 @@ class Stream:
         committed = self._log.words_since(start)
         dropped: list[CommittedToken] = []
         final_n, self._final_n = self._final_n, None
+        before: list[bytes] = []  # the final words the input holds before its utterance
+        if keeps is not None:
+            final_n = max(final_n or 0, keeps)
+            before = self._before_words(start, final_n)
         base = max(self._log.first_word_since(start), final_n or 0)
-        replaced = self._skipped_drafts(base, decoded) if self.config.closing_skip else base
+        replaced = self._skipped_drafts(base, decoded) if self.config.closing_skip and not before else base
         # deviation 29: words of a decode that skipped drafts are aligned to the audio after those
         # (over the whole input the DTW collapses them onto its start)
         skip_n = _frames(max(0, self._log.tokens[replaced].start - start - _SKIP_MARGIN_N)) if replaced != base else 0
@@ -1073,6 +1120,8 @@ class Stream:
             dropped = self._log.truncate(replaced)
             retracted = retracted_words(dropped, self.vocab) + retracted  # in time order
             follow: int | None = 1 if kept and decoded and decoded[0] == kept[-1] else 0  # the kept word heard again
+            if before:
+                follow = _after_before(before, decoded)
         else:
             follow = _follow(committed, decoded)
         j = follow
@@ -1284,6 +1333,7 @@ _REST_SPEECH_S = 0.5  # ... or Whisper ended it (EOT) with this much speech afte
 _SKIP_RUN = 3  # deviation 29: a closing decode's first words matched word for word in the drafts ...
 _SKIP_MIN_WORDS = 4  # ... at least this many words in: it skipped those drafts ...
 _SKIP_SPEECH_S = 1.0  # ... which stand when the speech detector heard this much speech under them
+_BEFORE_SLACK = 2  # decoded words more than the final words before an utterance that may hold them
 _SKIP_MARGIN_N = 4800  # 0.3 s: the decode's words are aligned from this much before the first draft it replaces
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _SWITCH_P = 0.8  # deviations 33, 42: the probability that changes the session's language, or a live round's
@@ -1343,6 +1393,20 @@ def _follow(committed: list[bytes], decoded: list[bytes]) -> int | None:
         return None
     last = blocks[-1]
     return last.b + last.size + (len(committed) - last.a - last.size)
+
+
+def _after_before(before: list[bytes], decoded: list[bytes]) -> int | None:
+    """Index of the first decoded word after ``before``, the final words that a closing input holds
+    before its utterance, matched by text among the decode's first ``len(before) + 2`` words (the same
+    word later in the decode is another one: "Command Module Pilot ... Lunar Module Pilot"); None when
+    the last two of them match nothing there or no word follows them (Whisper ended before the
+    utterance: a radio reply after a call)."""
+    head = decoded[: len(before) * 3 // 2 + _BEFORE_SLACK]
+    blocks = [b for b in difflib.SequenceMatcher(None, before, head, autojunk=False).get_matching_blocks() if b.size]
+    if not blocks or blocks[-1].a + blocks[-1].size < len(before) - 1:
+        return None
+    last = blocks[-1]
+    return min(len(decoded), last.b + last.size + (len(before) - last.a - last.size))
 
 
 def _rest_cut(start: int, last_start: int | None, heard_to: int, early: bool, offset_n: int,

@@ -837,3 +837,85 @@ def test_a_live_decode_that_loops_is_heard_again_in_the_30_s_window(model) -> No
     assert looped[5].endswith("ready to copy and") and "stand by" not in looped_final, (looped[5], looped_final)
     assert shown[5].endswith("ready to copy stand by"), shown[5]
     assert "stand by" in final, final
+
+
+def closing_inputs(model, audio: np.ndarray, step_s: float, **config) -> tuple[list, list[float]]:
+    """The stream's final words and the input length (seconds) of each round that closed an utterance."""
+    stream = Stream(model, StreamConfig(step_s=step_s, **config))
+    step, closed = round(step_s * SR), []
+    for i in range(0, audio.size + step, step):
+        stream.feed(audio[i : i + step])
+        update = stream.step() if i < audio.size else stream.finish()
+        if update is not None and update.stats is not None and update.stats.closes:
+            closed.append(update.stats.input_s)
+    return list(stream.words), closed
+
+
+BEFORE_S = 19.6  # deviation 52's reach
+
+
+def _two_sentences() -> np.ndarray:
+    """Two LibriSpeech sentences of two speakers, 1 s apart: two utterances, the second 4.8 s long."""
+    first, second = load_audio_file(DATA / "1089-134691-0001.wav"), load_audio_file(DATA / "1221-135766-0002.wav")
+    gap = np.zeros(SR, np.float32)
+    return np.concatenate([first, gap, second, gap])
+
+
+@pytest.mark.parametrize("step_s", [1.0, 2.0])
+def test_a_short_sentence_is_closed_heard_after_the_sentences_before_it(model, step_s) -> None:
+    """Deviation 52: the second sentence's closing decode hears the first sentence before it (its
+    input reaches back to the first sentence's words, as offline Whisper's window would hear both),
+    and only its own words are replaced: the first sentence's final words, and when they were shown,
+    are those of the engine without the rule."""
+    audio = _two_sentences()
+    words, closed = closing_inputs(model, audio, step_s, closing_before_s=BEFORE_S)
+    alone, closed_alone = closing_inputs(model, audio, step_s, closing_before_s=0.0)
+    assert closed[-1] > 4.8 + 1.0 and closed_alone[-1] < 4.8 + 1.0, (closed, closed_alone)
+    first = [w for w in alone if w.end <= 5.5]
+    assert [(w.text, w.start, w.end, w.emitted_at > 0) for w in words[: len(first)]] == [
+        (w.text, w.start, w.end, w.emitted_at > 0) for w in first]
+    text = NORMALISE(" ".join(w.text for w in words))
+    reference = NORMALISE("for a full hour he had paced up and down waiting but he could wait no longer "
+                          "yet these thoughts affected hester prynne less with hope than apprehension")
+    assert jiwer.wer(reference, text) <= 0.15, text
+    assert all(not w.speculative for w in words)
+
+
+@pytest.mark.parametrize("step_s", [1.0, 2.0])
+def test_a_closing_decode_that_does_not_hear_the_words_before_is_decoded_again_alone(model, step_s,
+                                                                                    monkeypatch) -> None:
+    """Deviation 52's fallback: a decode reaching back that does not begin with the final words before
+    its utterance, or does not hear the utterance (Whisper ended before a radio reply, or skipped the
+    start of the input and a sentence with it), is set aside and the utterance's own input decoded:
+    the words are then exactly those of the engine without the rule."""
+    import captioner.engine.stream as stream_module
+
+    asked: list[int] = []
+
+    def not_heard(before, decoded):
+        asked.append(len(before))
+        return None
+
+    audio = _two_sentences()
+    alone, _ = closing_inputs(model, audio, step_s, closing_before_s=0.0)
+    monkeypatch.setattr(stream_module, "_after_before", not_heard)
+    words, closed = closing_inputs(model, audio, step_s, closing_before_s=BEFORE_S)
+    assert asked and all(n > 0 for n in asked)
+    assert [(w.text, w.start, w.end) for w in words] == [(w.text, w.start, w.end) for w in alone]
+    assert closed[-1] < 4.8 + 1.0  # the round's input is the utterance's own
+
+
+def test_the_words_after_the_final_ones_are_found_at_the_start_of_the_decode() -> None:
+    """``_after_before``: the final words are looked for among the decode's first words only (a
+    phrase said again later is another one), one of them may be heard otherwise, and a decode
+    whose last two final words match nothing there is not placed by text."""
+    from captioner.engine.stream import _after_before
+
+    def w(text: str) -> list[bytes]:
+        return [x.encode() for x in text.split()]
+
+    pao = w("the man nod your pilot my columns 99 lunar module pilot buzz aldrin 88")
+    assert _after_before(w("command module pilot"), pao) == 5  # "my columns", not "buzz aldrin"
+    assert _after_before(w("ready to copy"), w("ill be ready to copy")) == 5  # no word after them
+    assert _after_before(w("steel and on"), w("deal anon margaret said")) is None
+    assert _after_before(w("one pound of"), w("one pound off lobster meat")) == 3  # the last word heard otherwise

@@ -224,7 +224,8 @@ def test_later_utterances_long_inputs_and_hurried_streams_close_from_the_utteran
     second = drafted(vocab, (" He", 1.5, 1.8), (" could", 10.8, 11.2))
     second.set_draft(1)  # " He" ended an earlier utterance
     cases = {
-        "a second utterance": (state(second, 12, 2, utterance_s=10.3), policy(), Detector(10.5, 13.0)),
+        # [52] off: with it, this one hears the final " He" before it (the tests of deviation 52)
+        "a second utterance": (state(second, 12, 2, utterance_s=10.3), policy(closing_before_s=0.0), Detector(10.5, 13.0)),
         "an input ending past 30 s": (state(first, 29, 2, utterance_s=1.3), policy(), Detector(1.5, 30.4)),
         "the first sample dropped": (state(first, 2, 2, utterance_s=1.3, history_s=0.5), policy(), Detector(1.5, 3.0)),
         "off": (state(first, 2, 2, utterance_s=1.3), policy(closing_from_start=False), Detector(1.5, 3.0)),
@@ -253,8 +254,9 @@ def test_closing_rounds_search_but_the_whole_recording_s_and_a_hurried_one(vocab
                      Detector(1.5, 3.0))
     hurried = plan_round(state(second, 12, 2, utterance_s=10.3, hurry=True), on, MODEL, Detector(10.5, 13.0))
     live = plan_round(state(second, 12, 2, utterance_s=10.3), on, MODEL, Detector(10.5, 14.0))  # it goes on
-    short = plan_round(state(second, 12, 2, utterance_s=10.3), policy(closing_beam=True, closing_beam_min_s=3.0),
-                       MODEL, Detector(10.5, 13.0))  # 10.3 -> 13.2 s: 2.9 s
+    short = plan_round(state(second, 12, 2, utterance_s=10.3), policy(closing_beam=True, closing_beam_min_s=3.0,
+                                                                       closing_before_s=0.0),
+                       MODEL, Detector(10.5, 13.0))  # 10.3 -> 13.2 s: 2.9 s (not reaching back [52])
     default = plan_round(state(second, 12, 2, utterance_s=10.3), policy(), MODEL, Detector(10.5, 13.0))
     plans = (whole, later, own, hurried, live, short, default)
     assert [p.kind for p in plans] == ["closing"] * 4 + ["opening", "closing", "closing"]
@@ -292,3 +294,40 @@ def test_a_long_utterance_closes_at_its_latest_pause_and_goes_on_after_it(vocab)
     for why, (s, policy_, where) in cases.items():
         live = plan_round(s, policy_, MODEL, Detector(*speech, where))
         assert live.kind == "live" and not live.splits, why
+
+
+def test_a_short_closing_input_reaches_back_to_the_final_words_before_its_utterance(vocab) -> None:
+    """Deviation 52: a closing input shorter than ``closing_before_s`` that starts at its utterance
+    reaches back to the first committed word starting at least that long before its end (less the
+    pad), so Whisper hears the sentence after the ones before it, as offline Whisper's window does;
+    the committed words from there are the draft, the final ones before the utterance (``keeps``)
+    stay, and the utterance's own closing plan is the fallback."""
+    log = drafted(vocab, (" He", 2.0, 2.3), (" could", 2.3, 2.6), (" wait", 10.5, 10.8), (" no", 10.8, 11.0))
+    log.set_draft(2)  # " He could" final: an earlier utterance's
+    s = state(log, 12, 2, utterance_s=10.3)
+    plan = plan_round(s, policy(closing_before_s=19.6), MODEL, Detector(10.5, 13.0))
+    assert plan.kind == "closing" and plan.keeps == 2 and plan.redo_from == 0
+    assert (plan.start, plan.end, plan.heard_n, plan.reach_n) == (round(1.8 * SR), round(13.2 * SR), 20 * SR,
+                                                                  12 * SR - round(1.8 * SR))
+    own = plan.fallback
+    assert own is not None and own.fallback is None and own.keeps is None
+    assert (own.start, own.end, own.heard_n, own.redo_from) == (round(10.3 * SR), round(13.2 * SR), 10 * SR, 2)
+    assert plan_round(s, policy(closing_before_s=0.0), MODEL, Detector(10.5, 13.0)) == own  # off: the utterance's
+    near = plan_round(s, policy(closing_before_s=9.6), MODEL, Detector(10.5, 13.0))  # from 13.2 - 9.6 + 0.2 s on
+    assert near == own  # no final word starts after 3.8 s: nothing to reach back to
+
+
+def test_no_reach_before_the_utterance_without_final_words_kept_audio_or_time(vocab) -> None:
+    """Deviation 52 needs final words before the utterance whose audio the stream still keeps, an
+    utterance shorter than ``closing_before_s``, and a stream that is not behind real time."""
+    log = drafted(vocab, (" He", 2.0, 2.3), (" could", 2.3, 2.6), (" wait", 10.5, 10.8), (" no", 10.8, 11.0))
+    on = policy(closing_before_s=19.6)
+    log.set_draft(2)
+    dropped = plan_round(state(log, 12, 2, utterance_s=10.3, history_s=5), on, MODEL, Detector(10.5, 13.0))
+    assert dropped.keeps is None and dropped.start == round(10.3 * SR)  # " He could" no longer kept
+    hurried = plan_round(state(log, 12, 2, prefix=(7,), utterance_s=10.3, hurry=True), on, MODEL, Detector(10.5, 13.0))
+    assert hurried.keeps is None and hurried.start == 12 * SR
+    short = policy(closing_before_s=2.5)  # 10.3 -> 13.2 s: 2.9 s, not shorter
+    assert plan_round(state(log, 12, 2, utterance_s=10.3), short, MODEL, Detector(10.5, 13.0)).keeps is None
+    log.set_draft(0)  # every word a draft: nothing final before the utterance
+    assert plan_round(state(log, 12, 2, utterance_s=10.3), on, MODEL, Detector(10.5, 13.0)).keeps is None
