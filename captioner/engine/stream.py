@@ -673,9 +673,10 @@ class Stream:
         return self._decode(plan, start, audio, stats, t_round, last, tail)
 
     def _decode(self, plan: RoundPlan, start: int, audio: np.ndarray, stats: dict, t_round: float,
-                last: bool, tail: np.ndarray | None = None) -> EngineUpdate:
+                last: bool, tail: np.ndarray | None = None, language_read: bool = False) -> EngineUpdate:
         """Encode what the plan hears, decode with its prefix, draft and guards, commit by its kind;
-        ``tail``: a closing round's own audio after its input (deviation 31, 28)."""
+        ``tail``: a closing round's own audio after its input (deviation 31, 28); ``language_read``: the
+        round's language was read already, on a wider input (a fallback's decode, deviation 52)."""
         cfg = self.config
         eff_s = audio.size / SAMPLE_RATE
         stats["input_s"] = eff_s
@@ -686,7 +687,7 @@ class Stream:
         stats.update(bucket=encoding.bucket, mel_ms=stats.get("mel_ms", 0.0) + encoding.mel_ms,  # a fallback's decode adds
                      encoder_ms=stats.get("encoder_ms", 0.0) + encoding.encoder_ms)
         unsure: tuple[str, str] | None = None  # deviation 38: the two likeliest languages of an unsure closing
-        if self._auto and (plan.closes or not (self._language_settled or self._session_language)):
+        if self._auto and not language_read and (plan.closes or not (self._language_settled or self._session_language)):
             held = self._session_language
             guess = self._detect_language(encoding, audio.size, plan.closes)
             if plan.closes and not held and guess.probability < _UNSURE_P and len(guess.top) > 1:
@@ -799,7 +800,8 @@ class Stream:
             logger.debug("round %d: closing decode from %.2f s skipped the words before its utterance: %r",
                          stats["round_index"], start / SAMPLE_RATE, self.vocab.decode(result.candidates))
             fallback = plan.fallback
-            return self._decode(fallback, fallback.start, audio[fallback.start - start :], stats, t_round, last, tail)
+            return self._decode(fallback, fallback.start, audio[fallback.start - start :], stats, t_round, last, tail,
+                                language_read=True)
         if plan.looks_back:
             return self._close_utterance(start, audio, result, stats, t_round, last, tail, plan.splits, plan.keeps)
         # §2.6: first choice EOT with a garbage runner-up; deviation 47: a revising decode that a guard

@@ -232,7 +232,8 @@ def test_soft_words_between_two_phrases_of_a_meeting_are_not_lost(model, step_s)
     first phrase ended at 0.55 s, the round at 2 s closed it, and both were lost. Their level is
     that of the speech (−43 to −53 dBFS against a −80 dBFS room) and the next phrase comes 1.47 s
     after the first: as the speaker going on (deviation 39) they are speech, the utterance stays
-    open across the pause, and its closing decode hears them."""
+    open across the pause, and its closing decode hears them. So, since deviation 52, does the second
+    phrase's closing decode, which hears the first phrase's final words before it (asserted too)."""
     audio = load_audio_file(MEETING)
     plain, loud = SpeechDetector(), SpeechDetector(loud_db=20.0)
     for det in (plain, loud):
@@ -243,10 +244,13 @@ def test_soft_words_between_two_phrases_of_a_meeting_are_not_lost(model, step_s)
     assert plain.speech(*we_could, min_s=0.0) is None and loud.speech(*we_could) == we_could
     assert loud.speech(round(1.0 * SR), round(1.5 * SR), min_s=0.0) is None  # the pause stays a pause
 
-    without = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s, speech_loud_db=0.0)))
-    words = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s)))
+    without = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s, speech_loud_db=0.0,
+                                                              closing_before_s=0.0)))
+    words = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s, closing_before_s=0.0)))
     assert "i mean" not in without and words.startswith("yeah i mean we could"), (without, words)
     assert words.endswith("order them by meeting for example")
+    after = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s, speech_loud_db=0.0)))
+    assert after == "yeah i mean we could order them by meeting for example", after  # deviation 52 alone
 
 
 def test_the_speech_hold_extends_speech_only_after_speech_and_is_independent_of_block_sizes() -> None:
@@ -676,9 +680,9 @@ def test_a_long_utterance_is_closed_at_its_pauses_and_loses_no_word_there(model,
     there once, in time order, as without the rule."""
     audio = joined_audio([DATA / c["audio"] for c in CLIPS], [0.0] + [0.2] * (len(CLIPS) - 1))
     reference = NORMALISE(" ".join(c["text"] for c in CLIPS))
-    plain, never = _closed_mid_stream(model, audio, step_s, closing_split_s=0.0)
+    plain, never = _closed_mid_stream(model, audio, step_s, closing_split_s=0.0, closing_before_s=0.0)
     assert never == []
-    words, closed = _closed_mid_stream(model, audio, step_s, closing_split_s=6.0)
+    words, closed = _closed_mid_stream(model, audio, step_s, closing_split_s=6.0, closing_before_s=0.0)
     assert closed
     for final, at_s in closed:
         assert final and final[-1].end < at_s and final == words[: len(final)]
@@ -686,6 +690,13 @@ def test_a_long_utterance_is_closed_at_its_pauses_and_loses_no_word_there(model,
     assert jiwer.wer(reference, text) < 0.06 and text == NORMALISE(" ".join(w.text for w in plain)), text
     starts = [w.start for w in words]
     assert starts == sorted(starts)
+    # with deviation 52 the rest's closing decode also hears the final words before the cut: they stay
+    heard, closed = _closed_mid_stream(model, audio, step_s, closing_split_s=6.0)
+    for final, at_s in closed:
+        assert final and final[-1].end < at_s and final == heard[: len(final)]
+    text = NORMALISE(" ".join(w.text for w in heard))
+    assert jiwer.wer(reference, text) < 0.06, text
+    assert [w.start for w in heard] == sorted(w.start for w in heard)
 
 
 @pytest.mark.parametrize("level_dbfs", [-70.0, -72.0])
