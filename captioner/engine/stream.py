@@ -32,8 +32,8 @@ whole    input ends within 30 s of the stream's first sample     the 30 s window
          (not in a hurry) [27]                                   of the recording so far
 closing, a later utterance's closing round, its input shorter    from the first committed word that starts    none / the
 after    than ``closing_before_s`` (19.6 s), after final words   ``closing_before_s`` before the input's end  utterance's
-words    the stream still keeps (not in a hurry) [52]            (less the pad): the final words before the   drafts, replaced;
-                                                                 utterance heard before it, as offline        the final words
+words    the stream still keeps (not in a hurry; the language    (less the pad): the final words before the   drafts, replaced;
+         given, not detected) [52]                               utterance heard before it, as offline        the final words
                                                                  Whisper's window hears a sentence            stay
 closing, an open utterance ``closing_split_s`` long or longer    to the latest pause (``speech_pad_s`` into   none / the
 at a     (not in a hurry) whose round input holds a pause of     it) as any closing round; the audio after    committed words of
@@ -263,7 +263,9 @@ class StreamConfig:
             final words before it (the first committed word starting this long before its end, in
             audio the stream keeps), decoded without a prefix: Whisper hears a short sentence after
             the ones before it, as offline Whisper's 30 s windows hear it; the final words stay
-            (deviation 52); 0 = the utterance's own input.
+            (deviation 52); 0 = the utterance's own input. Off where the language is detected
+            (``"auto"`` on a multilingual pack): words of another language before a short sentence
+            would decide its language.
         closing_beam: closing rounds decode with beam search (the beam-step graph of a pack built
             with ``--beam 5``: offline Whisper's default decoding) where their bucket has one, except
             the stream's first utterance decoded whole (27: offline Whisper's greedy decode of a
@@ -498,6 +500,9 @@ class Stream:
         self._history_start = 0
         self._context_n = _frames(round(cfg.closing_context_s * SAMPLE_RATE))
         self._policy = RoundPolicy.from_config(cfg)
+        if self._auto:  # deviation 52 not where the language is detected: the final words before a short
+            # sentence would decide its language (German heard before an English reply read it as German)
+            self._policy = replace(self._policy, before_n=0)
         self._utterance_start: int | None = None  # where the open utterance's input begins (onset − pad)
         self._final_n: int | None = None  # deviation 28: log tokens the next closing round keeps
         self._onset = 0  # where its speech begins (the speech detector's onset): no word starts before
@@ -673,10 +678,9 @@ class Stream:
         return self._decode(plan, start, audio, stats, t_round, last, tail)
 
     def _decode(self, plan: RoundPlan, start: int, audio: np.ndarray, stats: dict, t_round: float,
-                last: bool, tail: np.ndarray | None = None, language_read: bool = False) -> EngineUpdate:
+                last: bool, tail: np.ndarray | None = None) -> EngineUpdate:
         """Encode what the plan hears, decode with its prefix, draft and guards, commit by its kind;
-        ``tail``: a closing round's own audio after its input (deviation 31, 28); ``language_read``: the
-        round's language was read already, on a wider input (a fallback's decode, deviation 52)."""
+        ``tail``: a closing round's own audio after its input (deviation 31, 28)."""
         cfg = self.config
         eff_s = audio.size / SAMPLE_RATE
         stats["input_s"] = eff_s
@@ -687,7 +691,7 @@ class Stream:
         stats.update(bucket=encoding.bucket, mel_ms=stats.get("mel_ms", 0.0) + encoding.mel_ms,  # a fallback's decode adds
                      encoder_ms=stats.get("encoder_ms", 0.0) + encoding.encoder_ms)
         unsure: tuple[str, str] | None = None  # deviation 38: the two likeliest languages of an unsure closing
-        if self._auto and not language_read and (plan.closes or not (self._language_settled or self._session_language)):
+        if self._auto and (plan.closes or not (self._language_settled or self._session_language)):
             held = self._session_language
             guess = self._detect_language(encoding, audio.size, plan.closes)
             if plan.closes and not held and guess.probability < _UNSURE_P and len(guess.top) > 1:
@@ -800,8 +804,7 @@ class Stream:
             logger.debug("round %d: closing decode from %.2f s skipped the words before its utterance: %r",
                          stats["round_index"], start / SAMPLE_RATE, self.vocab.decode(result.candidates))
             fallback = plan.fallback
-            return self._decode(fallback, fallback.start, audio[fallback.start - start :], stats, t_round, last, tail,
-                                language_read=True)
+            return self._decode(fallback, fallback.start, audio[fallback.start - start :], stats, t_round, last, tail)
         if plan.looks_back:
             return self._close_utterance(start, audio, result, stats, t_round, last, tail, plan.splits, plan.keeps)
         # §2.6: first choice EOT with a garbage runner-up; deviation 47: a revising decode that a guard

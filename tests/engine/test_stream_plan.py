@@ -331,3 +331,18 @@ def test_no_reach_before_the_utterance_without_final_words_kept_audio_or_time(vo
     assert plan_round(state(log, 12, 2, utterance_s=10.3), short, MODEL, Detector(10.5, 13.0)).keeps is None
     log.set_draft(0)  # every word a draft: nothing final before the utterance
     assert plan_round(state(log, 12, 2, utterance_s=10.3), on, MODEL, Detector(10.5, 13.0)).keeps is None
+
+
+def test_a_stream_that_detects_its_language_does_not_reach_before_an_utterance() -> None:
+    """Deviation 52 is off where the language is detected (``"auto"`` on a multilingual pack): the
+    final words before a short sentence would decide its language (German before an English reply)."""
+    import random
+
+    from oracle import OracleModel, make_vocab, random_script
+
+    from captioner.engine.stream import Stream
+
+    v = make_vocab(multilingual=True)
+    model = OracleModel(random_script(v, random.Random(1), n_words=5), v)
+    assert Stream(model, StreamConfig(language="auto"))._policy.before_n == 0
+    assert Stream(model, StreamConfig(language="en"))._policy.before_n == round(19.6 * SR)
