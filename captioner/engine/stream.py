@@ -798,7 +798,7 @@ class Stream:
             stop_reason=result.stop_reason,
             closes=plan.closes,
         )
-        if plan.fallback is not None and self._follows_before(plan, start, audio.size, result) is None:
+        if plan.fallback is not None and self._follows_before(plan, start, result) is None:
             # the decode did not hear the words before the utterance (Whisper skipped its start): the
             # utterance's own input decoded instead
             logger.debug("round %d: closing decode from %.2f s skipped the words before its utterance: %r",
@@ -822,13 +822,13 @@ class Stream:
             self._prefix, self._memory = plan.prefix, None
         return self._end_of_round(start, audio, result, stats, t_round, last, plan.closes, replaced)
 
-    def _follows_before(self, plan: RoundPlan, start: int, n: int, result: DecodeResult) -> int | None:
-        """Index of the first decoded word after the final words that ``plan``'s input (``n`` samples
-        from ``start``) holds before its utterance (``plan.keeps``): by text at the decode's start
-        (:func:`_after_before`), else the first word DTW puts after the last of them ends. None when
-        the decode does not hear the utterance: no word after them, or fewer than half as many words
-        as its drafts (Whisper skipped the start of the input and the utterance's first sentence with it,
-        or ended before the utterance: a radio reply after a call)."""
+    def _follows_before(self, plan: RoundPlan, start: int, result: DecodeResult) -> int | None:
+        """Index of the first decoded word after the final words that ``plan``'s input (from ``start``)
+        holds before its utterance (``plan.keeps``), found by text at the decode's start
+        (:func:`_after_before`). None when the decode does not begin with them or does not hear the
+        utterance: no word after them, or fewer than half as many words as its drafts (Whisper skipped
+        the start of the input and the utterance's first sentence with it, or ended before the
+        utterance: a radio reply after a call)."""
         keeps = plan.keeps or 0
         cands = [t for t in result.candidates if t < self.vocab.eot]
         groups = split_words(cands, self.vocab)
@@ -1402,10 +1402,10 @@ def _follow(committed: list[bytes], decoded: list[bytes]) -> int | None:
 
 def _after_before(before: list[bytes], decoded: list[bytes]) -> int | None:
     """Index of the first decoded word after ``before``, the final words that a closing input holds
-    before its utterance, matched by text among the decode's first ``len(before) + 2`` words (the same
-    word later in the decode is another one: "Command Module Pilot ... Lunar Module Pilot"); None when
-    the last two of them match nothing there or no word follows them (Whisper ended before the
-    utterance: a radio reply after a call)."""
+    before its utterance, matched by text among the decode's first ``1.5 × len(before) + 2`` words (the
+    same word later in the decode is another one: "Command Module Pilot ... Lunar Module Pilot"), one
+    of them, the last, allowed to be heard otherwise; ``len(decoded)`` when no word follows them; None
+    when neither of the last two matches there."""
     head = decoded[: len(before) * 3 // 2 + _BEFORE_SLACK]
     blocks = [b for b in difflib.SequenceMatcher(None, before, head, autojunk=False).get_matching_blocks() if b.size]
     if not blocks or blocks[-1].a + blocks[-1].size < len(before) - 1:
