@@ -363,10 +363,11 @@ def listed_words(reference: str, hypothesis: str, vocabulary: Sequence[str]) -> 
 def run_live(model: AcousticModel, audio: np.ndarray, step_s: float, language: str = "en",
              task: str = "transcribe", vocabulary: Sequence[str] = (), config: dict[str, Any] | None = None) -> ModeRun:
     """The live engine over ``audio`` one step at a time, then ``finish()`` (module docstring);
-    ``config``: other :class:`~captioner.engine.StreamConfig` fields (:mod:`captioner.bench.jitter`)."""
+    ``config``: other :class:`~captioner.engine.StreamConfig` fields (:mod:`captioner.bench.jitter`),
+    ``language="auto"`` among them: the app's default, the language detected instead of given."""
     clock = _RoundClock()
-    stream = Stream(model, StreamConfig(step_s=step_s, language=language, task=task, vocabulary=tuple(vocabulary),
-                                        **(config or {})), clock=clock)
+    fields = {"step_s": step_s, "language": language, "task": task, "vocabulary": tuple(vocabulary), **(config or {})}
+    stream = Stream(model, StreamConfig(**fields), clock=clock)
     step_n = round(step_s * SAMPLE_RATE)
     arrival: list[float] = [0.0]  # per round number: audio time at which its input had arrived
     compute: list[float] = [0.0]

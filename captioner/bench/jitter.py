@@ -44,7 +44,9 @@ DEFAULT_PADS = (0.14, 0.2, 0.26)
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
-    """``"closing_full_s=30"`` → ``("closing_full_s", 30.0)``, typed by the :class:`StreamConfig` field.
+    """``"closing_full_s=30"`` → ``("closing_full_s", 30.0)``, typed by the :class:`StreamConfig` field;
+    ``"language=auto"``: the live modes detect the language, as the app's default does, instead of being
+    given each recording's.
 
     Raises:
         ValueError: no ``=``, an unknown field or a value of the wrong type.
@@ -60,7 +62,9 @@ def parse_setting(text: str) -> tuple[str, Any]:
         return key, value.lower() in ("true", "1")
     if isinstance(default, int | float):
         return key, type(default)(float(value)) if isinstance(default, float) else int(value)
-    raise ValueError(f"{text!r}: only number and true/false fields can be set")
+    if key == "language" and value == "auto":
+        return key, value
+    raise ValueError(f"{text!r}: only number and true/false fields, and language=auto, can be set")
 
 
 def _groups(item: Item) -> list[str]:

@@ -32,9 +32,9 @@ whole    input ends within 30 s of the stream's first sample     the 30 s window
          (not in a hurry) [27]                                   of the recording so far
 closing, a later utterance's closing round, its input shorter    from the first committed word that starts    none / the
 after    than ``closing_before_s`` (19.6 s), after final words   ``closing_before_s`` before the input's end  utterance's
-words    the stream still keeps (not in a hurry; the language    (less the pad): the final words before the   drafts, replaced;
-         given, not detected) [52]                               utterance heard before it, as offline        the final words
-                                                                 Whisper's window hears a sentence            stay
+words    the stream still keeps (not in a hurry; where the       (less the pad): the final words before the   drafts, replaced;
+         language is detected, its own input heard in theirs)    utterance heard before it, as offline        the final words
+         [52]                                                    Whisper's window hears a sentence            stay
 closing, an open utterance ``closing_split_s`` long or longer    to the latest pause (``speech_pad_s`` into   none / the
 at a     (not in a hurry) whose round input holds a pause of     it) as any closing round; the audio after    committed words of
 pause    ``split_pause_s`` or more that speech follows [31]      it is carried: the utterance goes on there   that audio, replaced
@@ -84,7 +84,10 @@ the session's: live rounds no longer read it, and a closing round changes it onl
 another language with probability 0.8 or more [33]. Before that, a closing round that is unsure of the language (under 0.5)
 and whose decode looks wrong by Whisper's own signs (token limit, compression, log-probability) is
 decoded in the other of its two likeliest languages too, and that decode is kept with its language
-when it looks right [38].
+when it looks right [38]. A closing round that would reach back to the final words before its
+utterance reads the language on the utterance's own input first, and reaches back only where what it
+hears there leaves the stream's language, that of those final words, as it is (and not unsure); else it
+decodes the utterance alone [52].
 
 After the decode, by kind:
 
@@ -263,9 +266,10 @@ class StreamConfig:
             final words before it (the first committed word starting this long before its end, in
             audio the stream keeps), decoded without a prefix: Whisper hears a short sentence after
             the ones before it, as offline Whisper's 30 s windows hear it; the final words stay
-            (deviation 52); 0 = the utterance's own input. Off where the language is detected
-            (``"auto"`` on a multilingual pack): words of another language before a short sentence
-            would decide its language.
+            (deviation 52); 0 = the utterance's own input. Where the language is detected
+            (``"auto"`` on a multilingual pack), only where the utterance's own input is heard in
+            the final words' language: words of another language before a short sentence would
+            decide its language (German before an English reply read the reply as German).
         closing_beam: closing rounds decode with beam search (the beam-step graph of a pack built
             with ``--beam 5``: offline Whisper's default decoding) where their bucket has one, except
             the stream's first utterance decoded whole (27: offline Whisper's greedy decode of a
@@ -465,6 +469,7 @@ class Stream:
         self.language = "en" if self.config.language == "auto" else self.config.language
         self._language_settled = not self._auto
         self._session_language = False  # deviation 33: a closing round heard the language on _SETTLE_N
+        self._final_language = self.language  # the language of the last closing decode (deviation 52)
         cfg = self.config
         self._step_n = round(cfg.step_s * SAMPLE_RATE)
         self._cap_n = _frames(round(2 * cfg.step_s * SAMPLE_RATE))
@@ -500,9 +505,6 @@ class Stream:
         self._history_start = 0
         self._context_n = _frames(round(cfg.closing_context_s * SAMPLE_RATE))
         self._policy = RoundPolicy.from_config(cfg)
-        if self._auto:  # deviation 52 not where the language is detected: the final words before a short
-            # sentence would decide its language (German heard before an English reply read it as German)
-            self._policy = replace(self._policy, before_n=0)
         self._utterance_start: int | None = None  # where the open utterance's input begins (onset − pad)
         self._final_n: int | None = None  # deviation 28: log tokens the next closing round keeps
         self._onset = 0  # where its speech begins (the speech detector's onset): no word starts before
@@ -675,25 +677,58 @@ class Stream:
         if plan.reach_n:
             audio = self._with_history(plan.start, own, audio)
         start = plan.start
-        return self._decode(plan, start, audio, stats, t_round, last, tail)
+        alone = None
+        own_plan = plan.fallback
+        if own_plan is not None and self._auto:  # deviation 52: the utterance's language on its own input
+            alone = self._heard_alone(plan, start, audio, stats)
+            if not alone.same:  # not the final words' language: the utterance decoded alone
+                plan, audio, start = own_plan, audio[own_plan.start - start :], own_plan.start
+        return self._decode(plan, start, audio, stats, t_round, last, tail, alone)
+
+    def _heard_alone(self, plan: RoundPlan, start: int, audio: np.ndarray, stats: dict) -> _Heard:
+        """Deviation 52 where the language is detected: the language of the utterance's own input
+        (``plan.fallback``'s part of ``audio``, which starts at ``start``), read before its closing
+        round reaches back to the final words before it; its encoding counted in ``stats``."""
+        own = plan.fallback
+        assert own is not None
+        own_audio = audio[own.start - start :]
+        encoding = self._encode(own, own_audio)
+        stats.update(mel_ms=stats.get("mel_ms", 0.0) + encoding.mel_ms,
+                     encoder_ms=stats.get("encoder_ms", 0.0) + encoding.encoder_ms)
+        guess = detect_language(self.model, encoding)
+        same = self.language == self._final_language and _language_stays(guess, self.language, self._session_language)
+        logger.debug("round %d: the utterance alone heard as %s (p %.2f), the final words before it as %s: %s",
+                     stats["round_index"], guess.code, guess.probability, self._final_language,
+                     "reaches back" if same else "decoded alone")
+        return _Heard(guess, own_audio.size, encoding, same)
+
+    def _encode(self, plan: RoundPlan, audio: np.ndarray) -> Encoding:
+        """``audio`` (the plan's input) as the plan hears it: with silence to ``plan.heard_n``."""
+        return self.model.encode(_heard_with_silence(audio, plan.heard_n) if plan.heard_n > audio.size else audio)
 
     def _decode(self, plan: RoundPlan, start: int, audio: np.ndarray, stats: dict, t_round: float,
-                last: bool, tail: np.ndarray | None = None) -> EngineUpdate:
+                last: bool, tail: np.ndarray | None = None, alone: _Heard | None = None) -> EngineUpdate:
         """Encode what the plan hears, decode with its prefix, draft and guards, commit by its kind;
-        ``tail``: a closing round's own audio after its input (deviation 31, 28)."""
+        ``tail``: a closing round's own audio after its input (deviation 31, 28); ``alone``: the
+        utterance's own input, its language read (deviation 52): its encoding is the plan's when the
+        plan is the utterance's own, and its language is the round's."""
         cfg = self.config
         eff_s = audio.size / SAMPLE_RATE
         stats["input_s"] = eff_s
         if not plan.closes:
             stats["revised_s"] = plan.reach_n / SAMPLE_RATE
-        seen = _heard_with_silence(audio, plan.heard_n) if plan.heard_n > audio.size else audio
-        encoding = self.model.encode(seen)
-        stats.update(bucket=encoding.bucket, mel_ms=stats.get("mel_ms", 0.0) + encoding.mel_ms,  # a fallback's decode adds
-                     encoder_ms=stats.get("encoder_ms", 0.0) + encoding.encoder_ms)
+        if alone is not None and plan.fallback is None:  # the utterance's own input: encoded already
+            encoding = alone.encoding
+        else:
+            encoding = self._encode(plan, audio)
+            stats.update(mel_ms=stats.get("mel_ms", 0.0) + encoding.mel_ms,  # a fallback's decode adds
+                         encoder_ms=stats.get("encoder_ms", 0.0) + encoding.encoder_ms)
+        stats["bucket"] = encoding.bucket
         unsure: tuple[str, str] | None = None  # deviation 38: the two likeliest languages of an unsure closing
         if self._auto and (plan.closes or not (self._language_settled or self._session_language)):
             held = self._session_language
-            guess = self._detect_language(encoding, audio.size, plan.closes)
+            guess = self._detect_language(alone.guess if alone is not None else detect_language(self.model, encoding),
+                                          alone.n if alone is not None else audio.size, plan.closes)
             if plan.closes and not held and guess.probability < _UNSURE_P and len(guess.top) > 1:
                 unsure = (guess.top[0][0], guess.top[1][0])
         prefix = plan.prefix
@@ -733,6 +768,8 @@ class Stream:
             result = self._other_language(result, unsure, lambda: self._decode_told(encoding, prefix, validator, draft,
                                                                                    eff_s, beam), stats["round_index"])
         stats["language"] = self.language
+        if plan.closes:
+            self._final_language = self.language
         self._closed = self._closed or plan.closes
         decodes = [result]  # every decode of the round: their chunks and times are the round's
 
@@ -804,7 +841,8 @@ class Stream:
             logger.debug("round %d: closing decode from %.2f s skipped the words before its utterance: %r",
                          stats["round_index"], start / SAMPLE_RATE, self.vocab.decode(result.candidates))
             fallback = plan.fallback
-            return self._decode(fallback, fallback.start, audio[fallback.start - start :], stats, t_round, last, tail)
+            return self._decode(fallback, fallback.start, audio[fallback.start - start :], stats, t_round, last, tail,
+                                alone)
         if plan.looks_back:
             return self._close_utterance(start, audio, result, stats, t_round, last, tail, plan.splits, plan.keeps)
         # §2.6: first choice EOT with a garbage runner-up; deviation 47: a revising decode that a guard
@@ -1063,7 +1101,7 @@ class Stream:
         return replace(kept, chunks=alt.chunks + result.chunks, decoder_ms=alt.decoder_ms + result.decoder_ms,
                        validation_ms=alt.validation_ms + result.validation_ms)
 
-    def _detect_language(self, encoding, n_audio: int, closes: bool) -> LanguageGuess:
+    def _detect_language(self, guess: LanguageGuess, n_audio: int, closes: bool) -> LanguageGuess:
         """Deviation 19: the language of this input from the first decoder step (one chunk dispatch);
         settled for the utterance once heard on ``_SETTLE_N`` of audio, re-checked when it closes and
         for the next utterance. Deviation 33: once a closing round heard it on ``_SETTLE_N``, it is the
@@ -1072,8 +1110,8 @@ class Stream:
         for Latin, Welsh or Portuguese). Deviation 42: before that, a live round changes the language
         only when it is as sure (``_SWITCH_P``); an unsure one keeps the stream's (English before any
         detection) and leaves the choice to the closing round, which changes it at any probability (an
-        English speaker's first 2 s were read as Arabic, Greek, Latin, Vietnamese at 0.3–0.6)."""
-        guess = detect_language(self.model, encoding)
+        English speaker's first 2 s were read as Arabic, Greek, Latin, Vietnamese at 0.3–0.6).
+        ``guess``: :func:`detect_language` of the input, ``n_audio`` samples long."""
         sure = guess.probability >= _SWITCH_P
         if guess.code != self.language and (sure or (closes and not self._session_language)):
             logger.info("language: %s (p %.2f) instead of %s", guess.code, guess.probability, self.language)
@@ -1375,6 +1413,28 @@ def _attended(rows: np.ndarray, start: int) -> list[int]:
     """Absolute sample where each token's alignment-head attention row (float32 [tokens, frames])
     peaks, for an input that begins at ``start``."""
     return [start + int(np.argmax(row)) * SAMPLES_PER_FRAME for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class _Heard:
+    """Deviation 52 where the language is detected: the utterance's own closing input, ``n`` samples,
+    its ``encoding`` and the language ``guess`` read on it; ``same``: what is heard there leaves the
+    stream's language, that of the final words before it, as it is, so the round reaches back."""
+
+    guess: LanguageGuess
+    n: int
+    encoding: Encoding
+    same: bool
+
+
+def _language_stays(guess: LanguageGuess, language: str, session: bool) -> bool:
+    """A closing round's ``guess`` leaves the stream's ``language`` as it is and is sure enough not to
+    be tried in another: the same language (not unsure, under ``_UNSURE_P``, before the ``session``
+    has one: deviation 38), or another one unsure against the session's (under ``_SWITCH_P``:
+    deviation 33)."""
+    if guess.code == language:
+        return session or guess.probability >= _UNSURE_P
+    return session and guess.probability < _SWITCH_P
 
 
 def _heard_with_silence(audio: np.ndarray, n: int) -> np.ndarray:

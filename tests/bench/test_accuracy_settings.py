@@ -46,6 +46,19 @@ def test_a_setting_reaches_the_live_streams_and_is_recorded(real_tiny_en_pack, t
     assert "`max_tokens=1` (`--set`)" in report
 
 
+def test_the_live_modes_can_detect_the_language_as_the_app_does(real_tiny_en_pack, tmp_path: Path) -> None:
+    """``--set language=auto``: the live streams are not given the recording's language (the app's
+    default); on an English-only pack that is English, so the words are those given "en"."""
+    (tmp_path / "given").mkdir()
+    (tmp_path / "auto").mkdir()
+    given, _ = _bench(real_tiny_en_pack, tmp_path / "given")
+    acc, report = _bench(real_tiny_en_pack, tmp_path / "auto", "--set", "language=auto")
+    assert acc["settings"]["stream_config"] == {"language": "auto"}
+    assert "`language=auto` (`--set`)" in report
+    (item,), (given_item,) = acc["items"], given["items"]
+    assert item["modes"]["live_2s"]["hypothesis"] == given_item["modes"]["live_2s"]["hypothesis"]
+
+
 def test_speed_plays_every_recording_faster_or_slower_and_is_recorded(real_tiny_en_pack, tmp_path: Path) -> None:
     """``--speed 0.9``: the clip is played 0.9 times as fast (5.415 s → 6.017 s), its voice lower;
     offline and live decode the same slower audio, and the result and the report say so."""
@@ -86,7 +99,7 @@ def test_a_speed_out_of_range_is_refused_before_any_model_is_loaded(speed: str, 
     ("step_s=1", "use --step"),
     ("max_tokens=many", "invalid literal"),
     ("speech_loud_db=-3", "loud speech must be"),
-    ("language=fr", "only number and true/false"),
+    ("language=fr", "only number and true/false fields, and language=auto"),
 ])
 def test_a_bad_setting_is_refused_before_any_model_is_loaded(setting: str, why: str, tmp_path: Path,
                                                               capsys) -> None:

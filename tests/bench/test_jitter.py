@@ -18,6 +18,7 @@ def test_settings_are_typed_by_the_stream_config_field() -> None:
     assert parse_setting("closing_full_s=30") == ("closing_full_s", 30.0)
     assert parse_setting("closing_retry=false") == ("closing_retry", False)
     assert parse_setting("max_tokens=100") == ("max_tokens", 100)
+    assert parse_setting("language=auto") == ("language", "auto")  # the app's default: detected
     for bad in ("closing_full_s", "no_such_field=1", "closing_retry=maybe", "language=de"):
         with pytest.raises(ValueError):
             parse_setting(bad)

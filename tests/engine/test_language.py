@@ -186,16 +186,47 @@ def test_switching_language_between_utterances(base) -> None:
     from captioner.engine import Stream, StreamConfig
 
     clips = dict((lang, path) for path, lang in _clips())
-    audio = np.concatenate([load_audio_file(clips["de"]), np.zeros(16000, np.float32), load_audio_file(clips["en"])])
+    english = load_audio_file(clips["en"])
+    audio = np.concatenate([load_audio_file(clips["de"]), np.zeros(16000, np.float32), english])
     stream = Stream(base, StreamConfig(step_s=2.0, language="auto"))
-    languages = []
+    languages, inputs = [], []
     for i in range(0, audio.size, 32000):
         stream.feed(audio[i : i + 32000])
         update = stream.step()
         if update is not None and update.stats.closes:
             languages.append(update.stats.language)
-    languages.append(stream.finish().stats.language)
+            inputs.append(update.stats.input_s)
+    final = stream.finish()
+    languages.append(final.stats.language)
+    inputs.append(final.stats.input_s)
     assert languages[0] == "de" and languages[-1] == "en"
+    # deviation 52: the English reply is heard alone, not after the German final words before it
+    assert inputs[-1] <= english.size / 16000 + 1.0, inputs
+
+
+def _closing_rounds(model, audio: np.ndarray, language: str) -> tuple[list[str], list[float]]:
+    """The final words of a stream over ``audio`` at a 2 s step, and the input (s) of its closing rounds."""
+    from captioner.engine import Stream, StreamConfig
+
+    stream = Stream(model, StreamConfig(step_s=2.0, language=language))
+    inputs = []
+    for i in range(0, audio.size + 32000, 32000):
+        stream.feed(audio[i : i + 32000])
+        update = stream.step() if i < audio.size else stream.finish()
+        if update is not None and update.stats is not None and update.stats.closes:
+            inputs.append(update.stats.input_s)
+    return [w.text for w in stream.words], inputs
+
+
+def test_a_detecting_stream_hears_a_sentence_after_the_ones_before_it_in_their_language(base) -> None:
+    """Deviation 52 where the language is detected: a later English utterance, heard as English on its
+    own input, is closed heard after the final words before it, as with the language given: the same
+    words and the same closing inputs, the later ones reaching back past their own utterance."""
+    audio = _three_utterances()
+    given = _closing_rounds(base, audio, "en")
+    detected = _closing_rounds(base, audio, "auto")
+    assert detected == given
+    assert max(detected[1][1:]) > 5.4 + 3.0, detected[1]  # the final words before it heard with it
 
 
 def _three_utterances() -> np.ndarray:

@@ -333,16 +333,21 @@ def test_no_reach_before_the_utterance_without_final_words_kept_audio_or_time(vo
     assert plan_round(state(log, 12, 2, utterance_s=10.3), on, MODEL, Detector(10.5, 13.0)).keeps is None
 
 
-def test_a_stream_that_detects_its_language_does_not_reach_before_an_utterance() -> None:
-    """Deviation 52 is off where the language is detected (``"auto"`` on a multilingual pack): the
-    final words before a short sentence would decide its language (German before an English reply)."""
-    import random
+@pytest.mark.parametrize(("guess", "language", "session", "stays"), [
+    (("en", 0.99), "en", False, True),
+    (("en", 0.40), "en", False, False),  # unsure before the session has a language: tried in another (38)
+    (("en", 0.40), "en", True, True),
+    (("la", 0.51), "en", True, True),  # an unsure other language does not change the session's (33)
+    (("de", 0.95), "en", True, False),  # a German sentence before an English reply
+    (("de", 0.51), "en", False, False),
+])
+def test_a_detecting_stream_reaches_before_an_utterance_only_where_its_language_stays(guess, language, session,
+                                                                                      stays) -> None:
+    """Deviation 52 where the language is detected: the utterance's own input is heard first, and its
+    closing round reaches back only where that leaves the stream's language as it is: the final
+    words before a short sentence must not decide its language (German before an English reply read
+    the reply as German); an archaic English passage read as Latin at 0.51 still reaches back."""
+    from captioner.engine.language import LanguageGuess
+    from captioner.engine.stream import _language_stays
 
-    from oracle import OracleModel, make_vocab, random_script
-
-    from captioner.engine.stream import Stream
-
-    v = make_vocab(multilingual=True)
-    model = OracleModel(random_script(v, random.Random(1), n_words=5), v)
-    assert Stream(model, StreamConfig(language="auto"))._policy.before_n == 0
-    assert Stream(model, StreamConfig(language="en"))._policy.before_n == round(19.6 * SR)
+    assert _language_stays(LanguageGuess(guess[0], guess[1], (guess,)), language, session) is stays
