@@ -33,8 +33,8 @@ whole    input ends within 30 s of the stream's first sample     the 30 s window
 closing, a later utterance's closing round, its input shorter    from the first committed word that starts    none / the
 after    than ``closing_before_s`` (19.6 s), after final words   ``closing_before_s`` before the input's end  utterance's
 words    the stream still keeps (not in a hurry; where the       (less the pad): the final words before the   drafts, replaced;
-         language is detected, its own input heard in theirs)    utterance heard before it, as offline        the final words
-         [52]                                                    Whisper's window hears a sentence            stay
+         language is detected, only where its own input is       utterance heard before it, as offline        the final words
+         heard in their language) [52]                           Whisper's window hears a sentence            stay
 closing, an open utterance ``closing_split_s`` long or longer    to the latest pause (``speech_pad_s`` into   none / the
 at a     (not in a hurry) whose round input holds a pause of     it) as any closing round; the audio after    committed words of
 pause    ``split_pause_s`` or more that speech follows [31]      it is carried: the utterance goes on there   that audio, replaced
