@@ -88,7 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "and the live modes' latency against its word ends (dev extra)")
     acc.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="settings",
                      help="a StreamConfig field of the live modes (repeatable), e.g. closing_split_s=12: a rule's "
-                          "variant measured on both halves; recorded in the report")
+                          "variant measured on both halves, or language=auto: the language detected, as the "
+                          "app's default does; recorded in the report")
     words = acc.add_mutually_exclusive_group()
     words.add_argument("--vocabulary", metavar="WORDS", help="the live engine's vocabulary (comma-separated); "
                        "each live mode also reports its listed words recalled and invented")
