@@ -696,8 +696,7 @@ class Stream:
         assert own is not None
         own_audio = audio[own.start - start :]
         encoding = self._encode(own, own_audio)
-        stats.update(mel_ms=stats.get("mel_ms", 0.0) + encoding.mel_ms,
-                     encoder_ms=stats.get("encoder_ms", 0.0) + encoding.encoder_ms)
+        _count_encoding(stats, encoding)
         guess = detect_language(self.model, encoding)
         same = self.language == self._final_language and _language_stays(guess, self.language, self._session_language)
         logger.debug("round %d: the utterance alone heard as %s (p %.2f), the final words before it as %s: %s",
@@ -724,8 +723,7 @@ class Stream:
             encoding = alone.encoding
         else:
             encoding = self._encode(plan, audio)
-            stats.update(mel_ms=stats.get("mel_ms", 0.0) + encoding.mel_ms,  # a fallback's decode adds
-                         encoder_ms=stats.get("encoder_ms", 0.0) + encoding.encoder_ms)
+            _count_encoding(stats, encoding)  # a fallback's decode adds
         stats["bucket"] = encoding.bucket
         unsure: tuple[str, str] | None = None  # deviation 38: the two likeliest languages of an unsure closing
         if self._auto and (plan.closes or not (self._language_settled or self._session_language)):
@@ -779,8 +777,8 @@ class Stream:
         def in_30s() -> Encoding:
             """The round's input heard again in the 30 s window (offline Whisper's), its encoding counted."""
             again = self.model.encode(_heard_with_silence(audio, FULL_N))
-            stats.update(retried=True, mel_ms=stats["mel_ms"] + again.mel_ms,
-                         encoder_ms=stats["encoder_ms"] + again.encoder_ms)
+            stats["retried"] = True
+            _count_encoding(stats, again)
             return again
 
         def decode_again(heard: Encoding, checks: Callable[[], TokenValidator] = validator) -> DecodeResult:
@@ -1324,10 +1322,9 @@ class Stream:
         self._carry = np.zeros(0, np.float32)
         self._prefix, self._memory, self._spec_from = (), None, None
         self._repeat, self._repeat_count = None, 0
+        _count_encoding(stats, encoding)
         stats.update(
             bucket=encoding.bucket,
-            mel_ms=stats.get("mel_ms", 0.0) + encoding.mel_ms,
-            encoder_ms=stats.get("encoder_ms", 0.0) + encoding.encoder_ms,
             decoder_ms=stats.get("decoder_ms", 0.0) + result.decoder_ms,
             chunks=stats.get("chunks", 0) + result.chunks,
             dtw_ms=stats.get("dtw_ms", 0.0) + dtw_ms,
@@ -1416,6 +1413,13 @@ def _attended(rows: np.ndarray, start: int) -> list[int]:
     """Absolute sample where each token's alignment-head attention row (float32 [tokens, frames])
     peaks, for an input that begins at ``start``."""
     return [start + int(np.argmax(row)) * SAMPLES_PER_FRAME for row in rows]
+
+
+def _count_encoding(stats: dict, encoding: Encoding) -> None:
+    """Add an encoding's log-mel and encoder times (ms) to a round's ``stats``: a round may encode
+    more than once (a retry in 30 s, the language read on an utterance alone, a fallback's decode)."""
+    stats["mel_ms"] = stats.get("mel_ms", 0.0) + encoding.mel_ms
+    stats["encoder_ms"] = stats.get("encoder_ms", 0.0) + encoding.encoder_ms
 
 
 @dataclass(frozen=True, slots=True)
