@@ -31,7 +31,7 @@ import numpy as np
 from captioner.engine.decoder import DecodeResult, TokenValidator, _alignment_reader, forced_ids, round_plan
 from captioner.engine.model import AcousticModel, BeamRunner, Encoding, SearchingModel
 
-__all__ = ["decode_beam", "skipped_words"]
+__all__ = ["decode_beam", "repeated_block", "skipped_words"]
 
 #: a searched decode that leaves out this many consecutive words of another reading of its input
 #: (the live drafts, the greedy decode) skipped speech
@@ -55,6 +55,22 @@ def skipped_words(chosen: Sequence[bytes], reference: Sequence[bytes], trailing:
     if not trailing and ops and ops[-1][0] != "equal":
         ops = ops[:-1]  # where ``chosen`` ends before ``reference`` does (a guard's stop: its rest is decoded again)
     return max((i2 - i1 - (j2 - j1) for op, i1, i2, j1, j2 in ops if op in ("delete", "replace")), default=0)
+
+
+def repeated_block(words: Sequence[bytes], times: int = 3) -> int:
+    """Words (normalised) of the longest block that ``words`` says ``times`` times or more in a row,
+    0 where none does. A search ranks by log-probability per token, and once a phrase is said twice
+    its third copy is likely: on spontaneous speech it can read a phrase three times over words it
+    did not hear (the CHILDES clip of the new speakers' joins, thirty-seventh round), where the
+    greedy reading of the same input keeps other words."""
+    best = 0
+    for n in range(1, len(words) // times + 1):
+        for i in range(len(words) - n * times + 1):
+            block = words[i : i + n]
+            if all(words[i + k * n : i + (k + 1) * n] == block for k in range(1, times)):
+                best = n
+                break
+    return best
 
 
 @dataclass(slots=True)

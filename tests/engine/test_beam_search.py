@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from speech_clips import CLIPS
 
-from captioner.engine.beam import FEWER_WORDS, SKIP_WORDS, decode_beam, skipped_words
+from captioner.engine.beam import FEWER_WORDS, SKIP_WORDS, decode_beam, repeated_block, skipped_words
 from captioner.engine.decoder import NativeValidator, decode_round
 from captioner.engine.tokens import normalize_word
 from captioner.engine.validate import Stop
@@ -393,3 +393,31 @@ def test_a_search_that_reads_fewer_words_than_the_greedy_reading_gives_way_to_it
     assert cut
     lost = _streamed(model, audio, closing_beam=True, closing_beam_floor=-10.0, closing_beam_skips=False)
     assert len(lost) == len(reference) - FEWER_WORDS
+
+
+@pytest.mark.parametrize(("words", "block"), [
+    ("give me a kiss come on give me a kiss", 0),  # twice is speech
+    ("why do you meet this why do you meet this why do you meet this you can", 5),
+    ("words words words", 1),
+    ("no no", 0),
+    ("a b a b a b a b", 2),
+    ("", 0),
+])
+def test_repeated_block_is_the_longest_block_said_three_times_in_a_row(words, block) -> None:
+    assert repeated_block([w.encode() for w in words.split()]) == block
+
+
+def test_a_search_that_repeats_a_block_the_greedy_reading_does_not_gives_way_to_it(model, monkeypatch) -> None:
+    """``closing_beam_skips``: a search that says a block three times in a row where the greedy
+    reading of the same input does not (here a word replaced by " banana" three times: no word of the
+    greedy reading is left out, so neither skip test sees it) gives way to the greedy reading; without
+    the guard the copies stand (thirty-seventh round: a searched decode of spontaneous speech read a
+    phrase three times over words it did not hear)."""
+    banana = model.vocab.token_bytes.index(b" banana")
+    looped = _doctored_search(model, monkeypatch, 1, 1, (banana,) * 3, -1.0)
+    audio = _clips_apart(2)
+    reference = [normalize_word(w.encode()) for clip in CLIPS[:2] for w in clip["text"].split()]
+    assert _streamed(model, audio, closing_beam=True) == reference
+    assert looped
+    stands = _streamed(model, audio, closing_beam=True, closing_beam_skips=False)
+    assert stands.count(b"banana") == 3 and len(stands) == len(reference) + 2
