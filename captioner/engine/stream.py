@@ -274,17 +274,10 @@ class StreamConfig:
             with ``--beam 5``: offline Whisper's default decoding) where their bucket has one, except
             the stream's first utterance decoded whole (27: offline Whisper's greedy decode of a
             short recording), inputs under ``closing_beam_min_s`` and rounds in a hurry; their draft
-            is then not used. Measured and not kept (deviation 43: the talk 108 → 95 errors at 2 s,
-            but radio calls and one joined half lost words; with ``closing_beam_skips`` and
-            ``closing_beam_rival`` still a radio call, and the new speakers' joined checking half
-            at 1 s; with ``closing_beam_floor`` −0.5 as well no half loses, but the new long
-            readings do not gain and it costs up to 40 % more CPU and 0.9 s of latency p90; on
-            the engine with deviation 52 the talk 96 / 100 → 78 / 90 at 2 s / 1 s, every half gains
-            or holds but the new speakers' joined checking half at 1 s, and the talk's RTF 0.074 →
-            0.118: thirty-seventh round; as the 1 s step's default the talk 100 → 90 but latency p90
-            1.70 → 1.82 s on the development corpus and 1.98 → 2.70 s on its joins, a long searched
-            decode delaying its words and the rounds after it: thirty-eighth round); False: greedy
-            with the draft.
+            is then not used. Not the default (deviation 43 in docs/accuracy/deviations.md: on the
+            talk 96 / 100 → 78 / 90 errors at 2 s / 1 s, but at 2 s over that step's CPU budget on
+            long speech, and at 1 s its words later: latency p90 1.98 → 2.70 s on continuous
+            speech); False: greedy with the draft.
         closing_beam_min_s: with ``closing_beam``, the shortest closing input that searches.
         closing_beam_skips: with ``closing_beam``, a searched decode that leaves out a run of
             ``SKIP_WORDS`` consecutive live words is read greedily too, and the greedy reading is
