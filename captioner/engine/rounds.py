@@ -173,6 +173,7 @@ class StreamState:
         prompt_n: tokens of the decoder prompt (the prefix bound depends on it).
         closed: a closing decode has run in this stream (the utterance it left open, if any, is the
             rest after a guard's stop, not a whole recording).
+        spent: the stream's searched decodes have spent their budget (``closing_beam_rate``).
     """
 
     start: int
@@ -186,6 +187,7 @@ class StreamState:
     log: CommittedLog
     prompt_n: int
     closed: bool = False
+    spent: bool = False
 
 
 def plan_round(s: StreamState, p: RoundPolicy, model: AcousticModel, detector: SpeechQuery | None) -> RoundPlan:
@@ -281,7 +283,7 @@ def _before_utterance(s: StreamState, p: RoundPolicy, model: AcousticModel, plan
 
 def _searches(s: StreamState, p: RoundPolicy, n: int) -> bool:
     """A closing round of ``n`` input samples (not the whole recording's) decodes with beam search [43]."""
-    return p.beam and not s.hurry and n >= p.beam_min_n
+    return p.beam and not s.hurry and not s.spent and n >= p.beam_min_n
 
 
 def _splits(s: StreamState, p: RoundPolicy, length: int) -> bool:

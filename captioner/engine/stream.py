@@ -279,6 +279,10 @@ class StreamConfig:
             long speech, and at 1 s its words later: latency p90 1.98 → 2.70 s on continuous
             speech); False: greedy with the draft.
         closing_beam_min_s: with ``closing_beam``, the shortest closing input that searches.
+        closing_beam_rate: with ``closing_beam``, the searched decodes' dispatches a stream may
+            spend per second of audio (0: no limit): a closing round searches only while those
+            spent so far are within this rate of the audio heard, a CPU budget counted in
+            dispatches so that the words do not depend on the machine's speed.
         closing_beam_skips: with ``closing_beam``, a searched decode that leaves out a run of
             ``SKIP_WORDS`` consecutive live words is read greedily too, and the greedy reading is
             kept when the search left out such a run of its words, or reads ``FEWER_WORDS`` words
@@ -377,6 +381,7 @@ class StreamConfig:
     closing_before_s: float = 19.6
     closing_beam: bool = False
     closing_beam_min_s: float = 0.0
+    closing_beam_rate: float = 0.0
     closing_beam_skips: bool = True
     closing_beam_rival: bool = False
     closing_beam_floor: float = -math.inf
@@ -421,6 +426,8 @@ class StreamConfig:
         if not 0.0 <= self.speech_faint < self.vad_threshold or self.speech_faint_s <= 0:
             raise CaptionerError(f"faint speech must be in [0, threshold) over a positive stretch, got "
                                  f"{self.speech_faint} over {self.speech_faint_s} s")
+        if self.closing_beam_rate < 0:
+            raise CaptionerError(f"the search's rate must not be negative, got {self.closing_beam_rate}")
         if self.speech_loud_db < 0 or self.speech_bridge_s <= 0:
             raise CaptionerError(f"loud speech must be ≥ 0 dB within a positive bridge, got {self.speech_loud_db} dB "
                                  f"within {self.speech_bridge_s} s")
@@ -511,6 +518,7 @@ class Stream:
         self._onset = 0  # where its speech begins (the speech detector's onset): no word starts before
         self._log = CommittedLog(self.vocab, source)  # committed tokens -> published words
         self._closed = False  # a closing decode has run (deviation 27 applies before it only)
+        self._searched = 0  # dispatches of searched closing decodes (``closing_beam_rate``)
         # set by a live caller that is behind real time (engine/overload.py): closing rounds then
         # decode only what is not decoded yet, without the look-back re-decode (deviation 17)
         self.hurry = False
@@ -657,7 +665,7 @@ class Stream:
         stats["input_s"] = audio.size / SAMPLE_RATE
         state = StreamState(start, audio, last, self.hurry, self._prefix, self._utterance_start, self._spec_from,
                             (self._history_start, self._history_start + self._history.size), self._log,
-                            len(self._prompt), self._closed)
+                            len(self._prompt), self._closed, self._over_search_budget(start + audio.size))
         plan = plan_round(state, self._policy, self.model, self._vad)
         if plan.kind == "skip":
             if plan.skip is None:
@@ -1023,6 +1031,7 @@ class Stream:
                                    context) if beam else None
             if searched is None:
                 return plain if plain is not None else greedy(context)
+            self._searched += searched.chunks
             chosen, drafted = self._words(searched.candidates), self._words(draft)
             skips_drafts = bool(drafted) and skipped_words(chosen, drafted) >= SKIP_WORDS
             loops = cfg.closing_beam_skips and repeated_block(chosen) > 0
@@ -1050,6 +1059,12 @@ class Stream:
         if not context or self._vocabulary.heard_in(told.candidates):
             return told
         return _summed(decode(()), told)
+
+    def _over_search_budget(self, end: int) -> bool:
+        """The searched decodes so far spent more dispatches than ``closing_beam_rate`` allows for
+        the audio up to sample ``end`` (never without a rate)."""
+        rate = self.config.closing_beam_rate
+        return rate > 0 and self._searched > rate * end / SAMPLE_RATE
 
     def _words(self, tokens: Sequence[int]) -> list[bytes]:
         """The normalised words of text ``tokens`` (timestamps and specials left out)."""

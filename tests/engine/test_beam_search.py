@@ -273,6 +273,10 @@ def test_a_stream_searches_in_the_closing_rounds_of_its_later_utterances(model, 
     two = sum(len(clip["text"].split()) for clip in CLIPS[:2])  # tiny.en hears the third's name wrong either way
     assert greedy[:two] == found[:two] == reference[:two]
     assert found[two:][-4:] == reference[-4:] and abs(len(found) - len(reference)) <= 2
+    every = len(searched)
+    searched.clear()
+    _streamed(model, audio, closing_beam=True, closing_beam_rate=0.5)  # a budget the first search spends
+    assert 1 <= len(searched) < every
 
 
 @pytest.mark.parametrize(("chosen", "skipped"), [

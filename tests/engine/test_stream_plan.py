@@ -5,6 +5,7 @@ tests (the restatement made the same requests on every recorded scenario)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -262,6 +263,8 @@ def test_closing_rounds_search_but_the_whole_recording_s_and_a_hurried_one(vocab
     assert [p.kind for p in plans] == ["closing"] * 4 + ["opening", "closing", "closing"]
     assert whole.start == 0 and later.looks_back and own.looks_back and not hurried.looks_back
     assert [p.search for p in plans] == [False, True, True, False, False, False, False]
+    spent = plan_round(replace(state(second, 12, 2, utterance_s=10.3), spent=True), on, MODEL, Detector(10.5, 13.0))
+    assert spent.kind == "closing" and spent.looks_back and not spent.search  # the budget is spent
     log = drafted(vocab, (" He", 0.5, 0.8), (" could", 8.0, 8.4), (" wait", 14.0, 14.5), (" no", 21.0, 21.3))
     split = plan_round(state(log, 21, 3, utterance_s=0.3), policy(closing_beam=True, closing_split_s=20.0,
                        closing_from_start=False), MODEL, Detector(0.5, 24.0, ((21.5, 21.7),)))
