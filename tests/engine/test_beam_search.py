@@ -251,7 +251,8 @@ def _streamed(model, audio: np.ndarray, **config) -> list[bytes]:
 def test_a_stream_searches_in_the_closing_rounds_of_its_later_utterances(model, monkeypatch) -> None:
     """``closing_beam`` on real speech: three clips 2 s apart at a 2 s step; the first utterance is
     the whole-recording decode (greedy, deviation 27), every later closing round searches (and the
-    greedy stream's none), and the words are the reference's where the greedy stream's are."""
+    greedy stream's none), and the words are the reference's where the greedy stream's are; under a
+    ``closing_beam_rate`` that the first search spends, fewer closing rounds search (but one does)."""
 
     from captioner.engine.onnx_model import OnnxChunkRunner
 
