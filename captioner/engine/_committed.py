@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -25,9 +26,10 @@ __all__ = ["CommittedLog", "CommittedToken", "Shown", "keep_first_shown", "retra
 
 @dataclass(slots=True)
 class CommittedToken:
-    """A committed token: its id, its DTW word's audio span (absolute samples), when it was shown, and
+    """A committed token: its id, its DTW word's audio span (absolute samples), when it was shown,
     ``heard_to``: the end of the input (absolute sample) of the round that first showed it (−1: not
-    known), the latest place its word can be."""
+    known), the latest place its word can be, and ``logprob``: its log-probability in the closing
+    decode that committed it (NaN: not known; deviation 53 compares a later decode's reading with it)."""
 
     id: int
     start: int
@@ -35,6 +37,7 @@ class CommittedToken:
     emitted_at: float
     speculative: bool
     heard_to: int = -1
+    logprob: float = math.nan
 
 
 class CommittedLog:
@@ -48,6 +51,7 @@ class CommittedLog:
         self._firsts: list[int] = []  # token index of each published word's first token
         self._mark = 0  # first token index that may differ from what was published
         self.draft_from: int | None = None  # tokens from here on are an open utterance's draft
+        self.reread_from: int | None = None  # ... or words the next closing decode may read again (53)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -59,6 +63,8 @@ class CommittedLog:
         self._mark = min(self._mark, n)
         if self.draft_from is not None:
             self.draft_from = min(self.draft_from, n)
+        if self.reread_from is not None:
+            self.reread_from = min(self.reread_from, n)
         return removed
 
     def set_draft(self, start: int | None) -> None:
@@ -68,6 +74,17 @@ class CommittedLog:
             changed = [i for i in (start, self.draft_from) if i is not None]
             self._mark = min(self._mark, *changed)
             self.draft_from = start
+
+    def set_reread(self, start: int | None) -> None:
+        """Publish the words of tokens ``[start, end)`` as not final (``Word.speculative``) although
+        their utterance closed: the last closed utterance's words, which the next closing decode may
+        read again and correct (deviation 53); None: every closed utterance's words are final."""
+        if start is not None and start >= len(self.tokens):
+            start = None
+        if start != self.reread_from:
+            changed = [i for i in (start, self.reread_from) if i is not None]
+            self._mark = min(self._mark, *changed)
+            self.reread_from = start
 
     def confirm(self, start: int) -> None:
         """Make the speculative tokens from index ``start`` on committed (no later round will
@@ -233,7 +250,8 @@ class CommittedLog:
                     emitted_at=min(t.emitted_at for t in toks),
                     source=self.source,
                     speculative=any(t.speculative for t in toks)
-                    or (self.draft_from is not None and t_from + f >= self.draft_from),
+                    or (self.draft_from is not None and t_from + f >= self.draft_from)
+                    or (self.reread_from is not None and t_from + f >= self.reread_from),
                 )
             )
             firsts.append(t_from + f)

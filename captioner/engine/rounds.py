@@ -70,8 +70,9 @@ class RoundPlan:
             the default): every closing round but the whole-recording decode (offline Whisper's
             greedy decode, 27), an input shorter than ``closing_beam_min_s`` and one in a hurry.
         keeps: a closing round whose input reaches back before its utterance (deviation 52): the
-            committed tokens before this index are final words that stay; the decode's words after
-            them replace the utterance's drafts.
+            committed tokens before this index are final words that stay (but where the decode reads
+            the last closed utterance's otherwise and surer: deviation 53, in the executor); the
+            decode's words after them replace the utterance's drafts.
         fallback: with ``keeps``, the utterance's own closing plan, decoded instead when the decode
             does not begin with those final words or does not hear the utterance.
     """

@@ -51,10 +51,13 @@ soft "I mean"), which counts as speech while the second phrase may still come [3
 with speech after none) sets its start (the input's start) and its speech onset: no word starts
 before the onset [15]. Until the closing round, the utterance's
 words are **drafts** (``Word.speculative``: dimmed, not final for the printer and the live subtitle
-file) [17]. A caller behind real time sets :attr:`Stream.hurry`: rounds then neither look back nor
-reach back (each decodes only its own input, as the paper's rounds do) and the drafts stand; such
-a closing round (or one with nothing committed yet) keeps the carry's prefix and commits its words
-as a live round does, without speculation.
+file) [17]; after it, the last closed utterance's words stay not final (published the same way)
+until the next closing round has had the chance to read them again, or until the stream is
+``closing_before_s`` past them, where no closing decode reaches back (word by word), or its end
+[53]. A caller behind real time sets :attr:`Stream.hurry`: rounds then neither look back nor reach
+back (each decodes only its own input, as the paper's rounds do) and the drafts stand; such a
+closing round (or one with nothing committed yet) keeps the carry's prefix and commits its words as
+a live round does, without speculation.
 
 Decoding: live and opening rounds greedy, in chunks of the pack's chunk plan
 (:mod:`~captioner.engine.decoder`); a forced prefix longer than the plan has room for is not forced
@@ -112,7 +115,10 @@ After the decode, by kind:
   [52] must begin with the final words before it (matched by text among its first words) and hear the
   utterance after them (a word at least, and at least half as many as its drafts), else the
   utterance's own input is decoded instead; the final words stay, and its words after them replace
-  the drafts. Its words replace the committed words of its input
+  the drafts, except the last closed utterance's words where the decode reads them otherwise, after
+  a word it reads alike, and is surer of its reading (their tokens' mean log-probability), unless it
+  reads fewer than 70 % of the final words alike or leaves three in a row out: from there its words
+  replace them too, timed within their audio [53]. Its words replace the committed words of its input
   (``closing_replaces=False``: only the words after them are added, aligned by text, else by
   time), except that a decode whose words begin, word for word, four or more drafted words in
   (Whisper skipped the start of a long input) replaces only the drafts from there, its words
@@ -270,6 +276,11 @@ class StreamConfig:
             (``"auto"`` on a multilingual pack), only where the utterance's own input is heard in
             the final words' language: words of another language before a short sentence would
             decide its language (German before an English reply read the reply as German).
+        closing_rereads: such a decode reads the last closed utterance's words again, now with the
+            words after them; where it reads them otherwise and Whisper is surer of its reading
+            (their tokens' mean log-probability), its reading replaces them (deviation 53). The last
+            closed utterance's words are therefore not final (published as ``speculative``) until
+            the next closing round, ``closing_before_s`` of audio later, or the stream's end.
         closing_beam: closing rounds decode with beam search (the beam-step graph of a pack built
             with ``--beam 5``: offline Whisper's default decoding) where their bucket has one, except
             the stream's first utterance decoded whole (27: offline Whisper's greedy decode of a
@@ -379,6 +390,7 @@ class StreamConfig:
     closing_retry: bool = True
     closing_unguarded: bool = True
     closing_before_s: float = 19.6
+    closing_rereads: bool = True
     closing_beam: bool = False
     closing_beam_min_s: float = 0.0
     closing_beam_rate: float = 0.0
@@ -598,8 +610,9 @@ class Stream:
             end = self._carry_start + self._carry.size
             update = _merge(update, self._run_round(end, np.zeros(0, np.float32), last=True))
         self._carry = np.zeros(0, np.float32)
-        if self._log.draft_from is not None:  # the stream is over: every word is final
+        if self._log.draft_from is not None or self._log.reread_from is not None:  # over: every word is final
             self._log.set_draft(None)
+            self._log.set_reread(None)
             retract, words = self._log.publish()
             update = _merge(update, EngineUpdate(retract, words, update.stats, self.source))
         return update
@@ -663,6 +676,7 @@ class Stream:
             start += audio.size - self._max_n
             audio = audio[audio.size - self._max_n :]
         stats["input_s"] = audio.size / SAMPLE_RATE
+        self._settle(start + audio.size)
         state = StreamState(start, audio, last, self.hurry, self._prefix, self._utterance_start, self._spec_from,
                             (self._history_start, self._history_start + self._history.size), self._log,
                             len(self._prompt), self._closed, self._over_search_budget(start + audio.size))
@@ -980,13 +994,15 @@ class Stream:
         # 11.10 commit
         now = self._clock() - self._t0
         spans = _floor(token_spans(words, len(cands), start, start + audio.size), self._onset)
+        logprobs = _logprobs(result, self.vocab.eot) if closes else []
         new_tokens = []
         for k, token in enumerate(emit):
             i = k + dropped
             s, e = spans[i] if spans else (start, start + audio.size)
             shown, heard_to = ((first_shown.emitted_at, first_shown.heard_to) if first_shown is not None and k < count
                                else (now, start + audio.size))
-            new_tokens.append(CommittedToken(int(token), s, e, shown, speculative, heard_to))
+            lp = logprobs[i] if i < len(logprobs) else math.nan
+            new_tokens.append(CommittedToken(int(token), s, e, shown, speculative, heard_to, lp))
         keep_first_shown(new_tokens, retracted, self.vocab)  # deviation 10
         if speculative and new_tokens:
             self._spec_from = len(self._log)
@@ -999,7 +1015,7 @@ class Stream:
             if last and self._carry.size >= audio.size:
                 self._carry = np.zeros(0, np.float32)
         elif not last:  # deviation 16: the utterance is over, nothing of it is carried
-            self._end_utterance()
+            self._end_utterance(closed=True)
         logger.debug(
             "round %d: input %.2f s at %.2f s, prefix %r, stop %s, candidates %r, emitted %r%s, carry %.2f s",
             stats["round_index"], eff_s, start / SAMPLE_RATE, self.vocab.decode(saved_prefix), result.stop_reason,
@@ -1140,10 +1156,56 @@ class Stream:
         self._session_language = self._session_language or (closes and n_audio >= _SETTLE_N)
         return guess
 
-    def _end_utterance(self) -> None:
-        """The utterance closed: its words are final, the next one starts afresh."""
+    def _end_utterance(self, closed: bool = False) -> None:
+        """The utterance closed: its words are final, the next one starts afresh. ``closed``: a
+        closing round decoded it; with ``closing_rereads`` its words, from its start on, stay not
+        final until the next closing decode has had the chance to read them again (deviation 53)."""
+        utterance = self._utterance_start
+        lo = min((i for i in (self._log.draft_from, self._log.reread_from) if i is not None), default=0)
         self._prefix, self._utterance_start, self._final_n = (), None, None
         self._log.set_draft(None)
+        rereads = closed and self.config.closing_rereads and self.config.closing_replaces and self._policy.before_n > 0
+        self._log.set_reread(self._log.first_word_since(utterance, lo) if rereads and utterance is not None else None)
+
+    def _settle(self, end: int) -> None:
+        """Deviation 53: the last closed utterance's words become final where no later closing decode
+        can read them again: a stream in a hurry reaches back nowhere, and a closing input ending after
+        ``end`` reaches back to words starting at most ``closing_before_s`` (less the pad) before it."""
+        lo = self._log.reread_from
+        if lo is None:
+            return
+        reach = max(self._history_start, end - self._policy.before_n + self._policy.pad_n)
+        upto = len(self._log) if self._log.draft_from is None else self._log.draft_from
+        k = self._log.first_word_since(reach, lo)
+        self._log.set_reread(None if self.hurry or k >= upto else k)
+
+    def _reread(self, start: int, final_n: int, before: list[bytes], decoded: list[bytes],
+                groups: list[tuple[int, int]], result: DecodeResult) -> _Reread | None:
+        """Deviation 53: where a closing decode whose input (from ``start``) holds the final words
+        ``before`` (log tokens up to ``final_n``) reads the last closed utterance's words among them
+        otherwise (:func:`_reread_at`) and Whisper is surer of its reading than of theirs (the
+        tokens' mean log-probability, from the first word read otherwise to the last final word),
+        the place its words replace them from; None where they stay."""
+        lo = self._log.reread_from
+        if lo is None or not (self.config.closing_rereads and self.config.closing_replaces):
+            return None
+        firsts = [i for i, _ in self._log.words_from(self._log.first_word_since(start)) if i < final_n]
+        at = _reread_at(before, decoded, next((k for k, i in enumerate(firsts) if i >= lo), len(firsts)))
+        if at is None:
+            return None
+        i, j, after = at
+        token = firsts[i]
+        old = [t.logprob for t in self._log.tokens[token:final_n]]
+        cands = sum(k for _, k in groups)
+        until = groups[after][0] if after < len(groups) else cands
+        new = _logprobs(result, self.vocab.eot)[groups[j][0] : until] if j < len(groups) else []
+        if not old or not new or any(math.isnan(x) for x in old) or sum(new) / len(new) <= sum(old) / len(old):
+            return None
+        logger.debug("closing decode at %.2f s reads the last utterance's %r as %r (mean log-probability %.2f -> %.2f)",
+                     start / SAMPLE_RATE, b" ".join(before[i:]), b" ".join(decoded[j:after]), sum(old) / len(old),
+                     sum(new) / len(new))
+        floor = max(start, self._log.tokens[token - 1].end if token > 0 else start)
+        return _Reread(token, j, floor, until, max(floor, self._log.tokens[final_n - 1].end))
 
     def _close_utterance(
         self, start: int, audio: np.ndarray, result: DecodeResult, stats: dict, t_round: float, last: bool,
@@ -1162,18 +1224,28 @@ class Stream:
         dropped: list[CommittedToken] = []
         final_n, self._final_n = self._final_n, None
         before: list[bytes] = []  # the final words the input holds before its utterance
+        reread: _Reread | None = None
         if keeps is not None:
             final_n = max(final_n or 0, keeps)
             before = self._before_words(start, final_n)
+            reread = self._reread(start, final_n, before, decoded, groups, result) if before else None
+            if reread is not None:  # deviation 53: its words from there on replace the final ones
+                final_n, before = reread.token, []
         base = max(self._log.first_word_since(start), final_n or 0)
-        replaced = self._skipped_drafts(base, decoded) if self.config.closing_skip and not before else base
+        replaced = (self._skipped_drafts(base, decoded) if self.config.closing_skip and not before and reread is None
+                    else base)
         # deviation 29: words of a decode that skipped drafts are aligned to the audio after those
         # (over the whole input the DTW collapses them onto its start)
         skip_n = _frames(max(0, self._log.tokens[replaced].start - start - _SKIP_MARGIN_N)) if replaced != base else 0
         attn = result.attn_align[: len(cands), skip_n // SAMPLES_PER_FRAME :]
         alignment = align_words(cands, attn, self.vocab, self.config.dtw_median) if cands else None
         words = alignment.words if alignment is not None and alignment.valid else ()
-        spans = _floor(token_spans(words, len(cands), start + skip_n, start + audio.size), self._onset)
+        spans = token_spans(words, len(cands), start + skip_n, start + audio.size)
+        if reread is not None:  # the words read again stay within the audio of those they replace
+            spans = ([(min(max(a, reread.floor), reread.ceiling), min(max(b, reread.floor), reread.ceiling))
+                      for a, b in spans[: reread.until]] + _floor(spans[reread.until :], self._onset))
+        else:
+            spans = _floor(spans, self._onset)
         if self.config.closing_replaces and decoded and not (replaced == len(self._log) and committed):
             if replaced != base:  # the decode begins with the first word it replaces
                 kept: tuple[bytes, ...] = ()
@@ -1184,6 +1256,8 @@ class Stream:
             follow: int | None = 1 if kept and decoded and decoded[0] == kept[-1] else 0  # the kept word heard again
             if before:
                 follow = _after_before(before, decoded)
+            elif reread is not None:
+                follow = reread.word
         else:
             follow = _follow(committed, decoded)
         j = follow
@@ -1191,7 +1265,8 @@ class Stream:
             end = self._log.tokens[-1].end if self._log.tokens else start
             j = next((i for i, (f, _) in enumerate(groups) if spans and spans[f][0] >= end - _TIME_SLACK_N), len(groups))
         first = groups[j][0] if j < len(groups) else len(cands)
-        new_tokens = self._commit(cands[first:], spans[first:], start, audio.size, retracted)
+        new_tokens = self._commit(cands[first:], spans[first:], start, audio.size, retracted,
+                                  _logprobs(result, self.vocab.eot)[first:])
         logger.debug(
             "round %d: closing %.2f s at %.2f s: %r, committed %r, emitted %r",
             stats["round_index"], audio.size / SAMPLE_RATE, start / SAMPLE_RATE, self.vocab.decode(cands),
@@ -1240,7 +1315,7 @@ class Stream:
             self._final_n = min(final_n, self._log.first_word_since(end, self._log.draft_from or 0))
             self._log.set_draft(self._final_n)
         elif not last:
-            self._end_utterance()
+            self._end_utterance(closed=True)
         return self._update(stats, t_round)
 
     def _skipped_drafts(self, replaced: int, decoded: list[bytes]) -> int:
@@ -1275,15 +1350,18 @@ class Stream:
         return (self.config.closing_rest and self._vad is not None
                 and self._vad.speech(begin, end, min_s=_REST_SPEECH_S) is not None)
 
-    def _commit(self, tokens, spans, start: int, n_audio: int, retracted) -> list[CommittedToken]:
+    def _commit(self, tokens, spans, start: int, n_audio: int, retracted,
+                logprobs: Sequence[float] = ()) -> list[CommittedToken]:
         """Append ``tokens`` (non-speculative, timed by ``spans`` or, without an alignment, by the whole
-        input) to the log; words that re-emit ``retracted`` ones keep their first-shown time."""
+        input; ``logprobs``: theirs in the decode, where known) to the log; words that re-emit
+        ``retracted`` ones keep their first-shown time."""
         now = self._clock() - self._t0
         whole = (start, start + n_audio)
         new_tokens = []
         for i, t in enumerate(tokens):
             a, b = spans[i] if spans else whole
-            new_tokens.append(CommittedToken(int(t), a, b, now, False, start + n_audio))
+            lp = logprobs[i] if i < len(logprobs) else math.nan
+            new_tokens.append(CommittedToken(int(t), a, b, now, False, start + n_audio, lp))
         keep_first_shown(new_tokens, retracted, self.vocab)
         self._log.extend(new_tokens)
         return new_tokens
@@ -1395,6 +1473,8 @@ _SKIP_RUN = 3  # deviation 29: a closing decode's first words matched word for w
 _SKIP_MIN_WORDS = 4  # ... at least this many words in: it skipped those drafts ...
 _SKIP_SPEECH_S = 1.0  # ... which stand when the speech detector heard this much speech under them
 _BEFORE_SLACK = 2  # decoded words more than the final words before an utterance that may hold them
+_REREAD_ALIKE = 0.7  # deviation 53: a reading of the final words is theirs where this share is read alike ...
+_REREAD_SKIPPED = 3  # ... and no run of this many is left out
 _SKIP_MARGIN_N = 4800  # 0.3 s: the decode's words are aligned from this much before the first draft it replaces
 _SETTLE_N = 4 * SAMPLE_RATE  # deviation 19: a language heard on 4 s of audio holds for the utterance
 _SWITCH_P = 0.8  # deviations 33, 42: the probability that changes the session's language, or a live round's
@@ -1483,6 +1563,48 @@ def _follow(committed: list[bytes], decoded: list[bytes]) -> int | None:
         return None
     last = blocks[-1]
     return last.b + last.size + (len(committed) - last.a - last.size)
+
+
+@dataclass(frozen=True)
+class _Reread:
+    """Deviation 53: a closing decode's reading of the last closed utterance's words that replaces
+    them: from log token ``token`` on, by its words from index ``word`` on, the tokens before its
+    candidate ``until`` (the utterance's first) timed within ``[floor, ceiling]`` (absolute samples:
+    the end of the word before them, the end of the last one they replace; DTW stretches a
+    sentence's last word over the pause after it when the next sentence follows in the input)."""
+
+    token: int
+    word: int
+    floor: int
+    until: int
+    ceiling: int
+
+
+def _reread_at(before: list[bytes], decoded: list[bytes], open_from: int) -> tuple[int, int, int] | None:
+    """Deviation 53: (index in ``before``, index in ``decoded``) of the first word that a decode
+    beginning with the final words ``before`` (:func:`_after_before`) reads otherwise among the
+    last closed utterance's (``before[open_from:]``), after a word it reads alike, and the index of
+    its first word after ``before``; None where it reads them alike or does not hear them: fewer than
+    70 % of them read alike, or three or more in a row left out (Whisper skipped them)."""
+    after = _after_before(before, decoded)
+    if after is None:
+        return None
+    ops = difflib.SequenceMatcher(None, before, decoded[:after], autojunk=False).get_opcodes()
+    if sum(i2 - i1 for tag, i1, i2, _, _ in ops if tag == "equal") < _REREAD_ALIKE * len(before):
+        return None
+    for k, (tag, i1, _, j1, _) in enumerate(ops):
+        if tag != "equal" and k and ops[k - 1][0] == "equal" and open_from <= i1 < len(before):
+            if any(t == "delete" and i2 - a >= _REREAD_SKIPPED for t, a, i2, _, _ in ops[k:]):
+                return None
+            return i1, j1, after
+    return None
+
+
+def _logprobs(result: DecodeResult, eot: int) -> list[float]:
+    """Each candidate token's log-probability, EOT left out (empty where the decode has none)."""
+    if len(result.logprobs) < len(result.candidates):
+        return []
+    return [lp for t, lp in zip(result.candidates, result.logprobs, strict=False) if t < eot]
 
 
 def _after_before(before: list[bytes], decoded: list[bytes]) -> int | None:
