@@ -53,8 +53,8 @@ before the onset [15]. Until the closing round, the utterance's
 words are **drafts** (``Word.speculative``: dimmed, not final for the printer and the live subtitle
 file) [17]; after it, the last closed utterance's words stay not final (published the same way)
 until the next closing round has had the chance to read them again, or until the stream is
-``closing_before_s`` past them, where no closing decode reaches back (word by word), or its end
-[53]. A caller behind real time sets :attr:`Stream.hurry`: rounds then neither look back nor reach
+``closing_before_s`` past them, where no closing decode reaches back, or ``closing_reread_s`` (10 s;
+word by word), or its end [53]. A caller behind real time sets :attr:`Stream.hurry`: rounds then neither look back nor reach
 back (each decodes only its own input, as the paper's rounds do) and the drafts stand; such a
 closing round (or one with nothing committed yet) keeps the carry's prefix and commits its words as
 a live round does, without speculation.
@@ -280,7 +280,13 @@ class StreamConfig:
             words after them; where it reads them otherwise and Whisper is surer of its reading
             (their tokens' mean log-probability), its reading replaces them (deviation 53). The last
             closed utterance's words are therefore not final (published as ``speculative``) until
-            the next closing round, ``closing_before_s`` of audio later, or the stream's end.
+            the next closing round, or the stream's end, or until the stream is past each of them
+            by ``closing_before_s`` (where no closing decode reaches back to it) or
+            ``closing_reread_s``, whichever comes first.
+        closing_reread_s: with ``closing_rereads``, the longest a closed utterance's word waits to
+            be final, from its start (the terminal, the live subtitle file and "stable words only"
+            show a sentence when it is final); 10 s: the talk 94 / 95 errors at 2 s / 1 s, 19.6 s:
+            94 / 91, and a 19 s reading printed nothing final before its end.
         closing_beam: closing rounds decode with beam search (the beam-step graph of a pack built
             with ``--beam 5``: offline Whisper's default decoding) where their bucket has one, except
             the stream's first utterance decoded whole (27: offline Whisper's greedy decode of a
@@ -391,6 +397,7 @@ class StreamConfig:
     closing_unguarded: bool = True
     closing_before_s: float = 19.6
     closing_rereads: bool = True
+    closing_reread_s: float = 10.0
     closing_beam: bool = False
     closing_beam_min_s: float = 0.0
     closing_beam_rate: float = 0.0
@@ -438,6 +445,8 @@ class StreamConfig:
         if not 0.0 <= self.speech_faint < self.vad_threshold or self.speech_faint_s <= 0:
             raise CaptionerError(f"faint speech must be in [0, threshold) over a positive stretch, got "
                                  f"{self.speech_faint} over {self.speech_faint_s} s")
+        if self.closing_reread_s < 0:
+            raise CaptionerError(f"the wait for a closed sentence's words must not be negative, got {self.closing_reread_s}")
         if self.closing_beam_rate < 0:
             raise CaptionerError(f"the search's rate must not be negative, got {self.closing_beam_rate}")
         if self.speech_loud_db < 0 or self.speech_bridge_s <= 0:
@@ -1169,12 +1178,14 @@ class Stream:
 
     def _settle(self, end: int) -> None:
         """Deviation 53: the last closed utterance's words become final where no later closing decode
-        can read them again: a stream in a hurry reaches back nowhere, and a closing input ending after
-        ``end`` reaches back to words starting at most ``closing_before_s`` (less the pad) before it."""
+        can read them again (a stream in a hurry reaches back nowhere, and a closing input ending after
+        ``end`` reaches back to words starting at most ``closing_before_s``, less the pad, before it)
+        or where they have waited ``closing_reread_s`` since their start."""
         lo = self._log.reread_from
         if lo is None:
             return
-        reach = max(self._history_start, end - self._policy.before_n + self._policy.pad_n)
+        reach = max(self._history_start, end - self._policy.before_n + self._policy.pad_n,
+                    end - round(self.config.closing_reread_s * SAMPLE_RATE))
         upto = len(self._log) if self._log.draft_from is None else self._log.draft_from
         k = self._log.first_word_since(reach, lo)
         self._log.set_reread(None if self.hurry or k >= upto else k)
