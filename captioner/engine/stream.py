@@ -44,20 +44,19 @@ Speech is what the speech detector (Silero VAD, 32 ms windows) rates at ``vad_th
 any ``speech_faint_s`` stretch that never reaches it but averages ``speech_faint`` or more (band-limited
 radio turns that Silero rates 0.25–0.45 throughout) [32] or averages ``speech_weak`` or more while it
 stands ``speech_weak_db`` above the recording's quiet level (where it stands that high: an edited radio
-channel rated 0.05–0.4) [45], and the speaker going on where Silero lets
-go: a window ``speech_loud_db`` above the recording's quiet level and within 10 dB of the phrase
-before it, between two phrases the threshold heard at most ``speech_bridge_s`` apart (a meeting's
-soft "I mean"), which counts as speech while the second phrase may still come [39]. A round that opens an utterance (the first
-with speech after none) sets its start (the input's start) and its speech onset: no word starts
-before the onset [15]. Until the closing round, the utterance's
-words are **drafts** (``Word.speculative``: dimmed, not final for the printer and the live subtitle
-file) [17]; after it, the last closed utterance's words stay not final (published the same way)
-until the next closing round has had the chance to read them again, or until the stream is
-``closing_before_s`` past them, where no closing decode reaches back, or ``closing_reread_s`` (10 s;
-word by word), or its end [53]. A caller behind real time sets :attr:`Stream.hurry`: rounds then neither look back nor reach
-back (each decodes only its own input, as the paper's rounds do) and the drafts stand; such a
-closing round (or one with nothing committed yet) keeps the carry's prefix and commits its words as
-a live round does, without speculation.
+channel rated 0.05–0.4) [45], and the speaker going on where Silero lets go: a window ``speech_loud_db``
+above the recording's quiet level and within 10 dB of the phrase before it, between two phrases the
+threshold heard at most ``speech_bridge_s`` apart (a meeting's soft "I mean"), which counts as speech
+while the second phrase may still come [39]. A round that opens an utterance (the first with speech
+after none) sets its start (the input's start) and its speech onset: no word starts before the onset
+[15]. Until the closing round, the utterance's words are **drafts** (``Word.speculative``: dimmed, not
+final for the printer and the live subtitle file) [17]; after it, the last closed utterance's words stay
+not final (published the same way) until the next closing round has had the chance to read them again,
+or until the stream is ``closing_before_s`` past them, where no closing decode reaches back, or
+``closing_reread_s`` (10 s; word by word), or its end [53]. A caller behind real time sets
+:attr:`Stream.hurry`: rounds then neither look back nor reach back (each decodes only its own input, as
+the paper's rounds do) and the drafts stand; such a closing round (or one with nothing committed yet)
+keeps the carry's prefix and commits its words as a live round does, without speculation.
 
 Decoding: live and opening rounds greedy, in chunks of the pack's chunk plan
 (:mod:`~captioner.engine.decoder`); a forced prefix longer than the plan has room for is not forced
@@ -1191,12 +1190,13 @@ class Stream:
         self._log.set_reread(None if self.hurry or k >= upto else k)
 
     def _reread(self, start: int, final_n: int, before: list[bytes], decoded: list[bytes],
-                groups: list[tuple[int, int]], result: DecodeResult) -> _Reread | None:
+                groups: list[tuple[int, int]], logprobs: list[float]) -> _Reread | None:
         """Deviation 53: where a closing decode whose input (from ``start``) holds the final words
         ``before`` (log tokens up to ``final_n``) reads the last closed utterance's words among them
         otherwise (:func:`_reread_at`) and Whisper is surer of its reading than of theirs (the
         tokens' mean log-probability, from the first word read otherwise to the last final word),
-        the place its words replace them from; None where they stay."""
+        the place its words replace them from; None where they stay. ``logprobs``: the decode's per
+        candidate token (:func:`_logprobs`)."""
         lo = self._log.reread_from
         if lo is None or not (self.config.closing_rereads and self.config.closing_replaces):
             return None
@@ -1209,7 +1209,7 @@ class Stream:
         old = [t.logprob for t in self._log.tokens[token:final_n]]
         cands = sum(k for _, k in groups)
         until = groups[after][0] if after < len(groups) else cands
-        new = _logprobs(result, self.vocab.eot)[groups[j][0] : until] if j < len(groups) else []
+        new = logprobs[groups[j][0] : until] if j < len(groups) else []
         if not old or not new or any(math.isnan(x) for x in old) or sum(new) / len(new) <= sum(old) / len(old):
             return None
         logger.debug("closing decode at %.2f s reads the last utterance's %r as %r (mean log-probability %.2f -> %.2f)",
@@ -1231,6 +1231,7 @@ class Stream:
         cands = [t for t in result.candidates if t < self.vocab.eot]
         groups = split_words(cands, self.vocab)
         decoded = [normalize_word(self.vocab.text_bytes(cands[f : f + k])) for f, k in groups]
+        logprobs = _logprobs(result, self.vocab.eot)
         committed = self._log.words_since(start)
         dropped: list[CommittedToken] = []
         final_n, self._final_n = self._final_n, None
@@ -1239,7 +1240,7 @@ class Stream:
         if keeps is not None:
             final_n = max(final_n or 0, keeps)
             before = self._before_words(start, final_n)
-            reread = self._reread(start, final_n, before, decoded, groups, result) if before else None
+            reread = self._reread(start, final_n, before, decoded, groups, logprobs) if before else None
             if reread is not None:  # deviation 53: its words from there on replace the final ones
                 final_n, before = reread.token, []
         base = max(self._log.first_word_since(start), final_n or 0)
@@ -1276,8 +1277,7 @@ class Stream:
             end = self._log.tokens[-1].end if self._log.tokens else start
             j = next((i for i, (f, _) in enumerate(groups) if spans and spans[f][0] >= end - _TIME_SLACK_N), len(groups))
         first = groups[j][0] if j < len(groups) else len(cands)
-        new_tokens = self._commit(cands[first:], spans[first:], start, audio.size, retracted,
-                                  _logprobs(result, self.vocab.eot)[first:])
+        new_tokens = self._commit(cands[first:], spans[first:], start, audio.size, retracted, logprobs[first:])
         logger.debug(
             "round %d: closing %.2f s at %.2f s: %r, committed %r, emitted %r",
             stats["round_index"], audio.size / SAMPLE_RATE, start / SAMPLE_RATE, self.vocab.decode(cands),
