@@ -252,7 +252,9 @@ def export_session(
     options: CueOptions | None = None,
     timestamps: bool = False,
 ) -> Path:
-    """Write one stored session to ``path``: its committed words and gaps, and its details in JSON.
+    """Write one stored session to ``path``: its words as it stands (final words; for a session that
+    never ended, the words its captions showed last: :meth:`SessionStore.session_words`) and gaps,
+    and its details in JSON.
 
     The one export of a recorded session, used by the app's tray, the history window and
     ``captioner sessions export``; arguments as for :func:`export_words`.

@@ -411,23 +411,34 @@ class SessionStore:
             raise StorageError(f"there is no session {session_id} (see `captioner sessions list`)")
         return self._info(rows[0])
 
-    def session_words(self, session_id: int, *, include_speculative: bool = False) -> list[Word]:
+    def session_words(self, session_id: int, *, include_speculative: bool | None = None) -> list[Word]:
         """The session's words: each source in emission order, sources interleaved by start time.
 
-        Times are the stored integer milliseconds as seconds. Speculative words are left out
-        unless asked for (exports never write them).
+        Times are the stored integer milliseconds as seconds. ``include_speculative``: True, every
+        stored word with its flag; False, the final words only (exports never write speculative
+        ones); None (the default), the session as it stands: the final words of a session that
+        ended or that this store is recording, and every word of one that never ended and is not
+        recorded here (its process was killed, or it is recording in another one), its speculative
+        words as final: the words the captions showed last. Those are a closed sentence's words
+        that a later decode might still have read again, and the open sentence's drafts; left out,
+        a crash would lose the last sentence from every export.
         """
         rows = self._query(
             "SELECT text, start_ms, end_ms, emitted_at_ms, source, speculative FROM words"
             " WHERE session_id = ? ORDER BY source, seq",
             (session_id,),
         )
+        settle = include_speculative is None and session_id not in self._active and self._unended(session_id)
         words = [
-            Word(text, start / 1000, end / 1000, emitted / 1000, source, bool(spec))
+            Word(text, start / 1000, end / 1000, emitted / 1000, source, bool(spec) and not settle)
             for text, start, end, emitted, source, spec in rows
-            if include_speculative or not spec
+            if include_speculative or settle or not spec
         ]
         return merge_sources(words)
+
+    def _unended(self, session_id: int) -> bool:
+        """True when the session exists and was never ended (``end_session``)."""
+        return bool(self._query("SELECT 1 FROM sessions WHERE id = ? AND ended_at IS NULL", (session_id,)))
 
     def session_gaps(self, session_id: int) -> list[Gap]:
         """The audio the engine skipped in the session (it fell behind real time), in time order."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from captioner.core import EngineUpdate, Word, apply_update
 from captioner.errors import StorageError
 from captioner.transcript.cues import build_cues
-from captioner.transcript.export import render_srt, render_vtt
+from captioner.transcript.export import export_session, render_srt, render_vtt
 from captioner.transcript.live import LiveSubtitleWriter
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore
@@ -174,3 +175,10 @@ def test_sigkill_mid_session_loses_nothing_committed(tmp_path: Path, kill_after:
     assert subs, "no cue was final before the kill"
     cues = build_cues(stored)
     assert [s.content for s in subs] == [c.text for c in cues[: len(subs)]]
+
+    # The export has every word the captions showed last, the speculative ones as final.
+    shown = [dataclasses.replace(w, speculative=False) for w in stored]
+    with SessionStore.open(db) as store:
+        export_session(store, session_id, tmp_path / "after-crash.srt")
+    exported = [s.content for s in srt.parse((tmp_path / "after-crash.srt").read_text(encoding="utf-8"))]
+    assert exported == [c.text for c in build_cues(shown)]  # (a speculative tail: 1 update in 4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 import sqlite3
@@ -58,6 +59,26 @@ def test_speculative_words_are_stored_but_not_exported_or_searched(store: Sessio
     assert [w.speculative for w in store.session_words(sid, include_speculative=True)] == [False, True]
     assert store.search("maybe") == [] and len(store.search("solid")) == 1
     assert store.get_session(sid).word_count == 1
+
+
+def test_a_session_that_never_ended_keeps_the_words_shown_last(tmp_path: Path) -> None:
+    """A process killed before ``end_session`` leaves its last sentence speculative (waiting to be read
+    again, or drafts): read by another store, those words are the session's last words, as final;
+    the recording store itself, and an ended session, still give the final words only."""
+    db = tmp_path / "sessions.sqlite3"
+    words = (W("Closed", 0, 0.5), W("sentence.", 0.5, 1), W("Read", 1.2, 1.5, spec=True), W("again.", 1.5, 2, spec=True))
+    with SessionStore.open(db) as recording:
+        sid = recording.begin_session()
+        recording.apply(sid, EngineUpdate(0, words))
+        assert [w.text for w in recording.session_words(sid)] == ["Closed", "sentence."]
+        ended = recording.begin_session()
+        recording.apply(ended, EngineUpdate(0, words))
+        recording.end_session(ended)
+    with SessionStore.open(db) as later:  # the recording process is gone
+        assert later.session_words(sid) == [dataclasses.replace(w, speculative=False) for w in words]
+        assert [w.speculative for w in later.session_words(sid, include_speculative=True)] == [False, False, True, True]
+        assert [w.text for w in later.session_words(sid, include_speculative=False)] == ["Closed", "sentence."]
+        assert [w.text for w in later.session_words(ended)] == ["Closed", "sentence."]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
