@@ -66,7 +66,9 @@ class SessionInfo:
         model, provider, language: what transcribed it.
         settings: JSON snapshot of the settings used.
         title: user title ("" = none).
-        word_count: committed (non-speculative) words.
+        word_count: the words :meth:`SessionStore.session_words` gives: committed (non-speculative)
+            ones, and every stored word of a session that never ended and is not recorded by
+            this store (a crash).
     """
 
     id: int
@@ -372,12 +374,13 @@ class SessionStore:
     _SESSION_COLUMNS = (
         "s.id, s.started_at, s.ended_at, s.duration_ms, s.sources, s.model, s.provider, s.language,"
         " s.settings, s.title,"
-        " (SELECT count(*) FROM words w WHERE w.session_id = s.id AND w.speculative = 0)"
+        " (SELECT count(*) FROM words w WHERE w.session_id = s.id AND w.speculative = 0),"
+        " (SELECT count(*) FROM words w WHERE w.session_id = s.id)"
     )
 
-    @staticmethod
-    def _info(row: Sequence[Any]) -> SessionInfo:
+    def _info(self, row: Sequence[Any]) -> SessionInfo:
         sources = tuple(cast(Source, s) for s in str(row[4]).split(",") if s)  # validated when stored
+        settled = row[2] is None and int(row[0]) not in self._active  # as session_words reads it
         return SessionInfo(
             int(row[0]),
             row[1],
@@ -389,7 +392,7 @@ class SessionStore:
             row[7],
             row[8],
             row[9],
-            int(row[10]),  # type: ignore[arg-type]
+            int(row[11] if settled else row[10]),  # type: ignore[arg-type]
         )
 
     def list_sessions(self, limit: int | None = None) -> list[SessionInfo]:

@@ -71,6 +71,7 @@ def test_a_session_that_never_ended_keeps_the_words_shown_last(tmp_path: Path) -
         sid = recording.begin_session()
         recording.apply(sid, EngineUpdate(0, words))
         assert [w.text for w in recording.session_words(sid)] == ["Closed", "sentence."]
+        assert recording.get_session(sid).word_count == 2
         ended = recording.begin_session()
         recording.apply(ended, EngineUpdate(0, words))
         recording.end_session(ended)
@@ -79,6 +80,7 @@ def test_a_session_that_never_ended_keeps_the_words_shown_last(tmp_path: Path) -
         assert [w.speculative for w in later.session_words(sid, include_speculative=True)] == [False, False, True, True]
         assert [w.text for w in later.session_words(sid, include_speculative=False)] == ["Closed", "sentence."]
         assert [w.text for w in later.session_words(ended)] == ["Closed", "sentence."]
+        assert later.get_session(sid).word_count == 4 and later.get_session(ended).word_count == 2
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
