@@ -380,7 +380,7 @@ class SessionStore:
 
     def _info(self, row: Sequence[Any]) -> SessionInfo:
         sources = tuple(cast(Source, s) for s in str(row[4]).split(",") if s)  # validated when stored
-        settled = row[2] is None and int(row[0]) not in self._active  # as session_words reads it
+        settled = row[2] is None and not self.recording(int(row[0]))  # as session_words reads it
         return SessionInfo(
             int(row[0]),
             row[1],
@@ -394,6 +394,10 @@ class SessionStore:
             row[9],
             int(row[11] if settled else row[10]),  # type: ignore[arg-type]
         )
+
+    def recording(self, session_id: int) -> bool:
+        """True while this store records the session (begun here and not ended)."""
+        return session_id in self._active
 
     def list_sessions(self, limit: int | None = None) -> list[SessionInfo]:
         """Sessions, newest first."""
@@ -431,7 +435,7 @@ class SessionStore:
             " WHERE session_id = ? ORDER BY source, seq",
             (session_id,),
         )
-        settle = include_speculative is None and session_id not in self._active and self._unended(session_id)
+        settle = include_speculative is None and not self.recording(session_id) and self._unended(session_id)
         words = [
             Word(text, start / 1000, end / 1000, emitted / 1000, source, bool(spec) and not settle)
             for text, start, end, emitted, source, spec in rows
