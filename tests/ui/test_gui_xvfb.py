@@ -29,6 +29,7 @@ import pytest
 import srt
 from PySide6.QtGui import QImage
 
+from captioner.transcript.cues import GAP_TEXT
 from captioner.transcript.store import SessionStore
 from tests.ui.conftest import quit_app
 
@@ -168,8 +169,13 @@ def test_live_subtitle_file_grows_during_the_session_and_parses_after_a_kill(xse
     assert subs
     (info, words), = stored_sessions(home)
     assert info.ended_at is None  # killed: the store kept every committed word all the same
-    live_words = [w for s in subs for w in s.content.split()]
-    assert live_words == [w.text for w in words][: len(live_words)]  # final words are final
+    # a machine busy with other work can make the app fall behind real time: the audio it skips is a
+    # cue of its own in the live file, and the store keeps that gap too
+    with SessionStore.open(home / "data" / "sessions.sqlite3") as store:
+        gaps = store.session_gaps(info.id)
+    assert sum(s.content == GAP_TEXT for s in subs) <= len(gaps)
+    live_words = [w for s in subs if s.content != GAP_TEXT for w in s.content.split()]
+    assert live_words and live_words == [w.text for w in words][: len(live_words)]  # final words are final
 
 
 def test_tray_actions_drive_the_real_app_on_xcb(xserver, tiny_pack, speech_wav, tmp_path, artifacts):
