@@ -61,7 +61,9 @@ class SessionInfo:
         id: store-assigned id.
         started_at, ended_at: UTC ISO 8601 wall time; ``ended_at`` is None while recording (or
             after a crash).
-        duration_ms: audio-clock length (end of the last word when not given at the end).
+        duration_ms: audio-clock length (end of the last word when not given at the end); None while
+            recording; for a session that never ended and is not recorded by this store (a crash),
+            the end of its last stored word, as far as its captions went (None without words).
         sources: the sources captured.
         model, provider, language: what transcribed it.
         settings: JSON snapshot of the settings used.
@@ -375,7 +377,8 @@ class SessionStore:
         "s.id, s.started_at, s.ended_at, s.duration_ms, s.sources, s.model, s.provider, s.language,"
         " s.settings, s.title,"
         " (SELECT count(*) FROM words w WHERE w.session_id = s.id AND w.speculative = 0),"
-        " (SELECT count(*) FROM words w WHERE w.session_id = s.id)"
+        " (SELECT count(*) FROM words w WHERE w.session_id = s.id),"
+        " (SELECT max(end_ms) FROM words w WHERE w.session_id = s.id)"
     )
 
     def _info(self, row: Sequence[Any]) -> SessionInfo:
@@ -385,7 +388,7 @@ class SessionStore:
             int(row[0]),
             row[1],
             row[2],
-            row[3],
+            row[12] if settled else row[3],
             sources,
             row[5],
             row[6],
@@ -458,7 +461,9 @@ class SessionStore:
     def search(self, text: str, *, limit: int = 100) -> list[SearchHit]:
         """Where the words of ``text`` were said, in that order (case and punctuation ignored).
 
-        Committed words only. FTS5 narrows the candidate sessions; the phrase is then matched
+        The words :meth:`session_words` gives: committed ones, and every stored word of a session
+        that never ended and is not recorded here (a crash). FTS5 (committed words only) narrows
+        the candidate sessions, a ``LIKE`` scan those speculative words; the phrase is then matched
         word by word, so "new york" finds "New York," but not "York, new".
         """
         raw = [w for w in text.split() if _fold(w)]
@@ -473,16 +478,25 @@ class SessionStore:
                 " WHERE words_fts MATCH ? ORDER BY w.session_id DESC",
                 ('"' + rare.replace('"', '""') + '"*',),
             )
+        like = "%" + _fold(rare).replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         if not rows:  # no FTS5, or a match inside a word (FTS matches whole tokens or prefixes)
-            needle = _fold(rare)
             rows = self._query(
-                "SELECT DISTINCT session_id FROM words WHERE speculative = 0 AND text LIKE ? ESCAPE '\\'"
-                " ORDER BY session_id DESC",
-                ("%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",),
+                "SELECT DISTINCT session_id FROM words WHERE speculative = 0 AND text LIKE ? ESCAPE '\\'",
+                (like,),
             )
+        cut_off = [  # sessions a crash cut off: their speculative words are their last words
+            int(r[0])
+            for r in self._query(
+                "SELECT DISTINCT w.session_id FROM words w JOIN sessions s ON s.id = w.session_id"
+                " WHERE s.ended_at IS NULL AND w.speculative = 1 AND w.text LIKE ? ESCAPE '\\'",
+                (like,),
+            )
+            if not self.recording(int(r[0]))
+        ]
+        ids = sorted({int(r[0]) for r in rows} | set(cut_off), reverse=True)
         hits: list[SearchHit] = []
-        for (session_id,) in rows:
-            hits += self._phrase_hits(int(session_id), terms, limit - len(hits))
+        for session_id in ids:
+            hits += self._phrase_hits(session_id, terms, limit - len(hits))
             if len(hits) >= limit:
                 break
         return hits
@@ -492,11 +506,12 @@ class SessionStore:
         several match as a phrase whose first term may end a word and whose last may begin one."""
         hits: list[SearchHit] = []
         n = len(terms)
+        every = not self.recording(session_id) and self._unended(session_id)  # as session_words reads it
         for source in SOURCES:
             rows = self._query(
                 "SELECT seq, text, start_ms, end_ms FROM words WHERE session_id = ? AND source = ?"
-                " AND speculative = 0 ORDER BY seq",
-                (session_id, source),
+                " AND (speculative = 0 OR ?) ORDER BY seq",
+                (session_id, source, int(every)),
             )
             folded = [_fold(r[1]) for r in rows]
             for i in range(len(rows) - n + 1):

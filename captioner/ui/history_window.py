@@ -48,13 +48,14 @@ def _date(iso: str) -> str:
         return iso
 
 
-def _duration(ms: int | None, recording: bool) -> str:
-    """The length column: h:mm:ss; a session without one never ended: it is recording here, or its
-    process was killed (or records it elsewhere), which is all this store can tell."""
-    if ms is None:
-        return "recording…" if recording else "not ended"
-    s = ms // 1000
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+def _duration(ms: int | None, ended: bool, recording: bool) -> str:
+    """The length column: h:mm:ss. A session that never ended is recording here, or its process was
+    killed (or records it elsewhere), which is all this store can tell: "not ended", with the
+    length its words reach."""
+    if recording:
+        return "recording…"
+    length = "" if ms is None else f"{ms // 3600000}:{ms // 60000 % 60:02d}:{ms // 1000 % 60:02d}"
+    return length if ended else ", ".join(filter(None, [length, "not ended"]))
 
 
 class HistoryWindow(QWidget):
@@ -140,7 +141,7 @@ class HistoryWindow(QWidget):
         for info in sessions:
             words = self._store.session_words(info.id)[:FIRST_WORDS]
             first = " ".join(w.text for w in words) or "(no words)"
-            item = QTreeWidgetItem([_date(info.started_at), _duration(info.duration_ms, self._store.recording(info.id)),
+            item = QTreeWidgetItem([_date(info.started_at), _duration(info.duration_ms, info.ended_at is not None, self._store.recording(info.id)),
                                     ", ".join(info.sources), first])
             item.setData(0, Qt.ItemDataRole.UserRole, info.id)
             self.list.addTopLevelItem(item)

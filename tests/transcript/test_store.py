@@ -81,6 +81,15 @@ def test_a_session_that_never_ended_keeps_the_words_shown_last(tmp_path: Path) -
         assert [w.text for w in later.session_words(sid, include_speculative=False)] == ["Closed", "sentence."]
         assert [w.text for w in later.session_words(ended)] == ["Closed", "sentence."]
         assert later.get_session(sid).word_count == 4 and later.get_session(ended).word_count == 2
+        # its length is as far as its words go, and search finds its last words
+        assert later.get_session(sid).duration_ms == 2000 and later.get_session(ended).duration_ms == 1000
+        assert [(h.session_id, h.seq) for h in later.search("read again")] == [(sid, 2)]
+        assert {h.session_id for h in later.search("sentence")} == {sid, ended}
+    with SessionStore.open(db) as recording:
+        live = recording.begin_session()
+        recording.apply(live, EngineUpdate(0, words))
+        assert recording.get_session(live).duration_ms is None
+        assert [h.session_id for h in recording.search("again")] == [sid]  # its own drafts are not final yet
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -83,12 +83,12 @@ def test_delete_asks_first_and_removes_the_session(qtbot, tmp_path):
 
 def test_a_session_cut_off_by_a_crash_shows_the_words_its_captions_showed_last(qtbot, tmp_path):
     """A session whose process was killed (never ended, recorded by no store now) lists as "not ended"
-    with its last, speculative words, and its transcript has them; one recording here lists as
+    with the length its words reach and its last, speculative words, and its transcript has them; one recording here lists as
     recording, with its final words only."""
     db = tmp_path / "sessions.sqlite3"
     with SessionStore.open(db) as killed:
         cut = killed.begin_session(started_at="2026-03-01T10:00:00+00:00")
-        killed.apply(cut, EngineUpdate(0, (Word("closed", 0, 0.4), Word("sentence", 0.5, 0.9, speculative=True))))
+        killed.apply(cut, EngineUpdate(0, (Word("closed", 40, 40.4), Word("sentence", 40.5, 41.9, speculative=True))))
     store = SessionStore.open(db)
     live = store.begin_session(started_at="2026-03-02T10:00:00+00:00")
     store.apply(live, EngineUpdate(0, (Word("final", 0, 0.4), Word("draft", 0.5, 0.9, speculative=True))))
@@ -96,6 +96,6 @@ def test_a_session_cut_off_by_a_crash_shows_the_words_its_captions_showed_last(q
     qtbot.addWidget(win)
     assert win.session_ids() == [live, cut]
     rows = [win.list.topLevelItem(i) for i in range(2)]
-    assert [(r.text(1), r.text(3)) for r in rows] == [("recording…", "final"), ("not ended", "closed sentence")]
+    assert [(r.text(1), r.text(3)) for r in rows] == [("recording…", "final"), ("0:00:41, not ended", "closed sentence")]
     win.select_session(cut)
     assert "closed sentence" in win.text.toPlainText()
