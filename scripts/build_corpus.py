@@ -5,7 +5,7 @@
 
 It writes ``corpus/audio/<id>.flac`` (16 kHz, mono, 16-bit FLAC) and ``corpus/manifest.jsonl`` (the
 development corpus's format, ``../shared/speech/README.md``, with a ``speaker`` field on every item and
-``notes`` that give the exact cut): 56 recordings of 27 people who are not in the development corpus.
+``notes`` that give the exact cut): 62 recordings of 33 people who are not in the development corpus.
 Everything that decides the output is data in this file (:data:`ITEMS`: source file, cut, reference
 text, notes, and the SHA-256 of the 16-bit samples each build must reproduce); nothing is chosen at
 run time. ``--mirrors`` is a folder of bare git mirrors named ``owner+name`` (the ``fetch`` tool's
@@ -64,6 +64,10 @@ What it builds, from what, under which licence:
   rhasspy/dataset-voice-cathy ``data/`` (48 kHz, two identical channels; text: the ``.txt`` beside each).
   CMU ARCTIC is a dataset issue 25's held-out set draws on: evidence only. (The same kit's aew clips and LJ
   Speech's LJ001 are in the development corpus, so they are not here.)
+- 6 more ``other`` items, CSTR VCTK Corpus, CC BY 4.0: one read sentence each of six speakers with accents the
+  corpus lacked (p238 Northern Irish, p255 Scottish, p301 American, p314 South African, p317 Canadian, p376
+  Indian), VCTK's own 48 kHz recordings that RichardSterry/msc-project keeps in ``docs/vctk/samples/`` (whole
+  files, resampled); text: the VCTK transcripts in the same repository, checked like the other VCTK items.
 
 Processing, all deterministic: WAV read with :mod:`wave` (one channel of hotato's two-channel clips); the
 MP3s decoded by ffmpeg's fixed-point ``mp3`` decoder (bit-exact; a stereo one as the mean of its channels); resampled to 16 kHz with a fixed
@@ -262,6 +266,23 @@ def _libri(id_: str, wav: str, text: str, sha: str) -> dict[str, Any]:
                              "Arm), copied sample for sample."}
 
 
+VCTK48_PATH = "docs/vctk/samples/p{speaker}_{utt}.wav"
+VCTK48_NOTE = ("not cut: the whole file; the 48 kHz 16-bit WAV in the source (by its format and name VCTK's own 48 kHz "
+               "recording, wav48/; RichardSterry/msc-project keeps six of them in docs/vctk/samples/ beside its copy of the "
+               "transcripts), resampled to 16 kHz, with the silence at its edges (about 1 s before the speech). One read sentence of a VCTK speaker whose accent "
+               "the corpus had not had: {who} (VCTK's speaker-info, as msc-project's docs/vctk/vctk_meta_data copies it: "
+               "{info}). ")
+
+
+def _vctk48(speaker: str, utt: str, who: str, info: str, text: str, sha: str) -> dict[str, Any]:
+    """One of msc-project's six original 48 kHz VCTK recordings, the whole file; text: the VCTK transcript (the
+    same copy as the 16 kHz VCTK items)."""
+    return {"id": f"vctk-p{speaker}_{utt}", "kind": "other", "speaker": f"vctk-p{speaker}", "repo": "msc",
+            "path": VCTK48_PATH.format(speaker=speaker, utt=utt), "start": None, "end": None, "text": text,
+            "vctk": f"p{speaker}_{utt}", "license_note": VCTK_LICENSE, "sha256": sha,
+            "notes": VCTK48_NOTE.format(who=who, info=info)}
+
+
 def _noisy(speaker: str, utt: str, text: str, sha: str) -> dict[str, Any]:
     return {"id": f"vctk-p{speaker}_{utt}-noisy", "kind": "noisy", "speaker": f"vctk-p{speaker}", "repo": "arm",
             "path": f"resources/noise_reduction/samples/p{speaker}_{utt}.wav", "start": None, "end": None,
@@ -314,7 +335,8 @@ DAY6_SPEAKER = "apollo11-day6"
 # -> tune (its speaker id sorts after CHILDES', so it is placed last and moves no one). The Apollo 11 Public
 # Affairs Officer came last (4 items, so second in the split, after launch day) -> check, which moves AMI FEO072
 # to tune (with 2 items it would move MEE008, with 6 FEE005, MEE073 and MEE008; 4 moves the fewest);
-# p225, p227 -> tune, p226, p228 -> check; 251 -> tune, 3536 -> check; p232 -> tune, p257 -> check.
+# p225, p227 -> tune, p226, p228 -> check; 251 -> tune, 3536 -> check; p232 -> tune, p257 -> check. The six
+# one-sentence VCTK speakers came last (kind other, placed after the short-read items); see there.
 ITEMS: list[dict[str, Any]] = [
     _apollo("a11-launch-canary-1", LAUNCH, "utd", CANARY, 69.760, 73.318, ["00:00:18:18"],
             "Apollo 11, this is Houston through Canary. Over.",
@@ -617,6 +639,27 @@ ITEMS: list[dict[str, Any]] = [
         "c3bca179593d03cef4d2533795fac54e1dff5c867614839a893410a837e3652c"),
     _cathy("a0012", "1592748339", "Gregson shoved back his chair and rose to his feet.",
         "5487a9fad51857c1ada27be7959ed876bffbfbf00bde642de0b6331647a10a06"),
+    # Six more VCTK speakers, one read sentence each, accents the corpus lacked (kind other, placed last). One item
+    # each and speaker ids that sort after every earlier one-item "other" speaker, so the split places them after all
+    # earlier "other" speakers and no earlier speaker changes halves: p238, p301, p317 -> check, p255, p314, p376 -> tune.
+    _vctk48("238", "165", "a Northern Irish woman from Belfast", "p238, 22, F, NorthernIrish, Belfast",
+            "The arrangement will avoid any conflicts of interest.",
+            "66e18957a263636a611fd14ae119cfbcf244b1f83c2e63d00a6e9a325642e4e7"),
+    _vctk48("255", "367", "a Scottish man from Galloway", "p255, 19, M, Scottish, Galloway",
+            "Anything is possible in football and we can beat Celtic again.",
+            "ff8dda19d65fc163a7aef29d746d3c7a844ca4ff82baaaa0505096e996d7e888"),
+    _vctk48("301", "102", "an American woman from North Carolina", "p301, 23, F, American, North Carolina",
+            "I am sure all schools would accept that.",
+            "db61a14c893572f2008871f18c9c20ea72050ee3b0379db3d228996c29c01f2b"),
+    _vctk48("314", "272", "a South African woman from Cape Town", "p314, 26, F, SouthAfrican, Cape Town",
+            "That was a bonus, but it was not the main objective.",
+            "53a8f3946a841a34e132455c5ba427f95fbc73433bf10cb5615d5fc27c61891b"),
+    _vctk48("317", "166", "a Canadian woman from Hamilton", "p317, 23, F, Canadian, Hamilton",
+            "That is a lot of writing.",
+            "baa5c7a802896c7a326bfe4c69bacfe58a79f23b82dccf47370f5abb401fbd57"),
+    _vctk48("376", "193", "an Indian man", "p376, 22, M, Indian, no region given",
+            "\"The modern approach will also be reflected in the terms of address.\"",
+            "55727c01f23fcfe6d7f0e50aac6467209fdc98aa85ccbb9c7b06cbeb53d12789"),
 ]
 
 FIXTURE = "tests/data/speech-hard/radio-a11-launch-canary-1+2.wav"  # canary-1, 0.2 s of silence, canary-2 (11.5 s)

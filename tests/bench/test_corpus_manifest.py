@@ -66,7 +66,7 @@ def test_every_entry_is_complete_16k_mono_and_as_long_as_stated() -> None:
     conversational = [e for e in items if e["kind"] == "conversational"]
     assert 3 * len(conversational) >= len(items)
     assert sum(e["seconds"] for e in items) / 60 < 15
-    # the folder stays small enough to travel with a checkout (9.9 MiB with the short read sentences)
+    # the folder stays small enough to travel with a checkout (10.2 MiB with the six one-sentence VCTK speakers)
     assert sum(p.stat().st_size for p in CORPUS.parent.rglob("*") if p.is_file()) < 12 * 1024 * 1024
 
 
