@@ -66,6 +66,9 @@ class Word:
         source: ``"system"`` (loopback / monitor) or ``"mic"``.
         speculative: True while the engine may still retract it (NPUSPER.md §11.7); such words
             are drawn dimmed and are not written to subtitle files.
+        rereadable: speculative only because its sentence has closed and the next closing decode
+            may read it once more (``engine/stream.py`` deviation 53), which changes a word
+            rarely: "stable words only" shows it (a draft it hides). False for every other word.
     """
 
     text: str
@@ -74,6 +77,7 @@ class Word:
     emitted_at: float = 0.0
     source: Source = "system"
     speculative: bool = False
+    rereadable: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,6 +240,8 @@ class CommittedLog:
             text = self.vocab.decode(t.id for t in toks).strip()
             if not text:
                 continue
+            draft = any(t.speculative for t in toks) or (self.draft_from is not None and t_from + f >= self.draft_from)
+            reread = self.reread_from is not None and t_from + f >= self.reread_from
             start = max(toks[0].start / SAMPLE_RATE, prev_end)
             end = max(max(t.end for t in toks) / SAMPLE_RATE, start)
             words.append(
@@ -249,9 +251,8 @@ class CommittedLog:
                     end=end,
                     emitted_at=min(t.emitted_at for t in toks),
                     source=self.source,
-                    speculative=any(t.speculative for t in toks)
-                    or (self.draft_from is not None and t_from + f >= self.draft_from)
-                    or (self.reread_from is not None and t_from + f >= self.reread_from),
+                    speculative=draft or reread,
+                    rereadable=reread and not draft,
                 )
             )
             firsts.append(t_from + f)
@@ -266,8 +267,8 @@ def _same_word(shown: Word, derived: Word) -> bool:
     time in a fast replay), so it must not decide what an update retracts: two runs of the same
     audio give the same updates whatever the machine's load, and a word shown once keeps the
     time it was first shown (:meth:`CommittedLog.publish`)."""
-    return (shown.text, shown.start, shown.end, shown.source, shown.speculative) == (
-        derived.text, derived.start, derived.end, derived.source, derived.speculative)
+    return (shown.text, shown.start, shown.end, shown.source, shown.speculative, shown.rereadable) == (
+        derived.text, derived.start, derived.end, derived.source, derived.speculative, derived.rereadable)
 
 
 def token_spans(words: Sequence[WordSpan], n_tokens: int, start: int, end: int | None = None) -> list[tuple[int, int]]:

@@ -51,7 +51,8 @@ while the second phrase may still come [39]. A round that opens an utterance (th
 after none) sets its start (the input's start) and its speech onset: no word starts before the onset
 [15]. Until the closing round, the utterance's words are **drafts** (``Word.speculative``: dimmed, not
 final for the printer and the live subtitle file) [17]; after it, the last closed utterance's words stay
-not final (published the same way) until the next closing round has had the chance to read them again,
+not final (published the same way, and ``Word.rereadable``: "stable words only" shows them, which hides
+drafts) until the next closing round has had the chance to read them again,
 or until the stream is ``closing_before_s`` past them, where no closing decode reaches back, or
 ``closing_reread_s`` (10 s; word by word), or its end [53]. A caller behind real time sets
 :attr:`Stream.hurry`: rounds then neither look back nor reach back (each decodes only its own input, as
@@ -283,8 +284,8 @@ class StreamConfig:
             by ``closing_before_s`` (where no closing decode reaches back to it) or
             ``closing_reread_s``, whichever comes first.
         closing_reread_s: with ``closing_rereads``, the longest a closed utterance's word waits to
-            be final, from its start (the terminal, the live subtitle file and "stable words only"
-            show a sentence when it is final); 10 s: the talk 94 / 95 errors at 2 s / 1 s, 19.6 s:
+            be final, from its start (the terminal and the live subtitle file write a sentence when
+            it is final); 10 s: the talk 94 / 95 errors at 2 s / 1 s, 19.6 s:
             94 / 91, and a 19 s reading printed nothing final before its end.
         closing_beam: closing rounds decode with beam search (the beam-step graph of a pack built
             with ``--beam 5``: offline Whisper's default decoding) where their bucket has one, except

@@ -92,7 +92,8 @@ class CaptionStyle:
         dock: "bottom"/"top" of the screen, or "float" where the user put it.
         locked: the bar cannot be moved or resized.
         click_through: mouse input passes through the bar (a tray item switches it back).
-        stable_only: hide speculative words.
+        stable_only: hide the drafts of the sentence being spoken (a closed sentence shows, dimmed while a
+            second reading may still change it: ``Word.rereadable``).
         min_dwell_s: a line stays at least this long, seconds (0..10).
         clear_after_silence_s: clear the bar after this much silence, seconds; 0 = keep the last
             line (0..600).

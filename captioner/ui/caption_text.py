@@ -119,11 +119,13 @@ class CaptionText:
         return _Entry(self._next_id, word, source)
 
     def pieces(self, *, stable_only: bool = False, labels: dict[str, str] | None = None) -> list[LinePiece]:
-        """The drawable pieces in order; with ``labels``, a label piece starts each change of source."""
+        """The drawable pieces in order; with ``labels``, a label piece starts each change of source.
+        ``stable_only``: without drafts (speculative words but a closed sentence's, which only a second
+        reading may still change: :attr:`~captioner.core.Word.rereadable`, drawn dimmed as well)."""
         out: list[LinePiece] = []
         last_source: str | None = None
         for e in self._entries:
-            if stable_only and e.word.speculative:
+            if stable_only and e.word.speculative and not e.word.rereadable:
                 continue
             if labels is not None and e.source != last_source and labels.get(e.source):
                 out.append(LinePiece(f"{labels[e.source]}:", e.source, False, True, e.entry_id))

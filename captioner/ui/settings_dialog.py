@@ -55,7 +55,7 @@ LABELS = {
     "dock": "Position",
     "locked": "Lock position and size",
     "click_through": "Click-through (mouse passes through)",
-    "stable_only": "Stable words only (hide speculative words)",
+    "stable_only": "Stable words only (hide the sentence being spoken until it closes)",
     "min_dwell_s": "Minimum time a line stays (s)",
     "clear_after_silence_s": "Clear after silence (s, 0 = keep last line)",
     "show_source_labels": "Label and colour sources in “both” mode",

@@ -135,7 +135,8 @@ def test_a_closed_sentence_is_not_final_until_the_next_closing_decode_has_read_i
     words, seen = _run(model, audio, step_s)
     n_first = len(FIRST.split())
     between = [ws for t, ws in seen if 6.0 <= t <= 10.0 and len(ws) > n_first]
-    assert between and all(all(w.speculative for w in ws[:n_first]) for ws in between)
+    assert between and all(all(w.speculative and w.rereadable for w in ws[:n_first]) for ws in between)
+    assert any(w.speculative and not w.rereadable for ws in between for w in ws[n_first:])  # the second's drafts
     assert all(not w.speculative for w in seen[-1][1][:n_first])  # the second sentence has closed
     assert all(not w.speculative for w in words)
     plain, seen_plain = _run(model, audio, step_s, closing_rereads=False)
@@ -192,11 +193,16 @@ def test_the_last_closed_utterance_is_published_not_final() -> None:
     log.extend([tok(" He", 0.2), tok(" said", 0.5), tok(" Ask", 2.0), tok(" her", 2.4)])
     log.set_reread(2)
     retract, words = log.publish()
-    assert retract == 0 and [(w.text, w.speculative) for w in words] == [
-        ("He", False), ("said", False), ("Ask", True), ("her", True)]
+    assert retract == 0 and [(w.text, w.speculative, w.rereadable) for w in words] == [
+        ("He", False, False), ("said", False, False), ("Ask", True, True), ("her", True, True)]
+    log.set_draft(3)  # a draft is a draft, whatever else (stable mode hides it)
+    retract, words = log.publish()
+    assert retract == 1 and [(w.text, w.speculative, w.rereadable) for w in words] == [("her", True, False)]
+    log.set_draft(None)
     log.set_reread(None)
     retract, words = log.publish()
-    assert retract == 2 and [(w.text, w.speculative) for w in words] == [("Ask", False), ("her", False)]
+    assert retract == 2 and [(w.text, w.speculative, w.rereadable) for w in words] == [
+        ("Ask", False, False), ("her", False, False)]
     log.set_reread(3)
     log.truncate(1)
     assert log.reread_from == 1

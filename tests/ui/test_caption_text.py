@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from captioner.core import EngineUpdate, Word
 from captioner.ui.caption_text import GAP_MARK, CaptionText, wrap_pieces
 
@@ -56,12 +58,15 @@ def test_a_word_longer_than_the_line_gets_its_own_line():
     assert [[t.text for t in line] for line in tokens.wrap(5)] == [["a"], ["extraordinarily"], ["b"]]
 
 
-def test_stable_only_hides_speculative_words():
+def test_stable_only_hides_drafts_and_shows_a_closed_sentence_dimmed():
+    """A closed sentence's words that a second reading may still change (deviation 53) are shown in
+    stable mode, dimmed as in the streaming mode; drafts are not."""
     ct = CaptionText(len)
     ct.apply(EngineUpdate(0, words("solid")))
+    ct.apply(EngineUpdate(0, tuple(dataclasses.replace(w, rereadable=True) for w in words("closed", speculative=True))))
     ct.apply(EngineUpdate(0, words("maybe", speculative=True)))
-    assert [t.text for t in ct.pieces(stable_only=True)] == ["solid"]
-    assert [t.text for t in ct.pieces()] == ["solid", "maybe"]
+    assert [(t.text, t.speculative) for t in ct.pieces(stable_only=True)] == [("solid", False), ("closed", True)]
+    assert [t.text for t in ct.pieces()] == ["solid", "closed", "maybe"]
 
 
 def test_labels_start_each_change_of_source():
