@@ -97,6 +97,8 @@ class EngineRun:
             rounds' provider changes mid-session; None when the engine cannot say.
         language: the language the streams decode: a code, or "auto" (detected by a multilingual
             pack; an English-only pack runs as "en"); "" when the engine does not say.
+        prepare: readies the engine's graphs; the worker calls it in its thread before it opens
+            the capture (:class:`~captioner.worker.CaptionWorker`); None: nothing to ready.
     """
 
     streams: Mapping[Source, StreamLike]
@@ -106,6 +108,7 @@ class EngineRun:
     warning: str = ""
     info: Callable[[], EngineInfo] | None = None
     language: str = ""
+    prepare: Callable[[], None] | None = None
 
 
 class EngineFactory(Protocol):
@@ -335,7 +338,7 @@ class CaptionerApp(QObject):
         if engine_run.warning:
             self.tray.show_error("Provider fell back", engine_run.warning)
         self._begin_session(sources, engine_run)
-        worker = CaptionWorker(open_capture, engine_run.streams, paused=self.paused)
+        worker = CaptionWorker(open_capture, engine_run.streams, paused=self.paused, prepare=engine_run.prepare)
         thread = QThread()
         worker.moveToThread(thread)
         thread.started.connect(worker.run)

@@ -104,6 +104,13 @@ class CaptionWorker(QObject):
             real time): the backlog is drained each turn and the bounded-lag rule skips what the
             engine cannot keep up with. False for a file read as fast as it can be (the backlog
             is the rest of the file: one block per turn, nothing skipped).
+        prepare: readies the engine's graphs (``Runtime.prepare``: the NPU's compiled, the CPU's
+            sessions opened; seconds, minutes for a first NPU start), called in the worker's
+            thread once the capture has opened; the audio captured meanwhile (the capture's ring
+            holds 20 s) is then decoded, not skipped: run beside a capture whose backlog the
+            bounded-lag rule judged as usual, it held up the first round while audio piled up,
+            and the rule skipped the session's first seconds (4.6 s of a whisper-base start on a
+            2-core CPU without VNNI).
 
     Signals:
         started(); update(EngineUpdate); level(str source, float rms 0..1);
@@ -113,7 +120,8 @@ class CaptionWorker(QObject):
         audio_event(AudioEvent); error(CaptionerError) (a capture that cannot be opened is
         retried every ``reopen_wait_s`` and reported once until it opens or fails otherwise: a
         missing sound server is one tray message, not one per retry); status(str) with
-        "listening", "paused", "ended" (a file source ran out) or "stopped"; finished().
+        "starting" (``prepare`` runs), "listening", "paused", "ended" (a file source ran out) or
+        "stopped"; finished().
     """
 
     started = Signal()
@@ -134,9 +142,12 @@ class CaptionWorker(QObject):
         reopen_wait_s: float = REOPEN_WAIT_S,
         paused: bool = False,
         realtime: bool = True,
+        prepare: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
         self._open_capture = open_capture
+        self._prepare = prepare
+        self._catch_up = False  # the next rounds decode the audio captured while the engine was readied
         self._streams = dict(streams)
         self._realtime = realtime
         self._governors = {s: LagGovernor(stream.config.step_s, bounded=realtime) for s, stream in self._streams.items()}
@@ -177,6 +188,8 @@ class CaptionWorker(QObject):
         self.started.emit()
         capture: CaptureLike | None = None
         try:
+            if self._prepare is not None:
+                self.status.emit("starting")
             while not self._stop.is_set():
                 if self._paused:
                     self._close(capture)
@@ -188,6 +201,10 @@ class CaptionWorker(QObject):
                     capture = self._open()
                     if capture is None:
                         continue
+                    if self._prepare is not None:  # once: the audio captured meanwhile is decoded
+                        prepare, self._prepare = self._prepare, None
+                        prepare()
+                        self._catch_up = True
                     self.status.emit("listening")
                 outcome = self._pump(capture)
                 if outcome == "failed":
@@ -275,6 +292,7 @@ class CaptionWorker(QObject):
                 fed.append(block.source)
         for source in fed:
             self._run_rounds(source)
+        self._catch_up = self._catch_up and not fed
         if failed is not None:
             self.error.emit(failed)
             self._close(capture)
@@ -287,7 +305,7 @@ class CaptionWorker(QObject):
     def _run_rounds(self, source: Source) -> None:
         """The lag rule, then the due rounds of ``source``'s stream; emits updates and the lag."""
         ran = False
-        for upd in self._governors[source].run(self._streams[source], self._stop.is_set):
+        for upd in self._governors[source].run(self._streams[source], self._stop.is_set, catch_up=self._catch_up):
             self._emit(upd)
             ran = True
         if ran:

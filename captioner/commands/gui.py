@@ -12,7 +12,6 @@ import logging
 import os
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -126,9 +125,8 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     from captioner.commands._engine import open_configured_engine
 
     setup = open_configured_engine(settings.engine, paths, prepare_npu=False)
-    # the NPU's graphs compile off the UI thread (minutes on a first start), the CPU's sessions open there
-    # (seconds); rounds wait for them
-    threading.Thread(target=setup.engine.runtime.prepare, name="captioner-npu-prepare", daemon=True).start()
+    # the NPU's graphs compile (minutes on a first start), the CPU's sessions open (seconds) in the
+    # worker's thread, before the capture opens: not on the UI thread, and not while audio piles up
     t0 = time.monotonic()
     clock: Callable[[], float] = lambda: time.monotonic() - t0  # noqa: E731 - seconds since session start
     streams = {src: setup.engine.stream(setup.config, source=src, clock=clock) for src in sources}
@@ -137,7 +135,7 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     # not be used is worth a tray message
     warning = info.summary() if settings.engine.provider != "auto" and info.fallbacks else ""
     return EngineRun(streams, info.chosen, info.summary(), setup.engine.name, warning, info=setup.engine.info,
-                     language=setup.config.language)
+                     language=setup.config.language, prepare=setup.engine.runtime.prepare)
 
 
 # ------------------------------------------------------------------- model install

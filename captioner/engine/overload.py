@@ -13,7 +13,10 @@ worker, ``captioner listen`` and ``captioner transcribe --realtime``:
   (``EngineUpdate.gap``) and the open utterance ends as it stands;
 * then the due round runs on what is left; with more than :data:`BEHIND_STEPS` steps waiting it
   runs in a hurry (``Stream.hurry``): a closing round decodes only its own input instead of
-  re-decoding the whole utterance, the one round whose cost can exceed the bound by itself.
+  re-decoding the whole utterance, the one round whose cost can exceed the bound by itself;
+* once, when a session starts: the audio captured while the engine's graphs were readied (the app's
+  worker opens the capture first, then readies them: seconds on a CPU) is decoded, not skipped
+  (``catch_up``): that backlog says nothing about the engine's speed.
 
 So a round never starts with more than ``MAX_LAG_STEPS × step`` seconds waiting, and the words
 of a round appear at most ``MAX_LAG_STEPS × step`` plus that round's compute after the oldest
@@ -142,8 +145,11 @@ class LagGovernor:
         """Audio waiting beyond this is skipped (``MAX_LAG_STEPS × step_s``)."""
         return MAX_LAG_STEPS * self.step_s
 
-    def run(self, stream: SkippableStream, stop: Callable[[], bool] = lambda: False) -> Iterator[EngineUpdate]:
-        """Apply the rule to ``stream`` (fed up to now), then run its due rounds.
+    def run(self, stream: SkippableStream, stop: Callable[[], bool] = lambda: False, *,
+            catch_up: bool = False) -> Iterator[EngineUpdate]:
+        """Apply the rule to ``stream`` (fed up to now), then run its due rounds. ``catch_up``: what
+        waits was captured while the engine was being readied (the app's worker), not lost to a slow
+        engine: it is decoded, not skipped (the capture's ring bounds it).
 
         Yields:
             the updates in order, each as soon as it exists: the skip's (with its ``gap``) when the
@@ -151,7 +157,7 @@ class LagGovernor:
             failing, a changed pack) loses none of the updates of the rounds before it.
         """
         waiting = stream.lag_s
-        if self.bounded and waiting > self.max_wait_s:
+        if self.bounded and not catch_up and waiting > self.max_wait_s:
             skipped = stream.skip(KEEP_STEPS * self.step_s)
             if skipped.gap is not None:
                 self._skipped_s += skipped.gap[1] - skipped.gap[0]

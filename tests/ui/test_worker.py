@@ -190,3 +190,47 @@ def test_stop_while_paused_ends_promptly(qtbot):
     qtbot.waitUntil(lambda: "paused" in h.statuses, timeout=5000)
     h.stop()
     assert h.statuses[-1] == "stopped"
+
+
+def test_the_engine_is_readied_once_the_capture_runs_and_what_it_heard_meanwhile_is_decoded(qtbot):
+    """The engine's graphs are readied in the worker's thread (status "starting", then "listening")
+    once the capture has opened, and the audio it captured meanwhile is decoded, not skipped: run
+    beside a capture whose backlog the lag rule judged as usual, the first round waited for them
+    while audio piled up, and the rule skipped the session's first seconds."""
+    log = []
+    capture = FakeCapture(n_blocks=12, finite=False)  # 1.2 s wait when the engine is ready: six steps
+    stream = FakeStream(step_s=0.2)
+
+    def open_capture():
+        log.append("capture")
+        return capture
+
+    def prepare():
+        log.append("prepare")
+
+    h = Harness(qtbot, capture, {"system": stream}, open_capture=open_capture, prepare=prepare).start()
+    qtbot.waitUntil(lambda: len(h.words()) >= 12, timeout=5000)
+    h.stop()
+    assert log == ["capture", "prepare"]
+    assert h.statuses[:2] == ["starting", "listening"]
+    assert not stream.skips and all(u.gap is None for u in h.updates)
+    # the same backlog in an ordinary turn is skipped to one step (the lag rule)
+    ordinary = FakeStream(step_s=0.2)
+    h = Harness(qtbot, FakeCapture(n_blocks=12, finite=False), {"system": ordinary}).start()
+    qtbot.waitUntil(lambda: bool(ordinary.skips), timeout=5000)
+    h.stop()
+    assert any(u.gap is not None for u in h.updates)
+
+
+def test_an_engine_that_cannot_be_readied_is_an_error_and_the_capture_closes(qtbot):
+    from captioner.errors import ProviderError
+
+    def prepare():
+        raise ProviderError("no provider could run the pack's first graph")
+
+    capture = FakeCapture()
+    h = Harness(qtbot, capture, {"system": FakeStream()}, prepare=prepare)
+    with qtbot.waitSignal(h.thread.finished, timeout=5000):
+        h.start()
+    assert isinstance(h.errors[0], ProviderError) and capture.stopped == 1
+    assert h.statuses == ["starting", "stopped"]
