@@ -97,8 +97,9 @@ class EngineRun:
             rounds' provider changes mid-session; None when the engine cannot say.
         language: the language the streams decode: a code, or "auto" (detected by a multilingual
             pack; an English-only pack runs as "en"); "" when the engine does not say.
-        prepare: readies the engine's graphs; the worker calls it in its thread before it opens
-            the capture (:class:`~captioner.worker.CaptionWorker`); None: nothing to ready.
+        prepare: readies the engine's graphs; the worker calls it in its thread once the capture
+            has opened and decodes the audio heard meanwhile (:class:`~captioner.worker.CaptionWorker`);
+            None: nothing to ready.
     """
 
     streams: Mapping[Source, StreamLike]

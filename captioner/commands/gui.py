@@ -126,7 +126,7 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
 
     setup = open_configured_engine(settings.engine, paths, prepare_npu=False)
     # the NPU's graphs compile (minutes on a first start), the CPU's sessions open (seconds) in the
-    # worker's thread, before the capture opens: not on the UI thread, and not while audio piles up
+    # worker's thread once the capture runs, not on the UI thread; the audio heard meanwhile is decoded
     t0 = time.monotonic()
     clock: Callable[[], float] = lambda: time.monotonic() - t0  # noqa: E731 - seconds since session start
     streams = {src: setup.engine.stream(setup.config, source=src, clock=clock) for src in sources}
