@@ -135,7 +135,7 @@ class CaptionerApp(QObject):
         ask_save_path: where to save an export (default: a file dialog).
 
     Signals:
-        state_changed(str): the worker's state ("listening", "paused", "ended", "stopped").
+        state_changed(str): the worker's state ("starting", "listening", "paused", "ended", "stopped").
     """
 
     state_changed = Signal(str)
@@ -530,7 +530,9 @@ class CaptionerApp(QObject):
     def _on_worker_status(self, state: str) -> None:
         logger.info("captioning state: %s", state)
         self.tray.set_status(state=state)
-        if state in ("paused", "ended", "stopped"):  # nothing waits for the engine: not behind
+        if state == "starting":  # the worker readies the engine: the bar says captions are coming
+            self.bar.set_lag(0.0, "starting")
+        elif state in ("listening", "paused", "ended", "stopped"):  # nothing waits for the engine yet
             self.bar.set_lag(0.0, "ok")
             self.tray.set_status(lag_s=0.0, lag_state="ok")
         self.state_changed.emit(state)

@@ -167,7 +167,9 @@ class CaptionBar(QWidget):
 
     def set_lag(self, lag_s: float, state: str) -> None:
         """Show the lag badge while the engine is "behind" or "skipping" (the worker's lag state,
-        :class:`~captioner.engine.overload.LagGovernor`); "ok" hides it."""
+        :class:`~captioner.engine.overload.LagGovernor`), or "starting" while the worker readies the
+        engine (seconds on a CPU, minutes for a first NPU start: the captions are coming, the audio
+        is being kept); "ok" hides it."""
         shown_before = self.lag_visible
         changed = abs(lag_s - self._lag_s) >= 0.1 or state != self._lag_state
         self._lag_s, self._lag_state = lag_s, state
@@ -177,11 +179,13 @@ class CaptionBar(QWidget):
     @property
     def lag_visible(self) -> bool:
         """True while the lag badge is shown."""
-        return self._lag_state in ("behind", "skipping")
+        return self._lag_state in ("behind", "skipping", "starting")
 
     @property
     def lag_text(self) -> str:
         """The badge's text ("" while hidden)."""
+        if self._lag_state == "starting":
+            return "starting…"
         if self._lag_state == "skipping":
             return f"behind — skipping · {self._lag_s:.1f} s"
         if self._lag_state == "behind":
@@ -374,7 +378,7 @@ class CaptionBar(QWidget):
         w, h = fm.horizontalAdvance(text) + 10, fm.height() + 4
         box = QRectF(self.width() - w - 6, 4, w, h)
         p.setPen(Qt.PenStyle.NoPen)
-        p.setBrush(QColor(200, 60, 40, 220))
+        p.setBrush(QColor(70, 100, 150, 220) if self._lag_state == "starting" else QColor(200, 60, 40, 220))
         p.drawRoundedRect(box, 4, 4)
         p.setPen(QColor(255, 255, 255))
         p.setFont(font)

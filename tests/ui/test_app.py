@@ -264,3 +264,32 @@ def test_overload_shows_skipping_on_the_bar_and_in_the_tray_once(qtbot, tmp_path
     qtbot.waitUntil(lambda: not app.bar.lag_visible, timeout=5000)
     assert "behind" not in app.tray.tray.toolTip()
     quit_and_wait(qtbot, app)
+
+
+def test_the_bar_says_starting_while_the_engine_is_readied_and_no_audio_is_skipped(qtbot, tmp_path):
+    """While the worker readies the engine (seconds on a CPU) the bar shows a "starting…" badge;
+    then the words of the audio captured meanwhile come, none of it skipped."""
+    import threading
+
+    ready = threading.Event()
+    paths = AppPaths.default(tmp_path / "home")
+    streams = {}
+
+    def capture_factory(settings):
+        return (lambda: FakeCapture(n_blocks=30, finite=False)), ("system",)
+
+    def engine_factory(settings, sources, paths):
+        streams["system"] = FakeStream(step_s=0.2)  # 3 s captured while readying: fifteen steps
+        return EngineRun(streams, "FAKE-CPU", "FAKE-CPU", "fake-pack", prepare=lambda: ready.wait(10))
+
+    app = CaptionerApp(paths, GuiOptions(model="fake-pack"), engine_factory=engine_factory,
+                       capture_factory=capture_factory)
+    qtbot.addWidget(app.bar)
+    app.start()
+    qtbot.waitUntil(lambda: app.bar.lag_text == "starting…", timeout=5000)
+    assert app.bar.visible_lines() == [] and "Starting" in app.tray.status_text()
+    ready.set()
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 29, timeout=10_000)  # the last is a draft
+    assert app.bar.lag_text != "starting…"
+    assert not streams["system"].skips and not app.store.session_gaps(app.session_id)
+    quit_and_wait(qtbot, app)

@@ -140,6 +140,8 @@ def test_lag_badge_follows_the_workers_lag_state(qtbot):
     assert bar.lag_visible and bar.lag_text == "behind — skipping · 4.1 s"
     bar.set_lag(2.1, "ok")  # caught up: the badge clears
     assert not bar.lag_visible
+    bar.set_lag(0.0, "starting")  # the worker readies the engine: captions are coming
+    assert bar.lag_visible and bar.lag_text == "starting…"
 
 
 def test_a_gap_shows_a_mark_in_the_captions(qtbot):
