@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["CaptionerApp", "CaptureFactory", "EngineFactory", "EngineRun", "GuiOptions"]
 
 logger = logging.getLogger(__name__)
+_PREPARING = "preparing the NPU (first start)"  # the tray's state while the model compiles for the NPU
 
 STOP_TIMEOUT_MS = 15_000  # give up waiting for the worker after this (committed words are stored)
 NO_TRAY_HINT = ("this desktop has no system tray: right-click the caption bar for the menu; "
@@ -97,9 +98,13 @@ class EngineRun:
             rounds' provider changes mid-session; None when the engine cannot say.
         language: the language the streams decode: a code, or "auto" (detected by a multilingual
             pack; an English-only pack runs as "en"); "" when the engine does not say.
-        prepare: readies the engine's graphs; the worker calls it in its thread once the capture
-            has opened and decodes the audio heard meanwhile (:class:`~captioner.worker.CaptionWorker`);
-            None: nothing to ready.
+        prepare: readies the engine's graphs (``prepare(progress)``, ``progress(done, total)`` per
+            graph compiled); the worker calls it in its thread once the capture has opened and
+            decodes the audio heard meanwhile (:class:`~captioner.worker.CaptionWorker`); None:
+            nothing to ready.
+        prepare_first: ``prepare`` compiles the model for the NPU (``Runtime.compile_pending``:
+            minutes on a first start): the worker runs it before the capture opens, the bar and the
+            tray say so with the graphs compiled.
     """
 
     streams: Mapping[Source, StreamLike]
@@ -109,7 +114,8 @@ class EngineRun:
     warning: str = ""
     info: Callable[[], EngineInfo] | None = None
     language: str = ""
-    prepare: Callable[[], None] | None = None
+    prepare: Callable[[Callable[[int, int], None]], None] | None = None
+    prepare_first: bool = False
 
 
 class EngineFactory(Protocol):
@@ -135,7 +141,8 @@ class CaptionerApp(QObject):
         ask_save_path: where to save an export (default: a file dialog).
 
     Signals:
-        state_changed(str): the worker's state ("starting", "listening", "paused", "ended", "stopped").
+        state_changed(str): the worker's state ("preparing", "starting", "listening", "paused",
+            "ended", "stopped").
     """
 
     state_changed = Signal(str)
@@ -339,7 +346,8 @@ class CaptionerApp(QObject):
         if engine_run.warning:
             self.tray.show_error("Provider fell back", engine_run.warning)
         self._begin_session(sources, engine_run)
-        worker = CaptionWorker(open_capture, engine_run.streams, paused=self.paused, prepare=engine_run.prepare)
+        worker = CaptionWorker(open_capture, engine_run.streams, paused=self.paused, prepare=engine_run.prepare,
+                               prepare_first=engine_run.prepare_first)
         thread = QThread()
         worker.moveToThread(thread)
         thread.started.connect(worker.run)
@@ -348,6 +356,7 @@ class CaptionerApp(QObject):
         worker.error.connect(self._on_worker_error)
         worker.audio_event.connect(self._on_worker_event)
         worker.status.connect(self._on_worker_status)
+        worker.progress.connect(self._on_prepare_progress)
         worker.finished.connect(thread.quit)
         thread.finished.connect(self._on_thread_finished)
         self._worker, self._thread = worker, thread  # held until finished (buzz #423)
@@ -529,13 +538,22 @@ class CaptionerApp(QObject):
 
     def _on_worker_status(self, state: str) -> None:
         logger.info("captioning state: %s", state)
-        self.tray.set_status(state=state)
-        if state == "starting":  # the worker readies the engine: the bar says captions are coming
+        self.tray.set_status(state=_PREPARING if state == "preparing" else state)
+        if state == "preparing":  # a first NPU start: minutes, before the capture opens
+            self.bar.set_lag(0.0, "preparing")
+            self.tray.show_info("Preparing the NPU", "The first start with this model compiles it for the NPU. "
+                                "This takes a few minutes, once; captions start when it is done.")
+        elif state == "starting":  # the worker readies the engine: the bar says captions are coming
             self.bar.set_lag(0.0, "starting")
         elif state in ("listening", "paused", "ended", "stopped"):  # nothing waits for the engine yet
             self.bar.set_lag(0.0, "ok")
             self.tray.set_status(lag_s=0.0, lag_state="ok")
         self.state_changed.emit(state)
+
+    def _on_prepare_progress(self, done: int, total: int) -> None:
+        """``done`` of ``total`` graphs compiled for the NPU: on the bar's badge and in the tray."""
+        self.bar.set_preparing(done, total)
+        self.tray.set_status(state=f"{_PREPARING}: {done} of {total} graphs")
 
     def _on_worker_lag(self, lag_s: float, state: str) -> None:
         """The worker's lag after a round and its state ("ok", "behind", "skipping": the bounded-lag

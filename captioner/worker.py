@@ -110,7 +110,10 @@ class CaptionWorker(QObject):
             holds 20 s) is then decoded, not skipped: run beside a capture whose backlog the
             bounded-lag rule judged as usual, it held up the first round while audio piled up,
             and the rule skipped the session's first seconds (4.6 s of a whisper-base start on a
-            2-core CPU without VNNI).
+            2-core CPU without VNNI). Called with a ``progress(done, total)`` of graphs compiled.
+        prepare_first: ``prepare`` compiles (``Runtime.compile_pending``: minutes on a first NPU
+            start, more than the capture's ring holds): it runs before the capture opens, with
+            the status "preparing" and ``progress`` signals, and nothing is captured meanwhile.
 
     Signals:
         started(); update(EngineUpdate); level(str source, float rms 0..1);
@@ -120,8 +123,9 @@ class CaptionWorker(QObject):
         audio_event(AudioEvent); error(CaptionerError) (a capture that cannot be opened is
         retried every ``reopen_wait_s`` and reported once until it opens or fails otherwise: a
         missing sound server is one tray message, not one per retry); status(str) with
-        "starting" (``prepare`` runs), "listening", "paused", "ended" (a file source ran out) or
-        "stopped"; finished().
+        "preparing" (``prepare`` compiles, before the capture opens), "starting" (``prepare``
+        runs, the capture open), "listening", "paused", "ended" (a file source ran out) or
+        "stopped"; progress(int done, int total) graphs compiled while "preparing"; finished().
     """
 
     started = Signal()
@@ -131,6 +135,7 @@ class CaptionWorker(QObject):
     audio_event = Signal(object)
     error = Signal(object)
     status = Signal(str)
+    progress = Signal(int, int)
     finished = Signal()
 
     def __init__(
@@ -142,11 +147,13 @@ class CaptionWorker(QObject):
         reopen_wait_s: float = REOPEN_WAIT_S,
         paused: bool = False,
         realtime: bool = True,
-        prepare: Callable[[], None] | None = None,
+        prepare: Callable[[Callable[[int, int], None]], None] | None = None,
+        prepare_first: bool = False,
     ) -> None:
         super().__init__()
         self._open_capture = open_capture
         self._prepare = prepare
+        self._prepare_first = prepare_first and prepare is not None
         self._catch_up = False  # the next rounds decode the audio captured while the engine was readied
         self._streams = dict(streams)
         self._realtime = realtime
@@ -188,7 +195,11 @@ class CaptionWorker(QObject):
         self.started.emit()
         capture: CaptureLike | None = None
         try:
-            if self._prepare is not None:
+            if self._prepare is not None and self._prepare_first:  # a compile: longer than the ring holds
+                self.status.emit("preparing")
+                prepare, self._prepare = self._prepare, None
+                prepare(self.progress.emit)
+            elif self._prepare is not None:
                 self.status.emit("starting")
             while not self._stop.is_set():
                 if self._paused:
@@ -203,7 +214,7 @@ class CaptionWorker(QObject):
                         continue
                     if self._prepare is not None:  # once: the audio captured meanwhile is decoded
                         prepare, self._prepare = self._prepare, None
-                        prepare()
+                        prepare(self.progress.emit)
                         self._catch_up = True
                     self.status.emit("listening")
                 outcome = self._pump(capture)

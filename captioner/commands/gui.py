@@ -125,8 +125,9 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     from captioner.commands._engine import open_configured_engine
 
     setup = open_configured_engine(settings.engine, paths, prepare_npu=False)
-    # the NPU's graphs compile (minutes on a first start), the CPU's sessions open (seconds) in the
-    # worker's thread once the capture runs, not on the UI thread; the audio heard meanwhile is decoded
+    # in the worker's thread, not on the UI thread: the CPU's sessions open (seconds) once the capture
+    # runs, and the audio heard meanwhile is decoded; the NPU's graphs compile (minutes on a first
+    # start, more than the capture's 20 s ring holds) before the capture opens
     t0 = time.monotonic()
     clock: Callable[[], float] = lambda: time.monotonic() - t0  # noqa: E731 - seconds since session start
     streams = {src: setup.engine.stream(setup.config, source=src, clock=clock) for src in sources}
@@ -135,7 +136,8 @@ def engine_factory(settings: Settings, sources: tuple[Source, ...], paths: AppPa
     # not be used is worth a tray message
     warning = info.summary() if settings.engine.provider != "auto" and info.fallbacks else ""
     return EngineRun(streams, info.chosen, info.summary(), setup.engine.name, warning, info=setup.engine.info,
-                     language=setup.config.language, prepare=setup.engine.runtime.prepare)
+                     language=setup.config.language, prepare=setup.engine.runtime.prepare,
+                     prepare_first=setup.engine.runtime.compile_pending())
 
 
 # ------------------------------------------------------------------- model install

@@ -707,12 +707,30 @@ class Runtime:
 
     def _set_complete(self, cand: Candidate, folder: Path) -> bool:
         """``folder`` holds every context of :meth:`npu_units` (``prepared.json`` lists them)."""
-        ctxs = [self._context_path(g, cand, f) for g, f in self.npu_units()]
+        names = [self._context_path(g, cand, f).name for g, f in self.npu_units()]
         try:
             listed = json.loads((folder / "prepared.json").read_text())["contexts"]
         except (OSError, ValueError, KeyError, TypeError):
             return False
-        return listed == [c.name for c in ctxs] and all(c.is_file() for c in ctxs)
+        return listed == names and all((folder / n).is_file() for n in names)
+
+    def compile_pending(self) -> bool:
+        """:meth:`prepare` has graphs to compile (minutes on a first NPU start, where a warm start
+        takes seconds): the current provider compiles EP contexts into the cache and the cache lacks
+        some of :meth:`npu_units` (or, for the shared layout, the trial load's verdict). The app then
+        readies the engine before it opens the capture, which would overflow meanwhile."""
+        with self._lock:
+            cand = self._current
+            if not (cand.uses_ep_context and self.cache_dir is not None):
+                return False
+            shared = self._shared_now(cand)
+            if shared:
+                verdict = npu_probe.read_verdict(self._verdict_path(cand), self._context_key(cand))
+                if verdict is None:
+                    return True  # the shared set is generated, then trial-loaded in a child
+                shared = verdict.loads  # else the one-context-per-graph set is the one used
+            folder = self._context_dir(cand, shared)
+            return str(folder) not in self._prepared and not self._set_complete(cand, folder)
 
     def _generate_in_child(self, cand: Candidate, folder: Path) -> str:
         """Generate the shared set of ``cand`` into ``folder`` in a child process (its memory peak, the
@@ -994,20 +1012,21 @@ class Runtime:
                 raise ProviderError(f"nodes placed on {', '.join(sorted(foreign))}")
         return sess
 
-    def _context_key(self, cand: Candidate) -> dict[str, Any]:
+    def _context_key(self, cand: Candidate, shared: bool | None = None) -> dict[str, Any]:
         """What a compiled context depends on: pack, provider, options, versions, platform (and, for a
-        shared context, the set of buckets compiled into it)."""
+        shared context, the set of buckets compiled into it); ``shared``: that layout's key (default:
+        the one used now)."""
         key: dict[str, Any] = {
             "pack": self.pack.pack_hash, "provider": cand.label, "options": dict(cand.options),
             "ort": ort.__version__, "plugin": cand.version, "platform": sys.platform,
         }
-        if self._shared_now(cand):
+        if self._shared_now(cand) if shared is None else shared:
             key["shared"] = list(self.npu_buckets)
         return key
 
-    def _context_dir(self, cand: Candidate) -> Path:
+    def _context_dir(self, cand: Candidate, shared: bool | None = None) -> Path:
         """``<cache>/ep-context/<key>``, key = hash of :meth:`_context_key`."""
-        key = self._context_key(cand)
+        key = self._context_key(cand, shared)
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
         assert self.cache_dir is not None  # only called with a cache dir
         return self.cache_dir / "ep-context" / digest

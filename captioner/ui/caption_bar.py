@@ -80,6 +80,7 @@ class CaptionBar(QWidget):
         self._both = False
         self._lag_s = 0.0
         self._lag_state = "ok"
+        self._prepared: tuple[int, int] | None = None  # graphs compiled of all, while "preparing"
         self._font = QFont()
         self._metrics = QFontMetricsF(self._font)
         self._text = CaptionText(self._measure)
@@ -167,25 +168,37 @@ class CaptionBar(QWidget):
 
     def set_lag(self, lag_s: float, state: str) -> None:
         """Show the lag badge while the engine is "behind" or "skipping" (the worker's lag state,
-        :class:`~captioner.engine.overload.LagGovernor`), or "starting" while the worker readies the
-        engine (seconds on a CPU, minutes for a first NPU start: the captions are coming, the audio
-        is being kept); "ok" hides it."""
+        :class:`~captioner.engine.overload.LagGovernor`), "starting" while the worker readies the
+        engine (seconds: the captions are coming, the audio is being kept) or "preparing" while it
+        compiles the model for the NPU before listening (minutes on a first start with a model,
+        :meth:`set_preparing`); "ok" hides it."""
+        if state != "preparing":
+            self._prepared = None
         shown_before = self.lag_visible
         changed = abs(lag_s - self._lag_s) >= 0.1 or state != self._lag_state
         self._lag_s, self._lag_state = lag_s, state
         if shown_before != self.lag_visible or (changed and self.lag_visible):
             self._request_frame()
 
+    def set_preparing(self, done: int, total: int) -> None:
+        """``done`` of ``total`` graphs compiled for the NPU: on the "preparing" badge."""
+        self._prepared = (done, total)
+        self.set_lag(0.0, "preparing")
+        self._request_frame()
+
     @property
     def lag_visible(self) -> bool:
         """True while the lag badge is shown."""
-        return self._lag_state in ("behind", "skipping", "starting")
+        return self._lag_state in ("behind", "skipping", "starting", "preparing")
 
     @property
     def lag_text(self) -> str:
         """The badge's text ("" while hidden)."""
         if self._lag_state == "starting":
             return "starting…"
+        if self._lag_state == "preparing":
+            done = f" · {self._prepared[0]} of {self._prepared[1]}" if self._prepared else ""
+            return f"preparing the NPU (first start){done}…"
         if self._lag_state == "skipping":
             return f"behind — skipping · {self._lag_s:.1f} s"
         if self._lag_state == "behind":
@@ -378,7 +391,7 @@ class CaptionBar(QWidget):
         w, h = fm.horizontalAdvance(text) + 10, fm.height() + 4
         box = QRectF(self.width() - w - 6, 4, w, h)
         p.setPen(Qt.PenStyle.NoPen)
-        p.setBrush(QColor(70, 100, 150, 220) if self._lag_state == "starting" else QColor(200, 60, 40, 220))
+        p.setBrush(QColor(70, 100, 150, 220) if self._lag_state in ("starting", "preparing") else QColor(200, 60, 40, 220))
         p.drawRoundedRect(box, 4, 4)
         p.setPen(QColor(255, 255, 255))
         p.setFont(font)

@@ -260,7 +260,7 @@ class TrayIcon(QObject):
 
     def status_text(self) -> str:
         """The one-line status shown in the tooltip and at the top of the menu."""
-        parts = [self._state.capitalize()]
+        parts = [self._state[:1].upper() + self._state[1:]]  # not capitalize(): "NPU" stays
         if self._provider:
             parts.append(f"on {self._provider}")
         if self._language:

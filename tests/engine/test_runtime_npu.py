@@ -48,8 +48,10 @@ def test_prepare_compiles_every_npu_graph_ahead_and_a_warm_start_compiles_none(n
     assert (npu_pack.verifier(10)[0], 500) in units and (npu_pack.verifier(3)[0], 150) in units
     assert len(units) == len(set(units))
     calls: list[tuple[int, int]] = []
+    assert rt.compile_pending()  # a first start: the app readies the engine before the capture opens
     with caplog.at_level(logging.WARNING, logger="captioner.engine.runtime"):
         rt.prepare(progress=lambda done, total: calls.append((done, total)))
+        assert not rt.compile_pending()
         first = _encode(rt, npu_pack)
         for graph, frames in units:  # every prepared graph opens from the cache
             rt.session(graph, frames)
@@ -63,6 +65,7 @@ def test_prepare_compiles_every_npu_graph_ahead_and_a_warm_start_compiles_none(n
     assert len(list(marker.parent.glob("*_ctx.onnx"))) == len(units) == len(list(marker.parent.glob("*.bin")))
     rt.close()
     warm = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3, 10))
+    assert not warm.compile_pending()  # a warm start: nothing to compile, the capture opens at once
     calls.clear()
     warm.prepare(progress=lambda done, total: calls.append((done, total)))
     assert calls == []  # the cache had it all
@@ -73,6 +76,7 @@ def test_prepare_compiles_every_npu_graph_ahead_and_a_warm_start_compiles_none(n
 
 def test_a_shared_context_is_one_binary_and_where_it_cannot_load_one_per_graph_runs(npu_pack, tmp_path, caplog) -> None:
     rt = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,), shared_context=True)
+    assert rt.compile_pending()
     units = rt.npu_units()
     folder = rt._context_dir(rt._current)
     rt._compile_set(rt._current, folder)  # the group alone, to look at it before the trial load
@@ -98,6 +102,9 @@ def test_a_shared_context_is_one_binary_and_where_it_cannot_load_one_per_graph_r
         print(f"contexts of {len(units)} graphs: one shared {shared_bytes / 1e6:.1f} MB, "
               f"one per graph {sum(per_graph) / 1e6:.1f} MB")
         assert shared_bytes < sum(per_graph) / 2  # each chunk graph's vocabulary projection stored once
+        again = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,), shared_context=True)
+        assert not again.compile_pending()  # the verdict says one context per graph, and those are cached
+        again.close()
     assert info.chosen == "QNN-HTP" and info.fallbacks == ()
     assert len(out) == 2 and np.isfinite(out[0]).all()
     rt.close()

@@ -266,6 +266,50 @@ def test_overload_shows_skipping_on_the_bar_and_in_the_tray_once(qtbot, tmp_path
     quit_and_wait(qtbot, app)
 
 
+def test_a_first_npu_start_says_what_it_compiles_and_captures_only_after(qtbot, tmp_path):
+    """Where the model compiles for the NPU first (minutes), the bar's badge and the tray say so with
+    the graphs compiled and a tray message explains it once; the capture opens only after it, so
+    its 20 s ring cannot overflow meanwhile; then the captions come."""
+    import threading
+
+    halfway, finish = threading.Event(), threading.Event()
+    opened = []
+    paths = AppPaths.default(tmp_path / "home")
+    streams = {}
+
+    def capture_factory(settings):
+        def open_capture():
+            opened.append(finish.is_set())
+            return FakeCapture(n_blocks=5, finite=False)
+        return open_capture, ("system",)
+
+    def prepare(progress):
+        progress(1, 4)
+        progress(2, 4)
+        halfway.set()
+        finish.wait(10)
+        progress(4, 4)
+
+    def engine_factory(settings, sources, paths):
+        streams["system"] = FakeStream()
+        return EngineRun(streams, "QNN-HTP", "QNN-HTP", "fake-pack", prepare=prepare, prepare_first=True)
+
+    app = CaptionerApp(paths, GuiOptions(model="fake-pack"), engine_factory=engine_factory,
+                       capture_factory=capture_factory)
+    qtbot.addWidget(app.bar)
+    told = []
+    app.tray.show_info = lambda title, message: told.append(title)
+    app.start()
+    qtbot.waitUntil(lambda: app.bar.lag_text == "preparing the NPU (first start) · 2 of 4…", timeout=5000)
+    assert halfway.is_set() and opened == [] and app.bar.visible_lines() == []
+    assert "Preparing the NPU (first start): 2 of 4 graphs" in app.tray.status_text()
+    assert told == ["Preparing the NPU"]
+    finish.set()
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 4, timeout=10_000)
+    assert opened == [True] and not app.bar.lag_visible and "Listening" in app.tray.status_text()
+    quit_and_wait(qtbot, app)
+
+
 def test_the_bar_says_starting_while_the_engine_is_readied_and_no_audio_is_skipped(qtbot, tmp_path):
     """While the worker readies the engine (seconds on a CPU) the bar shows a "starting…" badge;
     then the words of the audio captured meanwhile come, none of it skipped."""
@@ -280,7 +324,7 @@ def test_the_bar_says_starting_while_the_engine_is_readied_and_no_audio_is_skipp
 
     def engine_factory(settings, sources, paths):
         streams["system"] = FakeStream(step_s=0.2)  # 3 s captured while readying: fifteen steps
-        return EngineRun(streams, "FAKE-CPU", "FAKE-CPU", "fake-pack", prepare=lambda: ready.wait(10))
+        return EngineRun(streams, "FAKE-CPU", "FAKE-CPU", "fake-pack", prepare=lambda progress: ready.wait(10))
 
     app = CaptionerApp(paths, GuiOptions(model="fake-pack"), engine_factory=engine_factory,
                        capture_factory=capture_factory)

@@ -192,6 +192,16 @@ def test_stop_while_paused_ends_promptly(qtbot):
     assert h.statuses[-1] == "stopped"
 
 
+def _logged_open(log: list, capture):
+    """A capture factory that notes "capture" in ``log`` when the worker opens it."""
+
+    def open_capture():
+        log.append("capture")
+        return capture
+
+    return open_capture
+
+
 def test_the_engine_is_readied_once_the_capture_runs_and_what_it_heard_meanwhile_is_decoded(qtbot):
     """The engine's graphs are readied in the worker's thread (status "starting", then "listening")
     once the capture has opened, and the audio it captured meanwhile is decoded, not skipped: run
@@ -200,15 +210,8 @@ def test_the_engine_is_readied_once_the_capture_runs_and_what_it_heard_meanwhile
     log = []
     capture = FakeCapture(n_blocks=12, finite=False)  # 1.2 s wait when the engine is ready: six steps
     stream = FakeStream(step_s=0.2)
-
-    def open_capture():
-        log.append("capture")
-        return capture
-
-    def prepare():
-        log.append("prepare")
-
-    h = Harness(qtbot, capture, {"system": stream}, open_capture=open_capture, prepare=prepare).start()
+    h = Harness(qtbot, capture, {"system": stream}, open_capture=_logged_open(log, capture),
+                prepare=lambda progress: log.append("prepare")).start()
     qtbot.waitUntil(lambda: len(h.words()) >= 12, timeout=5000)
     h.stop()
     assert log == ["capture", "prepare"]
@@ -222,10 +225,36 @@ def test_the_engine_is_readied_once_the_capture_runs_and_what_it_heard_meanwhile
     assert any(u.gap is not None for u in h.updates)
 
 
+def test_a_first_npu_start_compiles_before_the_capture_opens_with_progress(qtbot):
+    """Where readying the engine compiles it for the NPU (minutes on a first start, more than the
+    capture's 20 s ring holds), it runs before the capture opens (status "preparing"), relays the
+    graphs compiled, and then listens: nothing captured meanwhile to overflow or skip."""
+    log = []
+    progress_seen = []
+    capture = FakeCapture(n_blocks=2, finite=False)  # what it captures once opened
+    stream = FakeStream(step_s=0.2)
+
+    def prepare(progress):
+        log.append("prepare")
+        for done in (1, 2, 3):
+            progress(done, 3)
+
+    h = Harness(qtbot, capture, {"system": stream}, open_capture=_logged_open(log, capture), prepare=prepare,
+                prepare_first=True)
+    h.worker.progress.connect(lambda done, total: progress_seen.append((done, total)))
+    h.start()
+    qtbot.waitUntil(lambda: len(h.words()) >= 2, timeout=5000)
+    h.stop()
+    assert log == ["prepare", "capture"]  # nothing was captured while it compiled
+    assert h.statuses[:2] == ["preparing", "listening"] and "starting" not in h.statuses
+    assert progress_seen == [(1, 3), (2, 3), (3, 3)]
+    assert not stream.skips and all(u.gap is None for u in h.updates)
+
+
 def test_an_engine_that_cannot_be_readied_is_an_error_and_the_capture_closes(qtbot):
     from captioner.errors import ProviderError
 
-    def prepare():
+    def prepare(progress):
         raise ProviderError("no provider could run the pack's first graph")
 
     capture = FakeCapture()
