@@ -45,6 +45,11 @@ MAX_DRAIN_BLOCKS = 10_000  # blocks read per turn at most: more than a full capt
 _LAG_ORDER: dict[LagState, int] = {"ok": 0, "behind": 1, "skipping": 2}
 
 
+class _StopWhilePreparing(BaseException):
+    """Raised by the progress callback to end ``prepare`` between two graphs when a stop was asked:
+    a BaseException, so that no provider fallback takes it for a failed compile."""
+
+
 class CaptureLike(Protocol):
     """What the worker needs of a capture (``audio.AudioCapture`` and ``audio.FileSource``).
 
@@ -110,7 +115,9 @@ class CaptionWorker(QObject):
             holds 20 s) is then decoded, not skipped: run beside a capture whose backlog the
             bounded-lag rule judged as usual, it held up the first round while audio piled up,
             and the rule skipped the session's first seconds (4.6 s of a whisper-base start on a
-            2-core CPU without VNNI). Called with a ``progress(done, total)`` of graphs compiled.
+            2-core CPU without VNNI). Called with a ``progress(done, total)`` of graphs compiled,
+            which ends it after the graph being compiled when a stop is asked (quitting during a
+            first NPU start waits for one graph, not minutes; what was compiled stays cached).
         prepare_first: ``prepare`` compiles (``Runtime.compile_pending``: minutes on a first NPU
             start, more than the capture's ring holds): it runs before the capture opens, with
             the status "preparing" and ``progress`` signals, and nothing is captured meanwhile.
@@ -198,7 +205,7 @@ class CaptionWorker(QObject):
             if self._prepare is not None and self._prepare_first:  # a compile: longer than the ring holds
                 self.status.emit("preparing")
                 prepare, self._prepare = self._prepare, None
-                prepare(self.progress.emit)
+                prepare(self._compiled)
             elif self._prepare is not None:
                 self.status.emit("starting")
             while not self._stop.is_set():
@@ -214,7 +221,7 @@ class CaptionWorker(QObject):
                         continue
                     if self._prepare is not None:  # once: the audio captured meanwhile is decoded
                         prepare, self._prepare = self._prepare, None
-                        prepare(self.progress.emit)
+                        prepare(self._compiled)
                         self._catch_up = True
                     self.status.emit("listening")
                 outcome = self._pump(capture)
@@ -227,6 +234,8 @@ class CaptionWorker(QObject):
                     capture = None
                     while not self._stop.is_set():  # a file ran out: keep the captions, idle
                         self._wait_for_wake()
+        except _StopWhilePreparing:
+            logger.info("stopped while the engine was readied")
         except Exception as exc:  # never let the thread die silently
             logger.exception("engine worker failed")
             err = exc if isinstance(exc, CaptionerError) else CaptionerError(f"the caption engine stopped: {exc}")
@@ -242,6 +251,12 @@ class CaptionWorker(QObject):
                 self.error.emit(exc if isinstance(exc, CaptionerError) else CaptionerError(str(exc)))
             self.status.emit("stopped")
             self.finished.emit()
+
+    def _compiled(self, done: int, total: int) -> None:
+        """``prepare``'s progress: relayed; a stop asked meanwhile ends ``prepare`` here."""
+        self.progress.emit(done, total)
+        if self._stop.is_set():
+            raise _StopWhilePreparing
 
     def _wait_for_wake(self) -> None:
         self._wake.wait()

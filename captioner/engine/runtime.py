@@ -636,7 +636,10 @@ class Runtime:
         closing round (~1.4 s) of every run; ``open_sessions=False`` leaves them to the rounds (a file
         transcribed as fast as it can be, where a short one would open graphs it never uses).
         ``progress(done, total)`` is called after each graph compiled; nothing is called when the
-        cache already holds them all, nor for sessions opened.
+        cache already holds them all, nor for sessions opened. A ``progress`` that raises a
+        BaseException that is not an Exception (the app's worker, asked to stop) ends the compile
+        there, the graphs compiled so far kept in the cache, the generating child ended; an
+        Exception would be taken for a failed compile.
 
         Raises:
             ProviderError: no provider, not even the CPU, could run the pack's first graph.

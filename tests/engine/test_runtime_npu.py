@@ -74,6 +74,34 @@ def test_prepare_compiles_every_npu_graph_ahead_and_a_warm_start_compiles_none(n
     warm.close()
 
 
+class _Quit(BaseException):
+    """What the app's worker raises from the progress callback when asked to stop."""
+
+
+def test_a_compile_stopped_between_two_graphs_keeps_them_and_the_provider(npu_pack, tmp_path) -> None:
+    """Quitting during a first NPU start ends the compile after the graph being compiled (the worker's
+    progress callback raises): no fallback to the CPU, the graphs compiled so far stay cached and the
+    next start compiles only the rest."""
+    rt = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,))
+    units = rt.npu_units()
+
+    def quit_after_two(done: int, total: int) -> None:
+        if done == 2:
+            raise _Quit
+
+    with pytest.raises(_Quit):
+        rt.prepare(progress=quit_after_two)
+    assert rt.provider == "QNN-HTP" and rt.info().fallbacks == () and rt.compile_pending()
+    assert len(list(tmp_path.glob("ep-context/*/*_ctx.onnx"))) == 2
+    rt.close()
+    again = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,))
+    calls: list[tuple[int, int]] = []
+    again.prepare(progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(i, len(units) - 2) for i in range(1, len(units) - 1)]  # only the rest
+    assert not again.compile_pending() and len(list(tmp_path.glob("ep-context/*/*_ctx.onnx"))) == len(units)
+    again.close()
+
+
 def test_a_shared_context_is_one_binary_and_where_it_cannot_load_one_per_graph_runs(npu_pack, tmp_path, caplog) -> None:
     rt = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,), shared_context=True)
     assert rt.compile_pending()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtCore import QThread
 
 from captioner.core import AudioEvent, apply_update
@@ -249,6 +251,29 @@ def test_a_first_npu_start_compiles_before_the_capture_opens_with_progress(qtbot
     assert h.statuses[:2] == ["preparing", "listening"] and "starting" not in h.statuses
     assert progress_seen == [(1, 3), (2, 3), (3, 3)]
     assert not stream.skips and all(u.gap is None for u in h.updates)
+
+
+def test_quitting_during_a_first_npu_start_waits_for_one_graph_not_the_compile(qtbot):
+    """A stop asked while the model compiles for the NPU ends it after the graph being compiled
+    (the progress callback raises): the thread finishes, no error, the capture never opened."""
+    import threading
+
+    log, compiled = [], threading.Event()
+    capture = FakeCapture(n_blocks=2, finite=False)
+
+    def prepare(progress):
+        for done in range(1, 1000):  # a long compile: one graph each 10 ms
+            time.sleep(0.01)
+            log.append(done)
+            compiled.set()
+            progress(done, 999)
+
+    h = Harness(qtbot, capture, {"system": FakeStream()}, open_capture=_logged_open(log, capture), prepare=prepare,
+                prepare_first=True).start()
+    assert compiled.wait(5)
+    h.stop()
+    assert "capture" not in log and len(log) < 999 and not h.errors
+    assert h.statuses == ["preparing", "stopped"]
 
 
 def test_an_engine_that_cannot_be_readied_is_an_error_and_the_capture_closes(qtbot):
