@@ -175,6 +175,10 @@ class CaptionerApp(QObject):
         self.save_session = self.settings.transcripts.save_sessions
         self.paused = False
         self._thread: QThread | None = None
+        # workers that did not stop within STOP_TIMEOUT_MS (stuck in a native call: an NPU compile, a
+        # hung driver): never deleted while they run, since Qt aborts the process for a QThread
+        # destroyed while running; the process leaves without them (``abandoned_engine``)
+        self._abandoned: list[tuple[QThread, CaptionWorker]] = []
         self._worker: CaptionWorker | None = None
         self._skip_told = False  # the "skipping" tray message was shown this session
         self._after_stop: list[Callable[[], object]] = []
@@ -438,14 +442,33 @@ class CaptionerApp(QObject):
 
     def _on_stop_timeout(self) -> None:
         if self.running:
+            assert self._thread is not None and self._worker is not None
             logger.error("the engine did not stop within %d ms; leaving it", STOP_TIMEOUT_MS)
-            self._on_thread_finished()
+            worker = self._worker
+            self._thread.finished.disconnect(self._on_thread_finished)
+            for signal in (worker.update, worker.lag, worker.error, worker.audio_event, worker.status, worker.progress):
+                signal.disconnect()  # nothing it says later belongs to this session or the next
+            self._abandoned.append((self._thread, worker))
+            self._end_session(delete=False)
+
+    @property
+    def abandoned_engine(self) -> bool:
+        """A worker left running at its stop timeout still runs: the process must exit without
+        destroying its thread (``os._exit`` after the event loop; ``commands/gui.py``)."""
+        self._abandoned = [(t, w) for t, w in self._abandoned if t.isRunning()]
+        return bool(self._abandoned)
 
     def _on_thread_finished(self) -> None:
+        self._end_session(delete=True)
+
+    def _end_session(self, delete: bool) -> None:
+        """The worker finished (``delete``: its thread is deleted) or was left running: end the
+        session with the words it committed, then run what waited for the stop."""
         thread, self._thread, self._worker = self._thread, None, None
         if thread is None:
             return
-        thread.deleteLater()
+        if delete:
+            thread.deleteLater()
         if self.recorder is not None:
             self._record_language(self.recorder)
             try:

@@ -98,6 +98,10 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     app.start()
     code = qapp.exec()
     instance.close()
+    if app.abandoned_engine:  # stuck in a native call; destroying its QThread would abort the process
+        logger.warning("leaving with the engine still busy (it did not stop in time); the session was saved")
+        logging.shutdown()
+        os._exit(code)
     return code
 
 

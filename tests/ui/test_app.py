@@ -310,6 +310,42 @@ def test_a_first_npu_start_says_what_it_compiles_and_captures_only_after(qtbot, 
     quit_and_wait(qtbot, app)
 
 
+def test_an_engine_stuck_past_the_stop_timeout_is_left_running_not_destroyed(qtbot, tmp_path, monkeypatch):
+    """Quitting while the engine is stuck in a native call (an NPU compile between two progress
+    calls, a hung driver): after the stop timeout the session ends with what it committed, and the
+    worker's thread is kept, not deleted while it runs (Qt aborts the process for that: a first NPU
+    start quit on the emulator ended with SIGABRT); what it says afterwards reaches no session."""
+    import threading
+
+    import captioner.app as app_module
+
+    monkeypatch.setattr(app_module, "STOP_TIMEOUT_MS", 300)
+    release = threading.Event()
+    paths = AppPaths.default(tmp_path / "home")
+
+    def capture_factory(settings):
+        return (lambda: FakeCapture(n_blocks=5, finite=False)), ("system",)
+
+    def engine_factory(settings, sources, paths):
+        return EngineRun({"system": FakeStream()}, "QNN-HTP", "QNN-HTP", "fake-pack",
+                         prepare=lambda progress: release.wait(20), prepare_first=True)
+
+    app = CaptionerApp(paths, GuiOptions(model="fake-pack"), engine_factory=engine_factory,
+                       capture_factory=capture_factory)
+    qtbot.addWidget(app.bar)
+    app.start()
+    qtbot.waitUntil(lambda: app.bar.lag_visible, timeout=5000)
+    sid = app.session_id
+    quit_and_wait(qtbot, app)
+    assert app.abandoned_engine and app.tray.status_text().startswith("Quitting")
+    with SessionStore.open(app.paths.sessions_db) as store:
+        assert store.get_session(sid).ended_at is not None
+    release.set()  # the native call returns: the thread ends by itself, its "stopped" reaches nobody
+    qtbot.waitUntil(lambda: not app.abandoned_engine, timeout=5000)
+    QCoreApplication.processEvents()
+    assert app.tray.status_text().startswith("Quitting")
+
+
 def test_the_bar_says_starting_while_the_engine_is_readied_and_no_audio_is_skipped(qtbot, tmp_path):
     """While the worker readies the engine (seconds on a CPU) the bar shows a "starting…" badge;
     then the words of the audio captured meanwhile come, none of it skipped."""
