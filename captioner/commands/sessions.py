@@ -15,7 +15,7 @@ from captioner.errors import StorageError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import EXPORT_FORMATS, export_session, render_txt
+from captioner.transcript.export import EXPORT_FORMATS, export_session, length_text, render_txt
 from captioner.transcript.store import SessionInfo, SessionStore
 
 __all__ = ["register", "run"]
@@ -73,10 +73,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
 
 
 def _duration(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    s = ms // 1000
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+    return "-" if ms is None else length_text(ms)
 
 
 def _local(iso: str | None) -> str:

@@ -40,6 +40,7 @@ __all__ = [
     "export_words",
     "format_from_path",
     "gap_to_json",
+    "length_text",
     "render_json",
     "render_srt",
     "render_txt",
@@ -64,6 +65,12 @@ def _clock(ms: int, sep: str) -> str:
     minutes, rest = divmod(rest, 60_000)
     seconds, millis = divmod(rest, 1000)
     return f"{hours:02d}:{minutes:02d}:{seconds:02d}{sep}{millis:03d}"
+
+
+def length_text(ms: int) -> str:
+    """``h:mm:ss`` of a session's length in milliseconds (the sessions list, the history window)."""
+    s = max(0, int(ms)) // 1000
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 def srt_time(ms: int) -> str:

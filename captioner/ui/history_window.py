@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from captioner.errors import CaptionerError
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import export_session, render_txt
+from captioner.transcript.export import export_session, length_text, render_txt
 from captioner.transcript.store import SessionInfo, SessionStore
 from captioner.ui.tray import ask_save_path_dialog
 
@@ -54,7 +54,7 @@ def _duration(ms: int | None, ended: bool, recording: bool) -> str:
     length its words reach."""
     if recording:
         return "recording…"
-    length = "" if ms is None else f"{ms // 3600000}:{ms // 60000 % 60:02d}:{ms // 1000 % 60:02d}"
+    length = "" if ms is None else length_text(ms)
     return length if ended else ", ".join(filter(None, [length, "not ended"]))
 
 

@@ -23,6 +23,7 @@ from captioner.transcript.export import (
     atomic_write_text,
     export_words,
     format_from_path,
+    length_text,
     render_json,
     render_srt,
     render_txt,
@@ -264,3 +265,9 @@ def test_atomic_write_replaces(tmp_path: Path) -> None:
     atomic_write_text(target, "two ✓")
     assert target.read_text(encoding="utf-8") == "two ✓"
     assert [p.name for p in tmp_path.iterdir()] == ["t.txt"]
+
+
+def test_a_sessions_length_reads_as_hours_minutes_seconds() -> None:
+    """The sessions list's and the history window's length column (one home for both)."""
+    assert [length_text(ms) for ms in (0, 999, 59_999, 3_723_456, 36_000_000)] == [
+        "0:00:00", "0:00:00", "0:00:59", "1:02:03", "10:00:00"]
