@@ -828,6 +828,10 @@ class Runtime:
         ``group``: None alone, else a member of the shared session group (True: its last)."""
         so = self._options(cand, frames)
         source = graph
+        # alone: compiled under a temporary name and renamed, so a ``*_ctx.onnx`` exists only whole (a
+        # process killed mid-compile left one that the cache counted as compiled; its binary keeps the
+        # temporary name, which the renamed context points to)
+        out = ctx if group is not None else ctx.with_name(f"{ctx.stem}.part{ctx.suffix}")
         if group is not None:
             so.add_session_config_entry("ep.share_ep_contexts", "1")
             if group:
@@ -840,7 +844,9 @@ class Runtime:
             so.add_initializer(ref.name, self.weights.ortvalue(ref))
         compiler = ort.ModelCompiler(so, str(source), embed_compiled_data_into_model=False,
                                      graph_optimization_level=so.graph_optimization_level)
-        compiler.compile_to_file(str(ctx))
+        compiler.compile_to_file(str(out))
+        if out != ctx:
+            os.replace(out, ctx)
 
     def _open_group(self) -> None:
         """Open the session of every prepared graph now (a shared context is loaded whole); under the lock."""

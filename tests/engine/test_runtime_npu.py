@@ -102,6 +102,41 @@ def test_a_compile_stopped_between_two_graphs_keeps_them_and_the_provider(npu_pa
     again.close()
 
 
+def test_a_process_killed_mid_compile_leaves_no_context_that_counts_as_compiled(npu_pack, tmp_path,
+                                                                               monkeypatch) -> None:
+    """A graph is compiled under a temporary name and renamed when whole: a process that dies between
+    the two (a kill, the app leaving a stuck engine) leaves no ``*_ctx.onnx`` for it, so the next start
+    compiles it again instead of failing to load it in a round; the renamed context loads."""
+    import captioner.engine.runtime as runtime_module
+
+    real_replace, calls = runtime_module.os.replace, []
+
+    def dies_on_the_second(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise _Quit  # the process is gone before the rename
+        real_replace(src, dst)
+
+    monkeypatch.setattr(runtime_module.os, "replace", dies_on_the_second)
+    rt = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,))
+    units = rt.npu_units()
+    with pytest.raises(_Quit):
+        rt.prepare()
+    rt.close()
+    assert len(list(tmp_path.glob("ep-context/*/*_ctx.onnx"))) == 1 and list(tmp_path.glob("ep-context/*/*.part.onnx"))
+    monkeypatch.setattr(runtime_module.os, "replace", real_replace)
+    again = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,))
+    assert again.compile_pending()
+    done: list[int] = []
+    again.prepare(progress=lambda n, total: done.append(total))
+    assert done and done[-1] == len(units) - 1 and not again.compile_pending()
+    assert not list(tmp_path.glob("ep-context/*/*.part.onnx"))
+    assert len(list(tmp_path.glob("ep-context/*/*.bin"))) == len(units)
+    out = _encode(again, npu_pack)
+    assert again.info().chosen == "QNN-HTP" and again.info().fallbacks == () and np.isfinite(out[0]).all()
+    again.close()
+
+
 def test_a_shared_context_is_one_binary_and_where_it_cannot_load_one_per_graph_runs(npu_pack, tmp_path, caplog) -> None:
     rt = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,), shared_context=True)
     assert rt.compile_pending()
