@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from PySide6.QtCore import QObject, QRect, QThread, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
@@ -355,12 +355,8 @@ class CaptionerApp(QObject):
         thread = QThread()
         worker.moveToThread(thread)
         thread.started.connect(worker.run)
-        worker.update.connect(self._on_worker_update)
-        worker.lag.connect(self._on_worker_lag)
-        worker.error.connect(self._on_worker_error)
-        worker.audio_event.connect(self._on_worker_event)
-        worker.status.connect(self._on_worker_status)
-        worker.progress.connect(self._on_prepare_progress)
+        for signal, slot in self._worker_slots(worker):
+            signal.connect(slot)
         worker.finished.connect(thread.quit)
         thread.finished.connect(self._on_thread_finished)
         self._worker, self._thread = worker, thread  # held until finished (buzz #423)
@@ -446,10 +442,16 @@ class CaptionerApp(QObject):
             logger.error("the engine did not stop within %d ms; leaving it", STOP_TIMEOUT_MS)
             worker = self._worker
             self._thread.finished.disconnect(self._on_thread_finished)
-            for signal in (worker.update, worker.lag, worker.error, worker.audio_event, worker.status, worker.progress):
-                signal.disconnect()  # nothing it says later belongs to this session or the next
+            for signal, slot in self._worker_slots(worker):
+                signal.disconnect(slot)  # nothing it says later belongs to this session or the next
             self._abandoned.append((self._thread, worker))
             self._end_session(delete=False)
+
+    def _worker_slots(self, worker: CaptionWorker) -> list[tuple[Any, Callable[..., None]]]:
+        """What the app hears from a worker: (signal, slot), connected at its start."""
+        return [(worker.update, self._on_worker_update), (worker.lag, self._on_worker_lag),
+                (worker.error, self._on_worker_error), (worker.audio_event, self._on_worker_event),
+                (worker.status, self._on_worker_status), (worker.progress, self._on_prepare_progress)]
 
     @property
     def abandoned_engine(self) -> bool:

@@ -204,8 +204,7 @@ class CaptionWorker(QObject):
         try:
             if self._prepare is not None and self._prepare_first:  # a compile: longer than the ring holds
                 self.status.emit("preparing")
-                prepare, self._prepare = self._prepare, None
-                prepare(self._compiled)
+                self._ready()
             elif self._prepare is not None:
                 self.status.emit("starting")
             while not self._stop.is_set():
@@ -219,9 +218,8 @@ class CaptionWorker(QObject):
                     capture = self._open()
                     if capture is None:
                         continue
-                    if self._prepare is not None:  # once: the audio captured meanwhile is decoded
-                        prepare, self._prepare = self._prepare, None
-                        prepare(self._compiled)
+                    if self._prepare is not None:  # the audio captured meanwhile is decoded
+                        self._ready()
                         self._catch_up = True
                     self.status.emit("listening")
                 outcome = self._pump(capture)
@@ -251,6 +249,12 @@ class CaptionWorker(QObject):
                 self.error.emit(exc if isinstance(exc, CaptionerError) else CaptionerError(str(exc)))
             self.status.emit("stopped")
             self.finished.emit()
+
+    def _ready(self) -> None:
+        """Run ``prepare``, once per worker."""
+        prepare, self._prepare = self._prepare, None
+        if prepare is not None:
+            prepare(self._compiled)
 
     def _compiled(self, done: int, total: int) -> None:
         """``prepare``'s progress: relayed; a stop asked meanwhile ends ``prepare`` here."""
