@@ -831,7 +831,7 @@ class Runtime:
         # alone: compiled under a temporary name and renamed, so a ``*_ctx.onnx`` exists only whole (a
         # process killed mid-compile left one that the cache counted as compiled; its binary keeps the
         # temporary name, which the renamed context points to)
-        out = ctx if group is not None else ctx.with_name(f"{ctx.stem}.part{ctx.suffix}")
+        out = ctx if group is not None else _part_name(ctx)
         if group is not None:
             so.add_session_config_entry("ep.share_ep_contexts", "1")
             if group:
@@ -988,13 +988,17 @@ class Runtime:
                        "" if frames is None else f" for {frames} frames", cand.label)
         ctx.parent.mkdir(parents=True, exist_ok=True)
         so = self._options(cand, frames)
+        part = _part_name(ctx)  # written whole, then renamed (as :meth:`_compile` does)
         so.add_session_config_entry("ep.context_enable", "1")
-        so.add_session_config_entry("ep.context_file_path", str(ctx))
+        so.add_session_config_entry("ep.context_file_path", str(part))
         so.add_session_config_entry("ep.context_embed_mode", "0")
         # One context binary per graph: a shared binary is only written by the session marked
         # ep.stop_share_ep_contexts, which lazy creation cannot know in advance.
         so.add_session_config_entry("ep.share_ep_contexts", "0")
-        return self._session(graph, so, cand, inits)
+        sess = self._session(graph, so, cand, inits)
+        if part.is_file():
+            os.replace(part, ctx)
+        return sess
 
     def _leave_shared(self, graph: Path, cand: Candidate, inits: Sequence[WeightRef], frames: int | None,
                       why: str) -> ort.InferenceSession:
@@ -1048,6 +1052,16 @@ class Runtime:
         """``<cache>/ep-context/<key>/<graph>[_f<frames>]_ctx.onnx`` (:meth:`_context_dir`)."""
         stem = graph.stem if frames is None else f"{graph.stem}_f{frames}"
         return self._context_dir(cand) / f"{stem}_ctx.onnx"
+
+
+def _part_name(ctx: Path) -> Path:
+    """The temporary name ``ctx`` is compiled under (``<graph>_ctx.part.onnx``), cleared of what a
+    process killed mid-compile left there (ONNX Runtime will not write a context over a file): such a
+    process leaves no ``*_ctx.onnx`` that the cache would count as compiled and a round fail to load."""
+    part = ctx.with_name(f"{ctx.stem}.part{ctx.suffix}")
+    for left in ctx.parent.glob(f"{part.stem}*"):  # the context and its ``_qnn.bin``
+        left.unlink(missing_ok=True)
+    return part
 
 
 def _discard_contexts(folder: Path) -> None:

@@ -137,6 +137,45 @@ def test_a_process_killed_mid_compile_leaves_no_context_that_counts_as_compiled(
     again.close()
 
 
+def test_a_graph_compiled_in_a_round_is_written_whole_and_loads_next_time(npu_pack, tmp_path, caplog,
+                                                                         monkeypatch) -> None:
+    """A graph outside the prepared set is compiled when a round first needs it; its context, too, is
+    written under the temporary name and renamed: a process that dies before the rename leaves no
+    ``*_ctx.onnx`` of it, the next one compiles it again, and the start after that loads it."""
+    import captioner.engine.runtime as runtime_module
+
+    real_replace = runtime_module.os.replace
+
+    def dies(src, dst):
+        raise _Quit  # the process is gone before the rename
+
+    late = npu_pack.encoder_file(10)
+    monkeypatch.setattr(runtime_module.os, "replace", dies)
+    killed = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,))
+    with pytest.raises(_Quit):
+        killed.session(late)
+    killed.close()
+    assert list(tmp_path.glob(f"ep-context/*/{late.stem}_ctx.part.onnx"))
+    assert not list(tmp_path.glob(f"ep-context/*/{late.stem}_ctx.onnx"))
+    monkeypatch.setattr(runtime_module.os, "replace", real_replace)
+    rt = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,))
+    rt.prepare()
+    assert (late, None) not in rt.npu_units()
+    with caplog.at_level(logging.WARNING, logger="captioner.engine.runtime"):
+        rt.session(late)
+    assert [r for r in caplog.records if "while captioning" in r.getMessage()]  # compiled late, said so
+    assert len(list(tmp_path.glob(f"ep-context/*/{late.stem}_ctx.onnx"))) == 1
+    assert not list(tmp_path.glob("ep-context/*/*.part.onnx"))
+    rt.close()
+    caplog.clear()
+    warm = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,))
+    with caplog.at_level(logging.WARNING, logger="captioner.engine.runtime"):
+        warm.session(late)
+    assert not [r for r in caplog.records if "while captioning" in r.getMessage() or "unusable" in r.getMessage()]
+    assert warm.info().chosen == "QNN-HTP" and warm.info().fallbacks == ()
+    warm.close()
+
+
 def test_a_shared_context_is_one_binary_and_where_it_cannot_load_one_per_graph_runs(npu_pack, tmp_path, caplog) -> None:
     rt = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,), shared_context=True)
     assert rt.compile_pending()
