@@ -49,9 +49,12 @@ _APP: list[QCoreApplication] = []  # a Qt application made here lives until exit
 class RecordingStream:
     """The engine stream with every round recorded: ``feed``/``step``/``finish`` pass through.
 
-    Anything else the worker asks of a stream (an overload rule's calls) reaches the real stream
-    unchanged (``__getattr__``), so the soak runs whatever worker is on the branch.
+    Anything else the worker asks of a stream, or sets on it (the overload rule's ``hurry``),
+    reaches the real stream unchanged (``__getattr__``, ``__setattr__``), so the soak runs whatever
+    worker is on the branch.
     """
+
+    _OWN = frozenset({"_stream", "_t0", "fed", "rounds"})
 
     def __init__(self, stream: Stream, t0: float) -> None:
         self._stream = stream
@@ -61,6 +64,13 @@ class RecordingStream:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # set here, ``hurry`` never reached the stream: a soak measured an engine that never hurried
+        if name in RecordingStream._OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._stream, name, value)
 
     @property
     def fed_s(self) -> float:

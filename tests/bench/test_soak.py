@@ -23,13 +23,29 @@ from captioner.bench.soak import (
     write_soak_plot,
     write_speech_wav,
 )
-from captioner.commands._soak import run_soak_session
+from captioner.commands._soak import RecordingStream, run_soak_session
 from captioner.storage.paths import AppPaths
 from captioner.transcript.store import SessionStore
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before pytest-qt creates the QApplication
 
 SPEECH = Path(__file__).resolve().parents[1] / "data" / "speech"
+
+
+def test_the_recording_stream_passes_what_the_worker_sets_to_the_engine_stream() -> None:
+    """The overload rule sets ``hurry`` on the stream the worker holds: through the soak's wrapper it
+    reaches the engine's stream (set on the wrapper, it never did: a soak measured an engine that
+    never hurried); the wrapper's own record stays its own."""
+
+    class Engine:
+        hurry = False
+
+    engine = Engine()
+    wrapped = RecordingStream(engine, 0.0)  # type: ignore[arg-type]
+    wrapped.hurry = True
+    assert engine.hurry is True and wrapped.hurry is True
+    wrapped.fed = 320
+    assert wrapped.fed == 320 and not hasattr(engine, "fed")
 
 
 def test_live_lag_is_the_computation_aware_replay() -> None:
