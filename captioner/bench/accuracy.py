@@ -169,6 +169,12 @@ class AccuracyOptions:
             (``--set FIELD=VALUE``): a rule's variant measured on both halves without editing the
             engine; recorded in the result.
         speed: every recording played this many times as fast (``--speed``, :func:`speed_perturbed`).
+        paired: with ``settings``, each live mode runs twice on every item, with the engine's
+            defaults (``live_2s``) and with the settings (``live_2s_set``), the two in turns first
+            from item to item (``--paired``): both are timed in the same minutes of the machine.
+            Latency and RTF are simulated from measured compute, and the same engine measured an
+            hour apart on this 2-core machine differed by a quarter (offline RTF 0.155 and 0.113),
+            more than most rules move them.
     """
 
     steps: tuple[float, ...] = (1.0, 2.0)
@@ -179,6 +185,14 @@ class AccuracyOptions:
     vocabulary: tuple[str, ...] = ()
     settings: tuple[tuple[str, Any], ...] = ()
     speed: float = 1.0
+    paired: bool = False
+
+    def live_runs(self, n: int) -> list[tuple[str, dict[str, Any]]]:
+        """(mode suffix, StreamConfig fields) of each live run of item number ``n``, in the order run."""
+        if not self.paired:
+            return [("", dict(self.settings))]
+        runs = [("", {}), (PAIRED_SUFFIX, dict(self.settings))]
+        return runs if n % 2 else runs[::-1]
 
 
 def speed_perturbed(audio: np.ndarray, speed: float) -> np.ndarray:
@@ -455,8 +469,12 @@ def speech_onset(audio: np.ndarray) -> float | None:
     return spans[0]["start"] / SAMPLE_RATE if spans else None
 
 
-def _mode_names(steps: Sequence[float]) -> list[str]:
-    return ["offline", *(f"live_{s:g}s" for s in steps)]
+PAIRED_SUFFIX = "_set"  # the live modes run with ``--set`` beside the engine's defaults (``--paired``)
+
+
+def _mode_names(steps: Sequence[float], paired: bool = False) -> list[str]:
+    suffixes = ("", PAIRED_SUFFIX) if paired else ("",)
+    return ["offline", *(f"live_{s:g}s{x}" for s in steps for x in suffixes)]
 
 
 def _score(item_text: str, language: str, run: ModeRun, reference: ModeRun | None, sc: Scorer, *,
@@ -539,7 +557,7 @@ def summarise(items: list[dict], modes: list[str]) -> dict:
 def run_accuracy(model: AcousticModel, items: Sequence[Item], options: AccuracyOptions, sc: Scorer,
                  progress: Callable[[str], None]) -> dict:
     """Every mode over every item and non-speech signal; the JSON-able result (module docstring)."""
-    modes = _mode_names(options.steps)
+    modes = _mode_names(options.steps, options.paired)
     fw = None
     if options.reference_ct2 is not None:
         from captioner.bench.fw_reference import FasterWhisperReference
@@ -577,12 +595,13 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
         if fw_times is not None:
             row["fw_words"] = [[w.text, round(w.start, 3), round(w.end, 3)] for w in fw_times]
         for step in options.steps:
-            live = run_live(model, audio, step, item.language, vocabulary=options.vocabulary,
-                            config=dict(options.settings))
-            row["modes"][f"live_{step:g}s"] = _score(item.text, item.language, live, offline, sc, latency=True,
-                                                     onset_s=onset, fw_times=fw_times)
-            if options.vocabulary:
-                row["modes"][f"live_{step:g}s"]["listed"] = listed_words(item.text, live.text, options.vocabulary)
+            for suffix, config in options.live_runs(n):
+                mode = f"live_{step:g}s{suffix}"
+                live = run_live(model, audio, step, item.language, vocabulary=options.vocabulary, config=config)
+                row["modes"][mode] = _score(item.text, item.language, live, offline, sc, latency=True,
+                                            onset_s=onset, fw_times=fw_times)
+                if options.vocabulary:
+                    row["modes"][mode]["listed"] = listed_words(item.text, live.text, options.vocabulary)
         if fw is not None:
             for mode, run in fw.transcribe(audio, item.language).items():
                 row["modes"][mode] = _score(item.text, item.language, run, None, sc, latency=False)
@@ -591,7 +610,8 @@ def _run_all(model: AcousticModel, items: Sequence[Item], options: AccuracyOptio
         progress(f"[{n}/{len(items)}] {item.id} ({seconds:.1f} s, {item.kind}): WER {wers}")
     noise = _nonspeech(model, options, fw, progress)
     return {
-        "settings": {"steps": list(options.steps), "modes": modes, "nonspeech_s": options.nonspeech_s,
+        "settings": {"steps": list(options.steps), "modes": modes, "paired": options.paired,
+                     "nonspeech_s": options.nonspeech_s,
                      "reference_ct2": str(options.reference_ct2) if options.reference_ct2 else None,
                      "window_s": WINDOW_S, "max_tokens": MAX_TOKENS, "vocabulary": list(options.vocabulary),
                      "stream_config": dict(options.settings), "speed": options.speed},
@@ -613,8 +633,9 @@ def _nonspeech(model: AcousticModel, options: AccuracyOptions, fw, progress: Cal
         audio = nonspeech.generate(kind, options.nonspeech_s)
         runs = {"offline": run_offline(model, audio)}
         for step in options.steps:
-            runs[f"live_{step:g}s"] = run_live(model, audio, step, vocabulary=options.vocabulary,
-                                               config=dict(options.settings))
+            for suffix, config in options.live_runs(1):
+                runs[f"live_{step:g}s{suffix}"] = run_live(model, audio, step, vocabulary=options.vocabulary,
+                                                           config=config)
         if fw is not None:
             runs.update(fw.transcribe(audio, "en"))
         out[kind] = {"seconds": options.nonspeech_s, "level_dbfs": nonspeech.LEVEL_DBFS[kind],

@@ -102,9 +102,13 @@ def markdown(acc: dict, header: str = "") -> str:
     summ = acc["summary"]
     lines = [header or "## Accuracy on real speech", ""]
     variant = acc["settings"].get("stream_config") or {}
-    if variant:
-        lines += ["The live modes ran with " + ", ".join(f"`{k}={v}`" for k, v in variant.items())
-                  + " (`--set`); the engine's defaults otherwise.", ""]
+    settings = ", ".join(f"`{k}={v}`" for k, v in variant.items())
+    if variant and acc["settings"].get("paired"):
+        lines += [f"Paired (`--paired`): the `_set` live modes ran with {settings} (`--set`), the others with the "
+                  "engine's defaults, the two in turns first from item to item, so their latency and RTF "
+                  "were measured in the same minutes of the machine.", ""]
+    elif variant:
+        lines += [f"The live modes ran with {settings} (`--set`); the engine's defaults otherwise.", ""]
     speed = acc["settings"].get("speed", 1.0)
     if speed != 1.0:
         lines += [f"Every recording played at {speed:g}× speed (`--speed`: resampled, its pitch moving with its "

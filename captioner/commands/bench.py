@@ -90,6 +90,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="a StreamConfig field of the live modes (repeatable), e.g. closing_split_s=12: a rule's "
                           "variant measured on both halves, or language=auto: the language detected, as the "
                           "app's default does; recorded in the report")
+    acc.add_argument("--paired", action="store_true",
+                     help="with --set: every live mode also runs with the engine's defaults, the two in turns "
+                          "first item by item, so the variant's latency and RTF are compared in the same minutes")
     words = acc.add_mutually_exclusive_group()
     words.add_argument("--vocabulary", metavar="WORDS", help="the live engine's vocabulary (comma-separated); "
                        "each live mode also reports its listed words recalled and invented")
@@ -142,6 +145,8 @@ def _accuracy_options(args: argparse.Namespace):
         raise CaptionerError("--limit must be at least 1")
     if args.nonspeech_s < 0:
         raise CaptionerError("--nonspeech-s must not be negative")
+    if args.paired and not args.settings:
+        raise CaptionerError("--paired compares a --set variant with the engine's defaults: give --set FIELD=VALUE")
     if not 0.8 <= args.speed <= 1.25:
         raise CaptionerError(f"--speed must be between 0.8 and 1.25, got {args.speed}")
     if args.reference_ct2 is not None and not (args.reference_ct2 / "model.bin").is_file() and not any(
@@ -154,7 +159,7 @@ def _accuracy_options(args: argparse.Namespace):
     steps = tuple(sorted(set(args.step))) if args.step else (1.0, 2.0)
     return items, AccuracyOptions(steps=steps, nonspeech_s=args.nonspeech_s, reference_ct2=args.reference_ct2,
                                   vocabulary=command_vocabulary(args) or (), settings=_settings(args.settings, steps),
-                                  speed=args.speed)
+                                  speed=args.speed, paired=args.paired)
 
 
 def _settings(texts: list[str], steps: tuple[float, ...]) -> tuple[tuple[str, object], ...]:

@@ -107,3 +107,30 @@ def test_a_bad_setting_is_refused_before_any_model_is_loaded(setting: str, why: 
                     str(_manifest(tmp_path)), "--set", setting], AppPaths.default(tmp_path / "home"))
     err = capsys.readouterr().err
     assert code != 0 and "--set" in err and why in err, err
+
+
+def test_paired_runs_the_variant_beside_the_defaults_in_turns(real_tiny_en_pack, tmp_path: Path) -> None:
+    """``--paired --set max_tokens=1``: each live mode runs twice, with the engine's defaults
+    (``live_2s``: the sentence) and with the setting (``live_2s_set``: a token per round), both scored
+    and timed, and the report says which is which; the two go first in turns from item to item."""
+    from captioner.bench.accuracy import AccuracyOptions
+
+    acc, report = _bench(real_tiny_en_pack, tmp_path, "--set", "max_tokens=1", "--paired")
+    assert acc["settings"]["modes"] == ["offline", "live_2s", "live_2s_set"] and acc["settings"]["paired"]
+    (item,) = acc["items"]
+    assert item["modes"]["live_2s"]["words"] >= 14  # the defaults: the sentence (tiny.en: 16 words)
+    assert item["modes"]["live_2s_set"]["words"] <= 6  # one token per round
+    assert all("latency_s" in item["modes"][m] and item["modes"][m]["compute_s"] > 0 for m in ("live_2s", "live_2s_set"))
+    assert acc["summary"]["english"]["live_2s_set"]["errors"] > acc["summary"]["english"]["live_2s"]["errors"]
+    assert "Paired (`--paired`): the `_set` live modes ran with `max_tokens=1`" in report
+    options = AccuracyOptions(settings=(("max_tokens", 1),), paired=True)
+    assert options.live_runs(1) == [("", {}), ("_set", {"max_tokens": 1})]
+    assert options.live_runs(2) == [("_set", {"max_tokens": 1}), ("", {})]
+    assert AccuracyOptions(settings=(("max_tokens", 1),)).live_runs(2) == [("", {"max_tokens": 1})]
+
+
+def test_paired_without_a_setting_is_refused_before_any_model_is_loaded(tmp_path: Path, capsys) -> None:
+    code = cli.run(["bench", "--sections", "accuracy", "--model", str(tmp_path / "no-such-pack"), "--manifest",
+                    str(_manifest(tmp_path)), "--paired"], AppPaths.default(tmp_path / "home"))
+    err = capsys.readouterr().err
+    assert code != 0 and "--paired compares a --set variant" in err, err
