@@ -66,7 +66,7 @@ class RecordingStream:
         return getattr(self._stream, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # set here, ``hurry`` never reached the stream: a soak measured an engine that never hurried
+        # set here, ``hurry`` never reached the stream (latent: the soak's unbounded rule never hurries)
         if name in RecordingStream._OWN:
             object.__setattr__(self, name, value)
         else:

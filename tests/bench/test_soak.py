@@ -34,8 +34,8 @@ SPEECH = Path(__file__).resolve().parents[1] / "data" / "speech"
 
 def test_the_recording_stream_passes_what_the_worker_sets_to_the_engine_stream() -> None:
     """The overload rule sets ``hurry`` on the stream the worker holds: through the soak's wrapper it
-    reaches the engine's stream (set on the wrapper, it never did: a soak measured an engine that
-    never hurried); the wrapper's own record stays its own."""
+    reaches the engine's stream (set on the wrapper, it never did; latent while the soak reads its
+    file unbounded, which never hurries); the wrapper's own record stays its own."""
 
     class Engine:
         hurry = False
