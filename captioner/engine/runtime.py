@@ -164,6 +164,11 @@ logger = logging.getLogger(__name__)
 # while a device that keeps failing is given up at its second failure.
 RECOVERY_RUNS = 500
 
+# One graph compiled at a time in this process: an engine left compiling at a stop (the app's stop
+# timeout) and the next session's would otherwise both compile every graph the cache lacked when they
+# began, over the same temporary file.
+_COMPILING = threading.Lock()
+
 
 def default_threads() -> int:
     """Intra-op threads: min(4, physical cores) — the reference's choice, good on 2–8 core laptops."""
@@ -826,12 +831,21 @@ class Runtime:
     def _compile(self, graph: Path, frames: int | None, ctx: Path, cand: Candidate, group: bool | None) -> None:
         """Compile ``graph`` (``frames`` fixed) into the EP-context model ``ctx`` with ``ModelCompiler``;
         ``group``: None alone, else a member of the shared session group (True: its last)."""
+        if group is None:  # alone: one at a time in this process, and not again once another compiled it
+            with _COMPILING:
+                if not ctx.is_file():
+                    self._compile_to(graph, frames, ctx, cand, None)
+        else:
+            self._compile_to(graph, frames, ctx, cand, group)
+
+    def _compile_to(self, graph: Path, frames: int | None, ctx: Path, cand: Candidate, group: bool | None) -> None:
+        """:meth:`_compile`'s work."""
         so = self._options(cand, frames)
         source = graph
         # alone: compiled under a temporary name and renamed, so a ``*_ctx.onnx`` exists only whole (a
         # process killed mid-compile left one that the cache counted as compiled; its binary keeps the
         # temporary name, which the renamed context points to)
-        out = ctx if group is not None else _part_name(ctx)
+        out = ctx if group is not None else _cleared_part(ctx)
         if group is not None:
             so.add_session_config_entry("ep.share_ep_contexts", "1")
             if group:
@@ -984,21 +998,24 @@ class Runtime:
                 for stale in ctx.parent.glob(f"{ctx.stem}*"):
                     stale.unlink(missing_ok=True)
                 self._prepared.discard(str(ctx.parent))
-        logger.warning("compiling %s%s for %s while captioning (not among the prepared graphs)", graph.name,
-                       "" if frames is None else f" for {frames} frames", cand.label)
-        ctx.parent.mkdir(parents=True, exist_ok=True)
-        so = self._options(cand, frames)
-        part = _part_name(ctx)  # written whole, then renamed (as :meth:`_compile` does)
-        so.add_session_config_entry("ep.context_enable", "1")
-        so.add_session_config_entry("ep.context_file_path", str(part))
-        so.add_session_config_entry("ep.context_embed_mode", "0")
-        # One context binary per graph: a shared binary is only written by the session marked
-        # ep.stop_share_ep_contexts, which lazy creation cannot know in advance.
-        so.add_session_config_entry("ep.share_ep_contexts", "0")
-        sess = self._session(graph, so, cand, inits)
-        if part.is_file():
-            os.replace(part, ctx)
-        return sess
+        with _COMPILING:
+            if not ctx.is_file():
+                logger.warning("compiling %s%s for %s while captioning (not among the prepared graphs)", graph.name,
+                               "" if frames is None else f" for {frames} frames", cand.label)
+                ctx.parent.mkdir(parents=True, exist_ok=True)
+                so = self._options(cand, frames)
+                part = _cleared_part(ctx)  # written whole, then renamed (as :meth:`_compile` does)
+                so.add_session_config_entry("ep.context_enable", "1")
+                so.add_session_config_entry("ep.context_file_path", str(part))
+                so.add_session_config_entry("ep.context_embed_mode", "0")
+                # One context binary per graph: a shared binary is only written by the session marked
+                # ep.stop_share_ep_contexts, which lazy creation cannot know in advance.
+                so.add_session_config_entry("ep.share_ep_contexts", "0")
+                sess = self._session(graph, so, cand, inits)
+                if part.is_file():
+                    os.replace(part, ctx)
+                return sess
+        return self._open(graph, cand, inits, frames)  # another engine of this process compiled it meanwhile
 
     def _leave_shared(self, graph: Path, cand: Candidate, inits: Sequence[WeightRef], frames: int | None,
                       why: str) -> ort.InferenceSession:
@@ -1054,7 +1071,7 @@ class Runtime:
         return self._context_dir(cand) / f"{stem}_ctx.onnx"
 
 
-def _part_name(ctx: Path) -> Path:
+def _cleared_part(ctx: Path) -> Path:
     """The temporary name ``ctx`` is compiled under (``<graph>_ctx.part.onnx``), cleared of what a
     process killed mid-compile left there (ONNX Runtime will not write a context over a file): such a
     process leaves no ``*_ctx.onnx`` that the cache would count as compiled and a round fail to load."""

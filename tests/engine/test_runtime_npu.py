@@ -137,6 +137,52 @@ def test_a_process_killed_mid_compile_leaves_no_context_that_counts_as_compiled(
     again.close()
 
 
+def test_two_engines_of_one_process_compiling_at_once_leave_one_whole_cache(npu_pack, tmp_path,
+                                                                            monkeypatch) -> None:
+    """An engine the app left compiling at a stop (its stop timeout) and the next session's engine
+    prepare the same cache at once: one graph at a time is compiled in the process, so no temporary
+    file is written by both, a graph one of them compiled is not compiled again by the other (each
+    compiled the whole set before), and both end on the NPU with every context whole."""
+    import threading
+
+    import captioner.engine.runtime as runtime_module
+
+    real, compiles = runtime_module.ort.ModelCompiler, []
+
+    def counted(*args, **kwargs):
+        compiles.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runtime_module.ort, "ModelCompiler", counted)
+    engines = [Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,)) for _ in range(2)]
+    units = engines[0].npu_units()
+    compiled: list[list[int]] = [[], []]
+    errors: list[BaseException] = []
+
+    def prepare(k: int) -> None:
+        try:
+            engines[k].prepare(progress=lambda done, total: compiled[k].append(total))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=prepare, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors
+    assert len(compiles) == len(units)  # each graph once, by one of the two
+    for rt in engines:
+        assert rt.info().chosen == "QNN-HTP" and rt.info().fallbacks == ()
+        assert np.isfinite(_encode(rt, npu_pack)[0]).all()
+        rt.close()
+    assert not list(tmp_path.glob("ep-context/*/*.part.onnx"))
+    assert len(list(tmp_path.glob("ep-context/*/*_ctx.onnx"))) == len(units) == len(list(tmp_path.glob("ep-context/*/*.bin")))
+    warm = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,))
+    assert not warm.compile_pending()
+    warm.close()
+
+
 def test_a_graph_compiled_in_a_round_is_written_whole_and_loads_next_time(npu_pack, tmp_path, caplog,
                                                                          monkeypatch) -> None:
     """A graph outside the prepared set is compiled when a round first needs it; its context, too, is
