@@ -111,6 +111,7 @@ the default is one context per graph without trying (``shared_context=True`` pro
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -124,7 +125,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime as ort
@@ -150,7 +151,7 @@ except ImportError:  # pragma: no cover - every supported onnxruntime has it
 _INPUT_ERRORS: tuple[type[BaseException], ...] = (_InvalidArgument, TypeError, ValueError)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     from captioner.models.pack import Pack
 
@@ -164,9 +165,10 @@ logger = logging.getLogger(__name__)
 # while a device that keeps failing is given up at its second failure.
 RECOVERY_RUNS = 500
 
-# One graph compiled at a time in this process: an engine left compiling at a stop (the app's stop
-# timeout) and the next session's would otherwise both compile every graph the cache lacked when they
-# began, over the same temporary file.
+# One graph compiled at a time in this process (and, by a lock file, per cache folder across
+# processes, :func:`_compiling`): an engine left compiling at a stop (the app's stop timeout) and the
+# next session's, or the app and the CLI on a first start, would otherwise each compile every graph
+# the cache lacked when they began, over the same temporary file.
 _COMPILING = threading.Lock()
 
 
@@ -831,8 +833,8 @@ class Runtime:
     def _compile(self, graph: Path, frames: int | None, ctx: Path, cand: Candidate, group: bool | None) -> None:
         """Compile ``graph`` (``frames`` fixed) into the EP-context model ``ctx`` with ``ModelCompiler``;
         ``group``: None alone, else a member of the shared session group (True: its last)."""
-        if group is None:  # alone: one at a time in this process, and not again once another compiled it
-            with _COMPILING:
+        if group is None:  # alone: one at a time, and not again once another engine compiled it
+            with _compiling(ctx.parent):
                 if not ctx.is_file():
                     self._compile_to(graph, frames, ctx, cand, None)
         else:
@@ -998,11 +1000,10 @@ class Runtime:
                 for stale in ctx.parent.glob(f"{ctx.stem}*"):
                     stale.unlink(missing_ok=True)
                 self._prepared.discard(str(ctx.parent))
-        with _COMPILING:
+        with _compiling(ctx.parent):
             if not ctx.is_file():
                 logger.warning("compiling %s%s for %s while captioning (not among the prepared graphs)", graph.name,
                                "" if frames is None else f" for {frames} frames", cand.label)
-                ctx.parent.mkdir(parents=True, exist_ok=True)
                 so = self._options(cand, frames)
                 part = _cleared_part(ctx)  # written whole, then renamed (as :meth:`_compile` does)
                 so.add_session_config_entry("ep.context_enable", "1")
@@ -1069,6 +1070,52 @@ class Runtime:
         """``<cache>/ep-context/<key>/<graph>[_f<frames>]_ctx.onnx`` (:meth:`_context_dir`)."""
         stem = graph.stem if frames is None else f"{graph.stem}_f{frames}"
         return self._context_dir(cand) / f"{stem}_ctx.onnx"
+
+
+@contextlib.contextmanager
+def _compiling(folder: Path) -> Iterator[None]:
+    """Hold the right to compile into the EP-context cache ``folder`` (created): :data:`_COMPILING`
+    in this process, and an OS lock on ``<folder>.lock`` beside it against other processes (released
+    by the OS if the holder dies: nothing stale to clean; beside the folder, whose files a shared
+    layout's regeneration deletes)."""
+    with _COMPILING:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder.with_name(folder.name + ".lock"), "a+b") as f:
+            _lock(f)
+            try:
+                yield
+            finally:
+                _unlock(f)
+
+
+def _lock(f: IO[bytes]) -> None:
+    """Block until this process holds the exclusive lock of the open file ``f``."""
+    if sys.platform == "win32":
+        import msvcrt
+
+        f.seek(0)
+        while True:
+            try:
+                msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)  # retries for ~10 s, then raises
+                return
+            except OSError:
+                continue  # another process compiles a graph for longer: wait on
+    else:
+        import fcntl
+
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+
+
+def _unlock(f: IO[bytes]) -> None:
+    if sys.platform == "win32":
+        import msvcrt
+
+        f.seek(0)
+        msvcrt.locking(f.fileno(), msvcrt.LK_UNLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def _cleared_part(ctx: Path) -> Path:

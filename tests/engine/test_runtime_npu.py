@@ -183,6 +183,44 @@ def test_two_engines_of_one_process_compiling_at_once_leave_one_whole_cache(npu_
     warm.close()
 
 
+_CHILD = """
+import json, sys
+from pathlib import Path
+import captioner.engine.runtime as runtime_module
+from captioner.engine.runtime import Runtime
+from captioner.models.pack import Pack
+real, compiles = runtime_module.ort.ModelCompiler, []
+def counted(*args, **kwargs):
+    compiles.append(1)
+    return real(*args, **kwargs)
+runtime_module.ort.ModelCompiler = counted
+rt = Runtime(Pack.load(Path(sys.argv[1])), "qnn", cache_dir=Path(sys.argv[2]), npu_buckets=(3,))
+rt.prepare()
+print(json.dumps({"compiles": len(compiles), "chosen": rt.info().chosen, "fallbacks": len(rt.info().fallbacks)}))
+"""
+
+
+def test_two_processes_compiling_one_cache_at_once_compile_each_graph_once(npu_pack, tmp_path) -> None:
+    """The app and the CLI on a first NPU start prepare the same cache at once: a lock file beside
+    the cache folder lets one process compile a graph at a time, the other skips what is compiled,
+    and both run on the NPU (without it, each compiled every graph over the same temporary file)."""
+    import subprocess
+    import sys
+
+    children = [subprocess.Popen([sys.executable, "-c", _CHILD, str(npu_pack.root), str(tmp_path)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = []
+    for child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err[-2000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    units = Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,)).npu_units()
+    assert sum(r["compiles"] for r in results) == len(units)  # each graph once, by one of the two
+    assert all(r["chosen"] == "QNN-HTP" and r["fallbacks"] == 0 for r in results)
+    assert not list(tmp_path.glob("ep-context/*/*.part.onnx"))
+    assert len(list(tmp_path.glob("ep-context/*/*_ctx.onnx"))) == len(units) and list(tmp_path.glob("ep-context/*.lock"))
+
+
 def test_a_graph_compiled_in_a_round_is_written_whole_and_loads_next_time(npu_pack, tmp_path, caplog,
                                                                          monkeypatch) -> None:
     """A graph outside the prepared set is compiled when a round first needs it; its context, too, is
