@@ -697,7 +697,8 @@ class Runtime:
             return
         fresh = None
         if not self._set_complete(cand, folder):
-            why = self._generate_in_child(cand, folder)
+            with _compiling(folder):  # one generation at a time; another engine's may have ended meanwhile
+                why = "" if self._set_complete(cand, folder) else self._generate_in_child(cand, folder)
             if why:
                 fresh = npu_probe.Verdict(False, why)
         if fresh is None and verdict is None:
