@@ -112,6 +112,7 @@ the default is one context per graph without trying (``shared_context=True`` pro
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -1073,6 +1074,10 @@ class Runtime:
         return self._context_dir(cand) / f"{stem}_ctx.onnx"
 
 
+# what ``msvcrt.locking`` raises once its ten one-second tries found the bytes locked by another
+_HELD_ERRNOS = frozenset({errno.EDEADLOCK, errno.EACCES})
+
+
 @contextlib.contextmanager
 def _compiling(folder: Path) -> Iterator[None]:
     """Hold the right to compile into the EP-context cache ``folder`` (created): :data:`_COMPILING`
@@ -1099,8 +1104,10 @@ def _lock(f: IO[bytes]) -> None:
             try:
                 msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)  # retries for ~10 s, then raises
                 return
-            except OSError:
-                continue  # another process compiles a graph for longer: wait on
+            except OSError as exc:
+                if exc.errno not in _HELD_ERRNOS:
+                    raise  # not a lock someone holds: waiting on would never end
+                # another process compiles a graph for longer: wait on
     else:
         import fcntl
 
@@ -1108,6 +1115,7 @@ def _lock(f: IO[bytes]) -> None:
 
 
 def _unlock(f: IO[bytes]) -> None:
+    """Release the lock :func:`_lock` took."""
     if sys.platform == "win32":
         import msvcrt
 

@@ -450,3 +450,34 @@ def test_release_free_heap_returns_freed_heap_pages_to_the_os() -> None:
     released = before - process.memory_info().rss
     libc.free(blocks[-1])
     assert released > 50 * 2**20, released
+
+
+def test_the_compile_lock_waits_on_windows_while_another_process_holds_it(tmp_path, monkeypatch) -> None:
+    """Windows' ``msvcrt.locking(LK_LOCK)`` tries ten times a second apart and raises EDEADLOCK while
+    another process holds the bytes: the compile lock waits on (a compile takes minutes); any other
+    failure is raised, not waited on for ever. A fake ``msvcrt`` with the real module's behaviour."""
+    import errno
+    import sys
+    import types
+
+    from captioner.engine import runtime as runtime_module
+
+    calls: list[tuple[int, int]] = []
+    outcomes: list[int | None] = [errno.EDEADLOCK, errno.EDEADLOCK, None, None]
+
+    def locking(fd: int, mode: int, nbytes: int) -> None:
+        calls.append((mode, nbytes))
+        failure = outcomes.pop(0)
+        if failure is not None:
+            raise OSError(failure, "Resource deadlock avoided")
+
+    fake = types.SimpleNamespace(LK_LOCK=1, LK_UNLCK=0, locking=locking)
+    monkeypatch.setitem(sys.modules, "msvcrt", fake)
+    monkeypatch.setattr(sys, "platform", "win32")
+    folder = tmp_path / "ep-context" / "key"
+    with runtime_module._compiling(folder):
+        assert calls == [(1, 1)] * 3  # two refusals waited out, then held
+    assert calls[-1] == (0, 1) and folder.is_dir() and (folder.parent / "key.lock").is_file()
+    outcomes[:] = [errno.EBADF]
+    with pytest.raises(OSError), runtime_module._compiling(folder):
+        pass
