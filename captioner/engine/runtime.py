@@ -989,7 +989,10 @@ class Runtime:
             so = self._options(cand)  # a compiled context is static already
             so.add_session_config_entry("ep.share_ep_contexts", "1")  # one QNN backend for the pack
             try:
-                return self._session(ctx, so, cand, [])  # a compiled context holds its own weights
+                # one at a time with the compiles of this process: the emulator's QNN backend crashed
+                # (SIGSEGV in session creation) loading a context while another engine compiled
+                with _COMPILING:
+                    return self._session(ctx, so, cand, [])  # a compiled context holds its own weights
             except Exception as exc:
                 if self._shared_now(cand):  # the child loaded it, this process did not: never again
                     why = f"it did not load in the app: {_one_line(exc)}"
