@@ -445,7 +445,20 @@ class CaptionerApp(QObject):
             for signal, slot in self._worker_slots(worker):
                 signal.disconnect(slot)  # nothing it says later belongs to this session or the next
             self._abandoned.append((self._thread, worker))
+            # when it returns at last, its engine (the model's sessions: hundreds of MB) is let go,
+            # not held until the app quits: a restart (another model or source) abandons one too
+            self._thread.finished.connect(self._on_abandoned_finished)
             self._end_session(delete=False)
+
+    def _on_abandoned_finished(self) -> None:
+        """An abandoned worker's thread ended: it and its worker (with the engine) are released."""
+        thread = self.sender()
+        if not any(t is thread for t, _ in self._abandoned):
+            return
+        assert isinstance(thread, QThread)
+        thread.wait()  # ``finished`` comes just before the thread's last instruction
+        self._abandoned = [(t, w) for t, w in self._abandoned if t is not thread]
+        thread.deleteLater()
 
     def _worker_slots(self, worker: CaptionWorker) -> list[tuple[Any, Callable[..., None]]]:
         """What the app hears from a worker: (signal, slot), connected at its start."""

@@ -346,6 +346,50 @@ def test_an_engine_stuck_past_the_stop_timeout_is_left_running_not_destroyed(qtb
     assert app.tray.status_text().startswith("Quitting")
 
 
+def test_an_engine_left_at_a_restart_is_released_when_it_returns(qtbot, tmp_path, monkeypatch):
+    """A restart (another model or source) while the engine is stuck in a native call leaves that
+    engine at the stop timeout and starts the next one; when the stuck call returns, the old
+    worker's thread is deleted and its engine (the model's sessions: hundreds of MB) let go, not
+    held until the app quits."""
+    import gc
+    import threading
+    import weakref
+
+    import captioner.app as app_module
+
+    monkeypatch.setattr(app_module, "STOP_TIMEOUT_MS", 300)
+    release = threading.Event()
+    paths = AppPaths.default(tmp_path / "home")
+    engines: list[weakref.ref] = []
+
+    def capture_factory(settings):
+        return (lambda: FakeCapture(n_blocks=5, finite=False)), ("system",)
+
+    def engine_factory(settings, sources, paths):
+        stream = FakeStream()
+        engines.append(weakref.ref(stream))
+        stuck = len(engines) == 1  # the first engine hangs in its compile; the next one is quick
+        return EngineRun({"system": stream}, "QNN-HTP", "QNN-HTP", "fake-pack",
+                         prepare=(lambda progress: release.wait(20)) if stuck else (lambda progress: None),
+                         prepare_first=True)
+
+    app = CaptionerApp(paths, GuiOptions(model="fake-pack"), engine_factory=engine_factory,
+                       capture_factory=capture_factory)
+    qtbot.addWidget(app.bar)
+    app.start()
+    qtbot.waitUntil(lambda: app.bar.lag_visible, timeout=5000)
+    app.restart_engine()
+    qtbot.waitUntil(lambda: len(engines) == 2 and len(stored_words(app)) >= 2, timeout=10_000)
+    assert len(app._abandoned) == 1 and engines[0]() is not None  # the stuck one still runs
+    release.set()
+    qtbot.waitUntil(lambda: not app._abandoned, timeout=5000)  # no one asked abandoned_engine
+    for _ in range(3):
+        QCoreApplication.processEvents()
+        gc.collect()
+    assert engines[0]() is None and engines[1]() is not None
+    quit_and_wait(qtbot, app)
+
+
 def test_the_bar_says_starting_while_the_engine_is_readied_and_no_audio_is_skipped(qtbot, tmp_path):
     """While the worker readies the engine (seconds on a CPU) the bar shows a "starting…" badge;
     then the words of the audio captured meanwhile come, none of it skipped."""
