@@ -49,8 +49,9 @@ above the recording's quiet level and within 10 dB of the phrase before it, betw
 threshold heard at most ``speech_bridge_s`` apart (a meeting's soft "I mean"), which counts as speech
 while the second phrase may still come [39]. A round that opens an utterance (the first with speech
 after none) sets its start (the input's start) and its speech onset: no word starts before the onset
-[15]. Until the closing round, the utterance's words are **drafts** (``Word.speculative``: dimmed, not
-final for the printer and the live subtitle file) [17]; after it, the last closed utterance's words stay
+[15], unless a decode times two or more words wholly before it (speech the detector missed). Until
+the closing round, the utterance's words are **drafts** (``Word.speculative``: dimmed, not final for
+the printer and the live subtitle file) [17]; after it, the last closed utterance's words stay
 not final (published the same way, and ``Word.rereadable``: "stable words only" shows them, which hides
 drafts) until the next closing round has had the chance to read them again,
 or until the stream is ``closing_before_s`` past them, where no closing decode reaches back, or
@@ -1493,6 +1494,8 @@ _SWITCH_P = 0.8  # deviations 33, 42: the probability that changes the session's
 _UNSURE_P = 0.5  # deviation 38: a closing detection under this is decoded in its two likeliest languages
 _UNHEARD_SLACK_N = 8000  # 0.5 s: a draft word is a splitting decode's last word when it starts no earlier than this before it
 _TIME_SLACK_N = 1600  # 0.1 s: DTW slack when closing-round words are matched by time
+_MISSED_WORDS = 2  # words timed wholly before the speech onset that show the detector missed speech ...
+_ONSET_SLACK_N = round(0.2 * SAMPLE_RATE)  # ... ending this long before it or earlier (the onset pad's silence)
 
 
 def _compression_ratio(text: bytes) -> float:
@@ -1561,7 +1564,16 @@ def _heard_with_silence(audio: np.ndarray, n: int) -> np.ndarray:
 
 def _floor(spans: list[tuple[int, int]], onset: int) -> list[tuple[int, int]]:
     """Token spans moved to start no earlier than the utterance's speech onset (DTW puts the first
-    word at the start of the input, which holds ``speech_pad_s`` of silence before the speech)."""
+    word at the start of the input, which holds ``speech_pad_s`` of silence before the speech).
+
+    Not where the decode times ``_MISSED_WORDS`` or more words, each with a length, wholly before
+    the onset less ``_ONSET_SLACK_N``: the speech detector missed speech there (a radio call's first
+    line that Silero rates under its threshold, heard by a decode from the stream's first sample),
+    and moved to the onset those words would all collapse onto one instant (Apollo 13's "Okay,
+    Houston, I believe we've had a problem here": seven words at 3.2 s, a subtitle cue of 1 ms)."""
+    missed = sum(1 for a, b in spans if a < b <= onset - _ONSET_SLACK_N)
+    if missed >= _MISSED_WORDS:
+        return spans
     return [(max(a, onset), max(b, onset)) for a, b in spans]
 
 

@@ -8,6 +8,7 @@ jiwer, as the accuracy bench does.
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -220,6 +221,35 @@ def test_radio_speech_silero_hardly_rates_is_transcribed(model, step_s) -> None:
     assert [w.text for w in words if w.start < 2.0] == [w.text for w in without]
     heard = NORMALISE(" ".join(w.text for w in words if w.start >= 2.0)).split()
     assert {"we", "have", "problem"} <= set(heard), heard  # tiny.en on this channel: "… can we have a problem"
+
+
+APOLLO13_START = HARD / "radio-a13-houston-problem-start.wav"  # the same exchange from its first line
+
+
+@pytest.mark.parametrize("step_s", [1.0, 2.0])
+def test_words_heard_before_the_detected_speech_keep_their_times(model, step_s) -> None:
+    """Swigert's "Okay, Houston, I believe we've had a problem here." (0.3–3.0 s), which Silero, the
+    faint and the weak rules all miss, then CAPCOM's "This is Houston. Say again, please." (3.2–4.4 s),
+    where the utterance's speech onset is set. The recording's decode from its first sample (deviation
+    27) hears the first line, and the onset floor put every word of it at 3.2 s with no length: a
+    subtitle cue of 1 ms. The floor now stands aside where two or more words are timed wholly before
+    the onset: they keep their DTW times, in order, each with a length."""
+    audio = load_audio_file(APOLLO13_START)
+    cfg = StreamConfig(step_s=step_s)
+    detector = SpeechDetector(cfg.vad_threshold, hold=cfg.speech_hold, faint=cfg.speech_faint,
+                              faint_s=cfg.speech_faint_s, weak=cfg.speech_weak, weak_db=cfg.speech_weak_db,
+                              loud_db=cfg.speech_loud_db, bridge_s=cfg.speech_bridge_s)
+    detector.feed(audio)
+    detector.flush()
+    heard = detector.speech(0, audio.size // VAD_WINDOW * VAD_WINDOW, min_s=0.0)
+    assert heard is not None and heard.start >= 3.0 * SR  # the first line is not speech to the detector
+
+    words = stream_words(model, audio, step_s)
+    before = [w for w in words if w.end <= 3.0]
+    assert len(before) >= 5, [(w.text, w.start, w.end) for w in words]  # "Okay, I can leave that a problem"
+    assert all(w.end > w.start for w in before)
+    assert all(a.end <= b.start for a, b in itertools.pairwise(words))  # in order, none collapsed onto another
+    assert NORMALISE(" ".join(w.text for w in words)).endswith("please")  # CAPCOM's line after it
 
 
 MEETING = HARD / "ami-en2002b-feo072-0930.wav"  # AMI EN2002b, FEO072's headset (tests/data/speech-hard)
