@@ -1571,7 +1571,7 @@ def _floor(spans: list[tuple[int, int]], onset: int) -> list[tuple[int, int]]:
     line that Silero rates under its threshold, heard by a decode from the stream's first sample),
     and moved to the onset those words would all collapse onto one instant (Apollo 13's "Okay,
     Houston, I believe we've had a problem here": seven words at 3.2 s, a subtitle cue of 1 ms)."""
-    missed = sum(1 for a, b in spans if a < b <= onset - _ONSET_SLACK_N)
+    missed = len({(a, b) for a, b in spans if a < b <= onset - _ONSET_SLACK_N})  # a word's tokens share its span
     if missed >= _MISSED_WORDS:
         return spans
     return [(max(a, onset), max(b, onset)) for a, b in spans]

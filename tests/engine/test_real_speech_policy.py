@@ -252,6 +252,28 @@ def test_words_heard_before_the_detected_speech_keep_their_times(model, step_s) 
     assert NORMALISE(" ".join(w.text for w in words)).endswith("please")  # CAPCOM's line after it
 
 
+def test_the_onset_floor_stands_aside_only_for_two_words_said_before_the_onset() -> None:
+    """``_floor`` on token spans (a word's tokens share its span), onset at 3.2 s: one word before it,
+    even of three tokens, or one DTW collapsed to no length, is floored as ever (DTW's first word at
+    the input's start); two words of their own, each with a length and ending 0.2 s or more before
+    the onset, stand with every other span of the decode."""
+    from captioner.engine.stream import _floor
+
+    onset = round(3.2 * SR)
+
+    def s(a: float, b: float) -> tuple[int, int]:
+        return round(a * SR), round(b * SR)
+
+    one_word = [s(0.0, 1.0)] * 3 + [s(3.3, 3.6)]  # " Okay" in three tokens, then the detected speech
+    assert _floor(one_word, onset) == [(onset, onset)] * 3 + [s(3.3, 3.6)]
+    collapsed = [s(0.0, 0.0), s(0.0, 0.0), s(3.3, 3.6)]  # DTW's own collapse: no length
+    assert _floor(collapsed, onset) == [(onset, onset), (onset, onset), s(3.3, 3.6)]
+    in_the_pad = [s(3.05, 3.1), s(3.1, 3.15), s(3.3, 3.6)]  # within the onset pad's 0.2 s
+    assert _floor(in_the_pad, onset) == [(onset, onset), (onset, onset), s(3.3, 3.6)]
+    missed = [s(0.0, 1.0), s(1.0, 1.2), s(1.2, 3.3), s(3.3, 3.6)]  # "Okay, I ... here." then the speech
+    assert _floor(missed, onset) == missed
+
+
 MEETING = HARD / "ami-en2002b-feo072-0930.wav"  # AMI EN2002b, FEO072's headset (tests/data/speech-hard)
 
 
