@@ -453,6 +453,7 @@ class Runtime:
         self._sessions: dict[tuple[Path, int | None], ort.InferenceSession] = {}  # (graph, fixed frames)
         self._placement: dict[str, dict[str, int]] = {}
         self._session_ms: dict[str, float] = {}
+        self._opened_s = 0.0  # every session created so far, re-created ones included
         self._lock = threading.Lock()
         self._generation = 0  # bumped whenever every session is dropped (a recovery, a fallback)
         self._recoveries: list[Attempt] = []
@@ -462,6 +463,12 @@ class Runtime:
         self.shared_context = not Host.current().qnn_emulated if shared_context is None else shared_context
         self._prepared: set[str] = set()  # context folders known complete in this process
         self._group_open = False  # the sessions of a shared context are open
+
+    @property
+    def opened_s(self) -> float:
+        """Seconds spent creating sessions so far (``prepare``'s and those opened on first use in a
+        round), so that a caller can tell opening the model from transcribing with it."""
+        return self._opened_s
 
     @property
     def provider(self) -> str:
@@ -962,6 +969,7 @@ class Runtime:
             ms = (time.perf_counter() - t0) * 1000.0
             name = graph.name if fixed is None else f"{graph.name}@{fixed}"
             self._session_ms[name] = ms
+            self._opened_s += ms / 1000.0
             self._placement[name] = _placement(sess)
             logger.info("session %s on %s in %.0f ms: %s", name, cand.label, ms, self._placement[name])
             return sess

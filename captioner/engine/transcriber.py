@@ -13,8 +13,10 @@ opening a pack, choosing the provider and checking the language happen in one pl
 Real-time factor (RTF) means seconds spent per second of audio (:func:`real_time_factor`); below 1
 keeps up with real time. Two are reported and named for what they count:
 
-* ``compute_rtf``: the engine's compute, the sum of its rounds' ``RoundStats.total_ms``; the
-  headline RTF of ``captioner transcribe`` and of the bench;
+* ``compute_rtf``: the engine's compute, the sum of its rounds' ``RoundStats.total_ms`` less the
+  time they spent opening the model's graphs (``model_open_s``: a file transcribed as fast as it can be
+  opens each graph in the first round that needs it, where a live session opens them all before it
+  starts); the headline RTF of ``captioner transcribe`` and of the bench;
 * ``wall_rtf``: the wall clock of the whole run, feeding included (about 1 with real-time pacing).
 """
 
@@ -62,6 +64,8 @@ class TranscriptionInfo:
         lag: with ``realtime``, the lag over the run and the audio skipped by the bounded-lag rule
             (:mod:`~captioner.engine.overload`); None otherwise (a file read at full speed has no lag).
         gaps: the audio-clock spans (seconds) the rule skipped, in order.
+        model_open_s: seconds the rounds spent opening the model's graphs (sessions created on first
+            use; 0 where every session was open before the first round, as with ``realtime``).
     """
 
     model: str
@@ -73,11 +77,12 @@ class TranscriptionInfo:
     realtime: bool = False
     lag: LagReport | None = None
     gaps: tuple[tuple[float, float], ...] = ()
+    model_open_s: float = 0.0
 
     @property
     def compute_s(self) -> float:
-        """Seconds of engine compute: the sum of the rounds' ``total_ms``."""
-        return sum(r.total_ms for r in self.rounds) / 1000.0
+        """Seconds of engine compute: the sum of the rounds' ``total_ms`` less ``model_open_s``."""
+        return max(0.0, sum(r.total_ms for r in self.rounds) / 1000.0 - self.model_open_s)
 
     @property
     def compute_rtf(self) -> float:
@@ -101,6 +106,7 @@ class TranscriptionInfo:
             "audio_s": round(self.audio_s, 3),
             "wall_s": round(self.wall_s, 3),
             "rtf": round(self.compute_rtf, 4),
+            "model_open_s": round(self.model_open_s, 3),
             "wall_rtf": round(self.wall_rtf, 4),
             "realtime": self.realtime,
             "model": self.model,
@@ -134,20 +140,27 @@ class _SimClock:
     would live). ``emitted_at`` then reads what a live session on this machine would show (the
     reference harness's computation-aware replay). It is a measurement only: no decision of the
     engine reads it, so the words and updates do not depend on the machine's speed.
+
+    ``opened()`` gives the seconds spent opening graphs so far (:attr:`Runtime.opened_s`): the time a
+    call spends opening one is left out, because a live session opens them all before it starts.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, opened: Callable[[], float] = lambda: 0.0) -> None:
         self.audio_s = 0.0
+        self._opened = opened
         self._start = 0.0
         self._last = 0.0
         self._since = time.perf_counter()
+        self._opened_since = opened()
 
     def enter(self) -> None:
         self._start = max(self.audio_s, self._last)
         self._since = time.perf_counter()
+        self._opened_since = self._opened()
 
     def __call__(self) -> float:
-        self._last = max(self._last, self._start + (time.perf_counter() - self._since))
+        spent = time.perf_counter() - self._since - (self._opened() - self._opened_since)
+        self._last = max(self._last, self._start + spent)
         return self._last
 
 
@@ -226,7 +239,8 @@ class Transcriber:
             the words (committed and, at the end, none speculative) and what was measured.
         """
         step = round(config.step_s * SAMPLE_RATE)
-        sim = _SimClock()
+        sim = _SimClock(lambda: self.runtime.opened_s)
+        opened_before = self.runtime.opened_s
         stream = self.stream(config, clock=time.monotonic if realtime else sim)
         words: list[Word] = []
         rounds: list[RoundStats] = []
@@ -268,7 +282,8 @@ class Transcriber:
         handle(stream.finish(), last=True)
         wall = time.perf_counter() - t0
         info = TranscriptionInfo(self.name, config, self.info(), pos / SAMPLE_RATE, wall, tuple(rounds),
-                                 realtime, governor.report() if realtime else None, tuple(gaps))
+                                 realtime, governor.report() if realtime else None, tuple(gaps),
+                                 self.runtime.opened_s - opened_before)
         return words, info
 
     def close(self) -> None:

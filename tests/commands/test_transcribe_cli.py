@@ -57,19 +57,23 @@ def test_paced_as_a_live_source_every_session_is_open_before_the_first_round(tin
                                                                              capsys) -> None:
     """``--realtime`` (a live source) opens every graph's session before the first round, so none is
     opened inside a round (whisper-base: 200-520 ms a decoder chunk graph); a file transcribed as fast
-    as it can be opens only what its rounds use (a 3 s file never needs the 20 s bucket)."""
+    as it can be opens only what its rounds use (a 3 s file never needs the 20 s bucket), and its
+    summary names that time apart from the compute."""
     wav = tmp_path / "short.wav"
     with WavWriter(wav) as writer:  # 3 s of a real reading
         writer.write(load_audio_file(SPEECH / "1089-134691-0000.wav")[:48000])
     home = AppPaths.default(tmp_path / "home")
     graphs = {p.name for p in tiny_pack.root.glob("*.onnx")}
-    opened = {}
+    opened, opening, summary = {}, {}, {}
     for mode in ("--realtime", None):
         out = tmp_path / f"{mode}.json"
         args = ["transcribe", str(wav), "--model", str(tiny_pack.root), "--provider", "cpu", "--no-save",
                 "--json", str(out)]
         assert cli.run([*args, mode] if mode else args, home) == 0, capsys.readouterr().err
-        opened[mode] = set(json.loads(out.read_text(encoding="utf-8"))["stats"]["session_ms"])
-    capsys.readouterr()
+        stats = json.loads(out.read_text(encoding="utf-8"))["stats"]
+        opened[mode], opening[mode] = set(stats["session_ms"]), stats["model_open_s"]
+        summary[mode] = next(line for line in capsys.readouterr().err.splitlines() if "s of audio in" in line)
     assert opened["--realtime"] == graphs
     assert "encoder_20s.onnx" not in opened[None] and opened[None] < graphs
+    assert opening["--realtime"] == 0.0 and "opening the model" not in summary["--realtime"]
+    assert opening[None] >= 0.05 and f"opening the model {opening[None]:.1f} s, compute" in summary[None]
