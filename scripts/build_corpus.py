@@ -5,7 +5,7 @@
 
 It writes ``corpus/audio/<id>.flac`` (16 kHz, mono, 16-bit FLAC) and ``corpus/manifest.jsonl`` (the
 development corpus's format, ``../shared/speech/README.md``, with a ``speaker`` field on every item and
-``notes`` that give the exact cut): 62 recordings of 33 people who are not in the development corpus.
+``notes`` that give the exact cut): 64 recordings of 35 people who are not in the development corpus.
 Everything that decides the output is data in this file (:data:`ITEMS`: source file, cut, reference
 text, notes, and the SHA-256 of the 16-bit samples each build must reproduce); nothing is chosen at
 run time. ``--mirrors`` is a folder of bare git mirrors named ``owner+name`` (the ``fetch`` tool's
@@ -43,6 +43,11 @@ What it builds, from what, under which licence:
   the launch-day ones (8 kHz), cut in four at its pauses by the same rule; text: NASA's *Apollo 11 Mission
   Commentary* (1969, public domain) as Apollo in Real Time retyped and corrected it (bfeist/Apollo_11
   ``MISSION_DATA/A11_merged_utterances.csv``, the PAO line at 000:36:00, split by words); the build checks it there.
+- 2 more ``conversational`` items, the US Supreme Court's oral argument in Burlington Northern R. Co. v. Woods (1986)
+  as Oyez digitised and transcribed it, CC BY-NC (non-commercial: this locally built corpus only): the longest turn
+  of Justices Scalia and White, cut from the per-justice files of wyiq/Supreme-Court (WAVs named ``.mp3``, 22.05 kHz)
+  at the turn edges of Oyez's transcript (``Example/1986.85-1088-t01.json``), which gives the text; the build checks
+  the text and the speaker there.
 - 12 ``other`` items, CSTR VCTK Corpus (Veaux, Yamagishi, MacDonald; University of Edinburgh),
   CC BY 4.0: speakers p225-p228, 16 kHz audio from auspicious3000/autovc ``wavs/``, text from the
   VCTK ``txt/`` transcripts as copied in RichardSterry/msc-project ``docs/vctk/vctk_transcripts/``.
@@ -117,6 +122,7 @@ REPOS: dict[str, tuple[str, str]] = {
     "pra": ("LCAV/pyroomacoustics", "6fe43fecb7c358ac9aaa054e7e73641189f1afff"),
     "cathy": ("rhasspy/dataset-voice-cathy", "c51cb971036a127359b43c621f26ca5081eab13e"),
     "cathy0": ("rhasspy/dataset-voice-cathy", "3d825072be5be3b262bc3d577a901c9b6f17ad04"),  # its first commit
+    "scotus": ("wyiq/Supreme-Court", "479241a44fe755fe2d4c732c8cac33dc756dab6e"),  # the files are gone at later commits
 }
 
 CANARY = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00001058000.wav"
@@ -142,6 +148,8 @@ PAO_NASA = "MISSION_DATA/previous steps/PAO.txt"
 ARCTIC_WAV = "examples/input_samples/cmu_arctic_us_{speaker}_{utt}.wav"
 ARCTIC_PROMPTS = "cmuarctic.data"
 CATHY_WAV = "data/arctic_{utt}_{take}.wav"
+OYEZ_JSON = "Example/1986.85-1088-t01.json"
+OYEZ_WAV = "Example/out/1986.85-1088-t01/{who}.mp3"  # named .mp3, but RIFF WAVE files (22.05 kHz, 16-bit, mono)
 
 APOLLO_LICENSE = ("US government work (NASA), public domain; text: NASA's Apollo 11 Technical Air-to-Ground "
                   "Voice Transcription (1969, public domain) as cleaned by Spacelog")
@@ -324,6 +332,34 @@ def _cathy(utt: str, take: str, text: str, sha: str) -> dict[str, Any]:
                                             "taken, resampled to 16 kHz; her first take of prompt arctic_" + utt
                                             + " (the repository has up to two), recorded at home on a Blue Yeti "
                                             "Nano, silence trimmed by the dataset")}
+
+
+OYEZ_LICENSE = ("Oyez (oyez.org: Cornell's Legal Information Institute, Chicago-Kent College of Law, Justia), CC BY-NC "
+                "(walkerdb/supreme_court_transcripts' README on the same Oyez API documents: \"Licensed as CC-BY-NC to "
+                "Oyez, Inc.\"; Creative Commons' 2003 announcement of Oyez's recordings: \"OYEZ must be attributed, "
+                "commercial re-use is prohibited\"): the US Supreme Court's recording of the argument (National "
+                "Archives) as Oyez digitised and aligned it, one justice's turns joined by wyiq/Supreme-Court (which has "
+                "no licence file of its own); text: Oyez's transcript of the argument; non-commercial, for this locally "
+                "built development corpus only")
+OYEZ_CUT = ("cut {start:.3f}-{end:.3f} s of {file} (a RIFF WAVE file despite its name: 22.05 kHz 16-bit mono, "
+            "resampled to 16 kHz), which wyiq/Supreme-Court's main.py made by cutting every turn of Justice {who} out "
+            "of Oyez's recording of Burlington Northern R. Co. v. Woods (No. 85-1088, argued 4 November 1986) at the "
+            "turn times of Oyez's transcript and joining them with no gap: the turns' lengths add up to the file's "
+            "length, so the turn {t0:.3f}-{t1:.3f} s of the argument is this cut, its edges the transcript's turn "
+            "edges (a hard cut; a syllable of another voice may be at an edge). The item is the justice's longest "
+            "turn (chosen by length before any decode): spontaneous questioning from the bench, courtroom "
+            "microphones. Reference text: the turn's sentences in Oyez's transcript, joined; not verbatim: Oyez "
+            "leaves out false starts and repeated words (whisper-base hears them). ")
+
+
+def _oyez(who: str, name: str, file: str, start: float, end: float, turn: tuple[int, int], t0: float, t1: float,
+          text: str, sha: str) -> dict[str, Any]:
+    """Justice ``name``'s longest turn in the Burlington Northern v. Woods argument, cut from wyiq's per-speaker
+    file; ``turn`` (section, turn) names it in Oyez's transcript, where the build checks the text and speaker."""
+    return {"id": f"scotus-85-1088-{who}", "kind": "conversational", "speaker": f"scotus-{who}", "repo": "scotus",
+            "path": OYEZ_WAV.format(who=file), "start": start, "end": end, "oyez": (*turn, name), "text": text,
+            "license_note": OYEZ_LICENSE, "sha256": sha,
+            "notes": OYEZ_CUT.format(start=start, end=end, file=f"{file}.mp3", who=name, t0=t0, t1=t1)}
 
 
 LAUNCH = "apollo11-launch-day"
@@ -660,6 +696,20 @@ ITEMS: list[dict[str, Any]] = [
     _vctk48("376", "193", "an Indian man", "p376, 22, M, Indian, no region given",
             "\"The modern approach will also be reflected in the terms of address.\"",
             "55727c01f23fcfe6d7f0e50aac6467209fdc98aa85ccbb9c7b06cbeb53d12789"),
+    # Two justices of the US Supreme Court questioning counsel (Oyez, non-commercial), one item each, kind
+    # conversational, speaker ids that sort after every earlier one-item conversational speaker, so the split places
+    # them last and no earlier speaker changes halves: Scalia -> check, White -> tune (see corpus/README.md).
+    _oyez("antonin-scalia", "Antonin Scalia", "antonin_scalia", 47.593, 74.333, (2, 1), 3315.160, 3341.900,
+          "Still, interest on a voluntary loan is one thing. Interest on an involuntary loan is something else. One "
+          "person shouldn't have the right to get money from somebody else so long as he pays the going rate of "
+          "interest if the other person doesn't want to loan it. And the statute here simply says, if you owe the "
+          "money you owe it, if the other fellow doesn't want to lend it to you at 5.75 or whatever a rate is, pay ten "
+          "percent if you keep it. It seems fair to me.",
+          "cf5cbb5c219fae8e35113ce56d49a3ae53c95c3fcb7235b0949d6f39256066fa"),
+    _oyez("byron-white", "Byron R. White", "byron_r_white", 11.934, 32.770, (1, 41), 2686.965, 2707.801,
+          "What about I sue to prevent my neighbor from keeping... trespassing on my property, and I lose and I appeal "
+          "and I lose? Do I have to pay ten percent? Of what?",
+          "b850a3f09c0e83810c81ca657a0af38ef8e01b844cdbf47f33f50e1d450126f6"),
 ]
 
 FIXTURE = "tests/data/speech-hard/radio-a11-launch-canary-1+2.wav"  # canary-1, 0.2 s of silence, canary-2 (11.5 s)
@@ -886,6 +936,11 @@ def _check_texts(mirrors: Path) -> list[str]:
             want = _sonnet_text(mirrors, item["sonnet"])
         elif "gutenberg" in item:
             want = _gutenberg_text(mirrors, item["gutenberg"])
+        elif "oyez" in item:
+            section, index, name = item["oyez"]
+            turn = json.loads(_show(mirrors, "scotus", OYEZ_JSON))["transcript"]["sections"][section]["turns"][index]
+            speaker = (turn.get("speaker") or {}).get("name")
+            want = " ".join(block["text"] for block in turn["text_blocks"]) if speaker == name else f"<{speaker}'s turn>"
         elif "chat" in item:
             want = _chat_text(_show(mirrors, item["repo"], item["chat"]).decode("utf-8"))
         elif "arctic" in item:
@@ -932,6 +987,11 @@ def _text_source(item: dict[str, Any]) -> str:
         return (f"Charles Dickens, A Tale of Two Cities, Project Gutenberg eBook #98 (public domain), as copied in "
                 f"{TALE_TXT} of {REPOS['gutenberg'][0]} at {REPOS['gutenberg'][1][:7]}: the first "
                 f"{item['gutenberg']} paragraphs of Book 1 Chapter 1, whitespace joined")
+    if "oyez" in item:
+        section, index, name = item["oyez"]
+        return (f"Oyez's transcript of Burlington Northern R. Co. v. Woods (No. 85-1088): the sentences (text_blocks) of "
+                f"{name}'s turn (transcript.sections[{section}].turns[{index}]) in {OYEZ_JSON} of "
+                f"{REPOS['scotus'][0]} at {REPOS['scotus'][1][:7]}, joined")
     if "chat" in item:
         return (f"TalkBank CHILDES MacWhinney corpus, CHAT transcript 010411a as excerpted for the clip: the main tiers "
                 f"(FAT, CHI) of {item['chat']} of {REPOS[item['repo']][0]} at {REPOS[item['repo']][1][:7]}, joined, "
@@ -991,7 +1051,8 @@ def build(mirrors: Path, out: Path, verify: bool = True) -> int:
         key = (item["repo"], item["path"], item.get("channel"))
         if key not in sources:
             data = _show(mirrors, item["repo"], item["path"])
-            rate, x = _read_mp3(data) if item["path"].endswith(".mp3") else _read_wav(data, item.get("channel"))
+            mp3 = item["path"].endswith(".mp3") and not data.startswith(b"RIFF")  # wyiq's ".mp3" files are WAVs
+            rate, x = _read_mp3(data) if mp3 else _read_wav(data, item.get("channel"))
             sources[key] = resample(x, rate)
         x16 = sources[key]
         if item["start"] is None:
