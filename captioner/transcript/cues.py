@@ -1,7 +1,8 @@
 """Words → subtitle cues: readable line lengths, sane durations, times that players accept.
 
 A cue holds at most ``max_lines`` lines of at most ``max_line_chars`` characters and lasts 1–7 s.
-Cues end at sentence ends, at a change of source and after a long silence; when a cue would grow
+Cues end at sentence ends (not after a title such as "Mrs." or an initial such as "J.", whose full
+stop ends no sentence), at a change of source and after a long silence; when a cue would grow
 past its limits it is split at the last comma, else at the longest pause of at least 0.5 s, else
 just before the word that does not fit. Times are integer milliseconds on the audio clock (0 = the
 first captured sample): monotonic, non-overlapping, never ending before they start. A cue is
@@ -36,6 +37,9 @@ GAP_TEXT = "[…]"  # the text of a gap's cue (the caption bar shows the same ma
 SENTENCE_END = (".", "!", "?", "…", "。", "！", "？", "؟", "।")
 CLAUSE_END = (",", ";", ":", "，", "、", "；", "：", "،", "—", "–")
 CLOSING = "\"')]}»”’」』"  # closing quotes/brackets after the punctuation: 'end."'
+# English titles before a name, whose full stop ends no sentence ("Mrs. Southcott": not a cue of "Mrs." alone)
+TITLES = frozenset({"mr.", "mrs.", "ms.", "messrs.", "dr.", "prof.", "st.", "mt.", "rev.", "fr.", "sr.", "jr.",
+                    "capt.", "col.", "gen.", "lt.", "sgt.", "gov.", "sen.", "rep.", "hon.", "vs."})
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +157,15 @@ def _ms(seconds: float, fallback: int) -> int:
 
 
 def _ends_with(text: str, marks: tuple[str, ...]) -> bool:
-    return text.rstrip(CLOSING).endswith(marks)
+    """``text`` ends with one of ``marks`` (closing quotes after it allowed); a full stop after a title
+    (:data:`TITLES`) or an initial ("John F. Kennedy"; not the pronoun: "So did I.") ends nothing: a
+    break missed costs a longer cue, one too many a cue of one word."""
+    text = text.rstrip(CLOSING)
+    if not text.endswith(marks):
+        return False
+    word = text.strip()
+    initial = len(word) == 2 and word[0].isupper() and word[0] != "I"
+    return not (word.endswith(".") and (word.lower() in TITLES or initial))
 
 
 def merge_sources(words: Iterable[Word]) -> list[Word]:

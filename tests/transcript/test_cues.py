@@ -56,6 +56,17 @@ def test_golden_sentence_breaks_and_line_balance() -> None:
     assert [(c.start_ms, c.end_ms) for c in alone] == [(0, 1000)]  # stretched to 1 s
 
 
+def test_a_title_or_an_initial_ends_no_cue() -> None:
+    """Seen in a SRT of a LibriVox reading: "Mrs." was a cue of its own (0.36 s), "Southcott had
+    recently attained …" the next. A title's or an initial's full stop ends no sentence; the pronoun's
+    does."""
+    text = "It was Mrs. Southcott. Then John F. Kennedy spoke. So did I. And Dr. Who."
+    cues = build_cues(words_from(text))
+    assert [" ".join(c.lines) for c in cues] == ["It was Mrs. Southcott.", "Then John F. Kennedy spoke.",
+                                                 "So did I.", "And Dr. Who."]
+    check_invariants(cues, CueOptions())
+
+
 def test_comma_is_preferred_over_a_plain_word_break() -> None:
     text = "we looked at the first option, the second option and finally the third option which was best"
     cues = build_cues(words_from(text))
