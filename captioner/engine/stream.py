@@ -112,7 +112,8 @@ After the decode, by kind:
   looks right, and when both look wrong the one with the higher average log-probability among those
   that did not loop [23, 24]. A decode that the phrase-repetition guard still stopped is decoded
   again in the 30 s window without that guard, as offline Whisper decodes it, and that decode is
-  kept when it looks right by the same signs [37]. A decode that reached back before its utterance
+  kept when it looks right by the same signs and says no block of two or more words four times in
+  a row (the loop the guard had stopped) [37]. A decode that reached back before its utterance
   [52] must begin with the final words before it (matched by text among its first words) and hear the
   utterance after them (a word at least, and at least half as many as its drafts), else the
   utterance's own input is decoded instead; the final words stay, and its words after them replace
@@ -174,7 +175,7 @@ from captioner.engine.model import FRAME_S, SAMPLES_PER_FRAME, AcousticModel, En
 from captioner.engine.rounds import FULL_N, RoundPlan, RoundPolicy, StreamState, plan_round
 from captioner.engine.tokens import TASKS, normalize_word
 from captioner.engine.vad import SpeechDetector
-from captioner.engine.validate import RoundValidator
+from captioner.engine.validate import RoundValidator, said_in_a_loop
 from captioner.engine.vocabulary import VocabularyPrompt, speech_frames
 from captioner.errors import CaptionerError
 
@@ -268,7 +269,9 @@ class StreamConfig:
             two is kept (``_better``).
         closing_unguarded: a closing decode that the phrase-repetition guard stopped (after the
             retry) is decoded again in the 30 s window without that guard, as offline Whisper
-            decodes it, and kept when it looks right (deviation 37).
+            decodes it, and kept when it looks right (deviation 37) and, with
+            ``closing_unguarded_loops``, says no block of two or more words four times in a row
+            (``said_in_a_loop``: the loop that the guard stopped, let through).
         closing_before_s: a later utterance's closing input shorter than this reaches back to the
             final words before it (the first committed word starting this long before its end, in
             audio the stream keeps), decoded without a prefix: Whisper hears a short sentence after
@@ -396,6 +399,7 @@ class StreamConfig:
     closing_from_start: bool = True
     closing_retry: bool = True
     closing_unguarded: bool = True
+    closing_unguarded_loops: bool = True
     closing_before_s: float = 19.6
     closing_rereads: bool = True
     closing_reread_s: float = 10.0
@@ -849,6 +853,8 @@ class Stream:
             stats["retried"] = True
             free = decode_again(full, lambda: validator(phrases=False))
             free_wrong = self._looks_wrong(free)
+            if free_wrong is None and cfg.closing_unguarded_loops and said_in_a_loop([w for w in self._words(free.candidates) if w]):
+                free_wrong = "loop"
             logger.debug("round %d: closing decode stopped by the phrase guard: %r; unguarded in 30 s: %r (%s, %s)",
                          stats["round_index"], self.vocab.decode(result.candidates), self.vocab.decode(free.candidates),
                          free_wrong or "fine", _logprob(free))

@@ -74,6 +74,7 @@ __all__ = [
     "median_filter",
     "moving_average",
     "repeated_tail",
+    "said_in_a_loop",
     "shift_peaks",
 ]
 
@@ -83,6 +84,7 @@ STOP_REASONS = ("backward_shift", "peak_margin", "repetition", "eot", "nonspeech
 _REPEAT = 3  # identical consecutive ids that stop a round
 _BLOCK = 4  # ... and blocks of 2 to this many tokens said three times in a row ("-Chi-Chi-Chi")
 _MAX_BLOCK = 24  # longest repeated word block the repetition guard looks for
+_LOOP_TIMES = 4  # a block of two or more words said this often in a row is a loop, not speech
 _RESTART = 5  # the round's first words said again: greedy Whisper restarting its sentence
 _RESTART_LATER_S = 1.0  # ... unless they attend this much later than the first time (a real repeat)
 _RESTART_END_S = 0.3  # ... and not to the input's end (the silence after the speech)
@@ -103,6 +105,19 @@ def repeated_tail(words: list[bytes]) -> int:
             continue
         return n
     return 0
+
+
+def said_in_a_loop(words: list[bytes]) -> bool:
+    """A block of 2–24 words, not all one word, said four or more times in a row anywhere in
+    ``words`` (normalised, as for :func:`repeated_tail`): greedy Whisper's loop ("then apprehension,
+    then apprehension, …"). A speaker may say a phrase three times ("You want to make it? …" ×3) and
+    one word many times ("no, no, no, no"); the token guards judge a word said again."""
+    for n in range(2, _MAX_BLOCK + 1):
+        for i in range(0, len(words) - _LOOP_TIMES * n + 1):
+            block = words[i : i + n]
+            if len(set(block)) > 1 and all(words[i + k * n : i + (k + 1) * n] == block for k in range(1, _LOOP_TIMES)):
+                return True
+    return False
 
 
 def is_annotation(text: bytes) -> bool:

@@ -24,7 +24,7 @@ from replay import REPLAY_DIR, SPEECH_DIR, RecordedRound, Recording, ReplayModel
 
 from captioner.engine.decoder import decode_round
 from captioner.engine.tokens import Vocabulary, normalize_word
-from captioner.engine.validate import RoundValidator, is_annotation, repeated_tail
+from captioner.engine.validate import RoundValidator, is_annotation, repeated_tail, said_in_a_loop
 
 SR = 16000
 REFERENCES = {c["id"]: c["text"] for c in map(json.loads, (SPEECH_DIR / "manifest.jsonl").read_text().splitlines())}
@@ -164,6 +164,21 @@ def test_the_repetition_guards_stop_real_greedy_loops(vocab, loops, case, kept) 
     assert vocab.decode(guarded.candidates) == kept
     assert guarded.tokens == plain.tokens[: len(guarded.tokens)]  # the same real decode, stopped early
     assert guarded.chunks < plain.chunks  # and the rest of the plan was never dispatched
+
+
+def test_a_phrase_said_four_times_in_a_row_is_a_loop_and_speech_that_repeats_is_not(vocab, loops) -> None:
+    """``said_in_a_loop`` (a closing decode without the phrase guard is not kept when it says a block
+    four times in a row): tiny.en's real greedy loops are loops; a word loop is left to the token guards;
+    real repeats (a phrase said three times, a word said over and over, a sentence restart) are not."""
+    assert said_in_a_loop(_words(vocab, loops["phrase"][0].tokens))  # "then apprehension," ×9
+    assert said_in_a_loop(_words(vocab, loops["restart"][0].tokens))  # "the letter used should be far" ×4+
+    assert not said_in_a_loop(_words(vocab, loops["token"][0].tokens))  # "form form …": one word
+    for said in ("You want to make it? You want to make it? You want to make it? Nice.",
+                 "No, no, no, no, no, no, no, no.", "Words, words, words.",
+                 "Give me a kiss. Come on, give me a kiss. Give your daddy a kiss. Give me a kiss.",
+                 "Yes yes, we could order them by meeting, we could order them by meeting for example.",
+                 *REFERENCES.values()):
+        assert not said_in_a_loop([w for w in (normalize_word(x.encode()) for x in said.split()) if w]), said
 
 
 # ----------------------------------------------------------------------------- (d) deviation 15
