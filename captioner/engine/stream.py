@@ -458,6 +458,12 @@ class StreamConfig:
             raise CaptionerError(f"loud speech must be ≥ 0 dB within a positive bridge, got {self.speech_loud_db} dB "
                                  f"within {self.speech_bridge_s} s")
 
+    def speech_detector(self) -> SpeechDetector:
+        """A new speech detector with this configuration's rules (threshold, hold, faint, weak, loud)."""
+        return SpeechDetector(self.vad_threshold, hold=self.speech_hold, faint=self.speech_faint,
+                              faint_s=self.speech_faint_s, weak=self.speech_weak, weak_db=self.speech_weak_db,
+                              loud_db=self.speech_loud_db, bridge_s=self.speech_bridge_s)
+
 
 def _frames(samples: int) -> int:
     """Whole 20 ms frames in ``samples``, as samples."""
@@ -509,10 +515,7 @@ class Stream:
         self._cap_n = _frames(round(2 * cfg.step_s * SAMPLE_RATE))
         self._max_n = _frames(round(cfg.max_input_s * SAMPLE_RATE))
         self._offset_n = round(cfg.word_end_offset_s * SAMPLE_RATE)
-        self._vad = SpeechDetector(cfg.vad_threshold, hold=cfg.speech_hold, faint=cfg.speech_faint,
-                                   faint_s=cfg.speech_faint_s, weak=cfg.speech_weak, weak_db=cfg.speech_weak_db,
-                                   loud_db=cfg.speech_loud_db,
-                                   bridge_s=cfg.speech_bridge_s) if cfg.vad else None
+        self._vad = cfg.speech_detector() if cfg.vad else None
         # audio
         self._pending: list[np.ndarray] = []
         self._pending_n = 0

@@ -25,7 +25,7 @@ import numpy as np
 from captioner.core import SAMPLE_RATE
 from captioner.errors import CaptionerError
 
-__all__ = ["VAD_MODEL", "VAD_WINDOW", "SpeechDetector", "SpeechSpan"]
+__all__ = ["DIGITAL_SILENCE_DB", "VAD_MODEL", "VAD_WINDOW", "SpeechDetector", "SpeechSpan"]
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ VAD_WINDOW = 512  # samples per probability (32 ms at 16 kHz)
 _CONTEXT = 64  # samples of the previous window each window is seen with
 _FAINT_FLOOR = 0.1  # a window of a faint stretch is speech when at most this much below ``faint``
 _FLOOR_N = 312  # windows (10 s) over which the recording's quiet level (its 10th percentile) is read
-_DIGITAL_SILENCE_DB = -90.0  # windows below this are left out of the quiet level (joins, muted players)
+DIGITAL_SILENCE_DB = -90.0  # windows below this are left out of the quiet level (joins, muted players)
 _PHRASE_N = 31  # the last windows the threshold heard (1 s) whose median level is the phrase's level
 _PHRASE_DB = 10.0  # a loud window is at most this far below the phrase's level
 VAD_MODEL = "silero_vad_v6.onnx"
@@ -219,7 +219,7 @@ class SpeechDetector:
         """dBFS: the 10th percentile of the window levels of the 10 s up to window ``j``, digital
         silence left out (−inf when that is all there is)."""
         levels = self._levels[max(0, j - _FLOOR_N + 1) : j + 1]
-        levels = levels[levels > _DIGITAL_SILENCE_DB]
+        levels = levels[levels > DIGITAL_SILENCE_DB]
         return float(np.percentile(levels, 10)) if levels.size else float("-inf")
 
     def _loud_enough(self, j: int) -> bool:

@@ -16,10 +16,12 @@ from captioner.audio import load_audio_file
 from captioner.bench.accuracy import load_manifest
 from captioner.bench.joined import SPEAKER_GAP_FACTOR, join_halves, joined_audio, speech_part
 from captioner.core import SAMPLE_RATE
+from captioner.engine.vad import SpeechDetector
 from captioner.errors import CaptionerError
 from captioner.storage.paths import AppPaths
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "speech"
+HARD = DATA.parent / "speech-hard"
 MANIFEST = DATA / "manifest.jsonl"
 
 
@@ -61,6 +63,33 @@ def test_a_recording_is_cut_to_its_speech_and_the_parts_joined_with_their_gaps(t
     parts = [speech_part(load_audio_file(p)) for p in paths]
     assert audio.size == parts[0].size + SAMPLE_RATE // 2 + parts[1].size
     assert not audio[parts[0].size : parts[0].size + SAMPLE_RATE // 2].any()
+
+
+def test_radio_speech_that_silero_hardly_rates_stays_in_a_joined_recording() -> None:
+    """Apollo 13 (tests/data/speech-hard): Swigert's "Okay, Houston, I believe we've had a problem
+    here" (0.3–3.0 s of the first cut) and his "Houston, we've had a problem. We've had a MAIN B BUS
+    UNDERVOLT" (from 2.6 s of the second) are rated under 0.1 by Silero; cut to what its threshold
+    hears, the joined recording lost them while its reference kept their words."""
+    start = load_audio_file(HARD / "radio-a13-houston-problem-start.wav")
+    problem = load_audio_file(HARD / "radio-a13-houston-problem.wav")
+    for audio, threshold_hears in ((start, (3.0, 4.4)), (problem, (0.0, 1.5))):
+        detector = SpeechDetector()
+        detector.feed(audio)
+        detector.flush()
+        span = detector.speech(0, audio.size)
+        assert span is not None and threshold_hears[0] * SAMPLE_RATE <= span.start < span.end <= threshold_hears[1] * SAMPLE_RATE
+    first = _offset(start, speech_part(start))
+    assert first <= 0.4 * SAMPLE_RATE and first + speech_part(start).size >= 4.3 * SAMPLE_RATE  # both lines
+    second = _offset(problem, speech_part(problem))
+    assert second + speech_part(problem).size >= 6.4 * SAMPLE_RATE  # past "UNDERVOLT" (6.3 s)
+
+
+def _offset(audio: np.ndarray, part: np.ndarray) -> int:
+    """Where ``part``, a slice of ``audio``, starts in it (samples)."""
+    for offset in range(audio.size - part.size + 1):
+        if np.array_equal(audio[offset : offset + part.size], part):
+            return offset
+    raise AssertionError("not a slice of the recording")
 
 
 def test_the_bench_streams_each_joined_half_with_real_whisper(real_tiny_en_pack, tmp_path: Path) -> None:
