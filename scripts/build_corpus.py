@@ -5,7 +5,7 @@
 
 It writes ``corpus/audio/<id>.flac`` (16 kHz, mono, 16-bit FLAC) and ``corpus/manifest.jsonl`` (the
 development corpus's format, ``../shared/speech/README.md``, with a ``speaker`` field on every item and
-``notes`` that give the exact cut): 64 recordings of 35 people who are not in the development corpus.
+``notes`` that give the exact cut): 66 recordings of 37 people who are not in the development corpus.
 Everything that decides the output is data in this file (:data:`ITEMS`: source file, cut, reference
 text, notes, and the SHA-256 of the 16-bit samples each build must reproduce); nothing is chosen at
 run time. ``--mirrors`` is a folder of bare git mirrors named ``owner+name`` (the ``fetch`` tool's
@@ -27,6 +27,10 @@ What it builds, from what, under which licence:
   two-channel 9 s clip in attenlabs/hotato ``corpus/real/audio/``, cut 0.25 s outside that speaker's talk
   spurts in the clip; text: their words in the clip's ``transcript`` (``corpus/real/scenarios/``), which
   hotato took from AMI's manual word alignments (``ami_public_manual_1.6.2``); the build checks it there.
+- 2 more ``conversational`` items, AMI meeting ES2004a (CC BY 4.0): one long turn each of participants FEE013
+  and FEE016, cut from their individual headset channels as pyannote/pyannote-audio's separation tutorial
+  excerpted them (``tutorials/assets/seriously/sources/``, 750-810 s of the meeting, 16 kHz) at a pull request's
+  commit; text: their words in the tutorial's per-speaker AMI transcription beside them, which the build checks.
 - 1 more ``conversational`` item, TalkBank CHILDES, MacWhinney corpus, CC BY-NC-SA 3.0: 18 s of a father
   talking with his son (1;04), spontaneous home speech on an old tape recording, as TalkBank's own
   TalkBank/batchalign3 excerpts it for its tests (``batchalign/tests/support/eng_multi_speaker.mp3``, 22.05 kHz
@@ -123,6 +127,8 @@ REPOS: dict[str, tuple[str, str]] = {
     "cathy": ("rhasspy/dataset-voice-cathy", "c51cb971036a127359b43c621f26ca5081eab13e"),
     "cathy0": ("rhasspy/dataset-voice-cathy", "3d825072be5be3b262bc3d577a901c9b6f17ad04"),  # its first commit
     "scotus": ("wyiq/Supreme-Court", "479241a44fe755fe2d4c732c8cac33dc756dab6e"),  # the files are gone at later commits
+    # a pull request's commit (refs/pull/1716/head); its tutorial assets are gone at later commits
+    "pyannote": ("pyannote/pyannote-audio", "c6057f08fc24bcded882abe5c73e22adec45c3fb"),
 }
 
 CANARY = "src/A11_HR1U_CH10_AIR2GND/A11_HR1U_CH10_00001058000.wav"
@@ -150,6 +156,8 @@ ARCTIC_PROMPTS = "cmuarctic.data"
 CATHY_WAV = "data/arctic_{utt}_{take}.wav"
 OYEZ_JSON = "Example/1986.85-1088-t01.json"
 OYEZ_WAV = "Example/out/1986.85-1088-t01/{who}.mp3"  # named .mp3, but RIFF WAVE files (22.05 kHz, 16-bit, mono)
+ES2004A_WAV = "tutorials/assets/seriously/sources/source{n}.wav"  # ES2004a.Headset-{n}, 750-810 s of the meeting
+ES2004A_TXT = "tutorials/assets/seriously/text/mixture.{letter}.words_joined.txt"
 
 APOLLO_LICENSE = ("US government work (NASA), public domain; text: NASA's Apollo 11 Technical Air-to-Ground "
                   "Voice Transcription (1969, public domain) as cleaned by Spacelog")
@@ -360,6 +368,36 @@ def _oyez(who: str, name: str, file: str, start: float, end: float, turn: tuple[
             "path": OYEZ_WAV.format(who=file), "start": start, "end": end, "oyez": (*turn, name), "text": text,
             "license_note": OYEZ_LICENSE, "sha256": sha,
             "notes": OYEZ_CUT.format(start=start, end=end, file=f"{file}.mp3", who=name, t0=t0, t1=t1)}
+
+
+ES2004A_LICENSE = ("AMI Meeting Corpus (AMI Consortium; https://groups.inf.ed.ac.uk/ami/corpus/), CC BY 4.0: audio "
+                   "and the manual word-level transcription, as pyannote/pyannote-audio's separation tutorial excerpted "
+                   "them (its code MIT; the data AMI's)")
+ES2004A_CUT = ("cut {start:.2f}-{end:.2f} s of {file}, which is AMI's individual headset channel ES2004a.Headset-{n} of "
+               "meeting ES2004a (a design team's kick-off meeting about a remote control, scenario talk, unscripted) "
+               "from 750 to 810 s, 16 kHz mono, peak-normalised (pyannote's later tutorial downloads the same channels "
+               "and crops 750-810 s; the mixture beside it is the four channels at their recorded gains). Speaker "
+               "{who}'s turn {t0:.2f}-{t1:.2f} s in the excerpt's RTTM (mixture.rttm, AMI's speaker codes), its edges "
+               "at the quietest 50 ms beside the turn; the other speakers' voices are crosstalk some 30-40 dB below "
+               "hers. Reference text: her words of the turn in pyannote's per-speaker text (AMI's manual "
+               "transcription joined in time order), the backchannels before and after it left out; AMI's spelling "
+               "of a spelt-out acronym (L_C_D_) written as the letters (LCD). ")
+
+
+def _es2004a_text(words: list[str]) -> str:
+    """AMI's words joined, a spelt-out acronym written as its letters (``L_C_D_`` -> ``LCD``)."""
+    return re.sub(r"\b((?:[A-Z]_)+)", lambda m: m.group(1).replace("_", ""), " ".join(words))
+
+
+def _es2004a(who: str, n: int, letter: str, words: tuple[int, int], start: float, end: float,
+             turn: tuple[float, float], text: str, sha: str) -> dict[str, Any]:
+    """Speaker ``who``'s long turn in pyannote's excerpt of AMI meeting ES2004a (750-810 s), cut from her own headset
+    channel (``sourceN.wav``); ``words`` [first, last) of the speaker's text file ``letter`` are the text."""
+    return {"id": f"ami-es2004a-{who.lower()}-{round(750 + start):04d}", "kind": "conversational",
+            "speaker": f"ami-{who}", "repo": "pyannote", "path": ES2004A_WAV.format(n=n), "start": start, "end": end,
+            "es2004a": (letter, *words), "text": text, "license_note": ES2004A_LICENSE, "sha256": sha,
+            "notes": ES2004A_CUT.format(start=start, end=end, file=f"sources/source{n}.wav", n=n, who=who,
+                                        t0=turn[0], t1=turn[1])}
 
 
 LAUNCH = "apollo11-launch-day"
@@ -710,6 +748,20 @@ ITEMS: list[dict[str, Any]] = [
           "What about I sue to prevent my neighbor from keeping... trespassing on my property, and I lose and I appeal "
           "and I lose? Do I have to pay ten percent? Of what?",
           "b850a3f09c0e83810c81ca657a0af38ef8e01b844cdbf47f33f50e1d450126f6"),
+    # Two participants of AMI meeting ES2004a, each her long turn (one item each, kind conversational): their speaker
+    # ids sort before AMI MEE008 and place one in each half, so no earlier speaker changes halves: FEE013 -> tune,
+    # FEE016 -> check. MEO015's turn is left out (its end is not sure, and a third item would move four speakers).
+    _es2004a("FEE013", 1, "B", (7, 70), 7.15, 29.98, (7.43, 29.79),
+             "When they're when you've got the main things on the front of it and a section opens up or something to "
+             "the other functions where you can do sound or options kind of recording, things like that inside it. "
+             "'Cause it doesn't make when you pick it up it doesn't make it really complicated to look at, it's "
+             "obvious what you're doing, um.",
+             "a028d2ed9648f139fb71ea9974029f38a2d190b14ecb0d1f195d52d0684af5c4"),
+    _es2004a("FEE016", 3, "D", (21, 79), 29.70, 44.62, (29.78, 44.48),
+             "Actually that just raises a point, I wonder what our design people think, but you know on a mobile "
+             "phone, you can press a key and it gives you a menu, it's got a menu display, I wonder if incorporating "
+             "that into the design of a remote control might be useful, so you've got a little LCD display.",
+             "4bbfe247ab4d56bb81773f9439d5743bf4e4b3a5e1303eda470e4b2973b3bac6"),
 ]
 
 FIXTURE = "tests/data/speech-hard/radio-a11-launch-canary-1+2.wav"  # canary-1, 0.2 s of silence, canary-2 (11.5 s)
@@ -941,6 +993,10 @@ def _check_texts(mirrors: Path) -> list[str]:
             turn = json.loads(_show(mirrors, "scotus", OYEZ_JSON))["transcript"]["sections"][section]["turns"][index]
             speaker = (turn.get("speaker") or {}).get("name")
             want = " ".join(block["text"] for block in turn["text_blocks"]) if speaker == name else f"<{speaker}'s turn>"
+        elif "es2004a" in item:
+            letter, first, last = item["es2004a"]
+            words = _show(mirrors, "pyannote", ES2004A_TXT.format(letter=letter)).decode("utf-8").split()
+            want = _es2004a_text(words[first:last])
         elif "chat" in item:
             want = _chat_text(_show(mirrors, item["repo"], item["chat"]).decode("utf-8"))
         elif "arctic" in item:
@@ -992,6 +1048,11 @@ def _text_source(item: dict[str, Any]) -> str:
         return (f"Oyez's transcript of Burlington Northern R. Co. v. Woods (No. 85-1088): the sentences (text_blocks) of "
                 f"{name}'s turn (transcript.sections[{section}].turns[{index}]) in {OYEZ_JSON} of "
                 f"{REPOS['scotus'][0]} at {REPOS['scotus'][1][:7]}, joined")
+    if "es2004a" in item:
+        letter, first, last = item["es2004a"]
+        return (f"AMI Meeting Corpus manual word-level transcription of meeting ES2004a as pyannote's tutorial gives "
+                f"it per speaker for 750-810 s: words {first + 1}-{last} of {ES2004A_TXT.format(letter=letter)} of "
+                f"{REPOS['pyannote'][0]} at {REPOS['pyannote'][1][:7]}, joined; L_C_D_ written LCD")
     if "chat" in item:
         return (f"TalkBank CHILDES MacWhinney corpus, CHAT transcript 010411a as excerpted for the clip: the main tiers "
                 f"(FAT, CHI) of {item['chat']} of {REPOS[item['repo']][0]} at {REPOS[item['repo']][1][:7]}, joined, "
