@@ -123,7 +123,8 @@ After the decode, by kind:
   replace them too, timed within their audio [53]. Its words replace the committed words of its input
   (``closing_replaces=False``: only the words after them are added, aligned by text, else by
   time), except that a decode whose words begin, word for word, four or more drafted words in
-  (Whisper skipped the start of a long input) replaces only the drafts from there, its words
+  (Whisper skipped the start of a long input; where its first words recur in the drafts, at the
+  copy after which more of its words agree) replaces only the drafts from there, its words
   aligned to the audio after the kept ones [29]; one that finds no words keeps the drafts;
   nothing is carried and the utterance ends, except that a decode the chunk plan cuts short,
   or that a guard stops 0.3 s or more before the input's end [36] (measured from where the stopped
@@ -328,7 +329,9 @@ class StreamConfig:
             the rest is decoded (deviation 28); False: the engine before it.
         closing_skip: a closing decode that begins, word for word, at least ``_SKIP_MIN_WORDS``
             drafted words into its input (Whisper skipped the start of a long input) replaces only
-            the drafts from there; the skipped drafts, heard as speech, stand (deviation 29).
+            the drafts from there; the skipped drafts, heard as speech, stand (deviation 29). Where
+            its first words are said more than once in the drafts, it begins at the copy after which
+            more of its words agree.
         closing_split_s: an open utterance at least this long (its start to the input's end) is
             closed at the latest pause of at least ``split_pause_s`` inside the round's input: the
             audio before it is decoded as a closing round (30 s window at most), the audio after it
@@ -463,6 +466,11 @@ class StreamConfig:
         return SpeechDetector(self.vad_threshold, hold=self.speech_hold, faint=self.speech_faint,
                               faint_s=self.speech_faint_s, weak=self.speech_weak, weak_db=self.speech_weak_db,
                               loud_db=self.speech_loud_db, bridge_s=self.speech_bridge_s)
+
+
+def _agreeing(a: Sequence[bytes], b: Sequence[bytes]) -> int:
+    """How many words ``a`` and ``b`` share from their starts, in order."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def _frames(samples: int) -> int:
@@ -1346,19 +1354,22 @@ class Stream:
         seconds, the DTW collapsed): when its words, from its first or second on, match
         ``_SKIP_RUN`` drafts word for word at least ``_SKIP_MIN_WORDS`` words in (its first word
         may be a cut one, "then" for "than"), and the speech detector heard speech under the drafts
-        it skipped, those drafts stand and it replaces from there; else from ``replaced``."""
+        it skipped, those drafts stand and it replaces from there; else from ``replaced``. Where its
+        first words are said more than once in the drafts ("if the other person ... if the other
+        fellow"), it begins at the copy after which more of its words agree with the drafts (the
+        first, on a tie)."""
         if self._vad is None or len(decoded) < _SKIP_RUN + 1:
             return replaced
         drafts = self._log.words_from(replaced)
         texts = [w for _, w in drafts]
         for b in (0, 1):  # where the match begins in the decode
             head = decoded[b : b + _SKIP_RUN]
-            if b <= len(texts) - _SKIP_RUN and texts[b : b + _SKIP_RUN] == head:
-                return replaced  # it begins where the drafts begin
-            k = next((k for k in range(_SKIP_MIN_WORDS + b, len(texts) - _SKIP_RUN + 1)
-                      if texts[k : k + _SKIP_RUN] == head), None)
-            if k is None:
+            found = [k for k in range(len(texts) - _SKIP_RUN + 1) if texts[k : k + _SKIP_RUN] == head]
+            if not found:
                 continue
+            k = max(found, key=lambda k: (_agreeing(decoded[b:], texts[k:]), -k))  # where more of it agrees
+            if k < _SKIP_MIN_WORDS + b:  # it begins where the drafts begin
+                return replaced
             first, at = self._log.tokens[drafts[0][0]].start, drafts[k - b][0]
             if self._vad.speech(first, self._log.tokens[at].start, min_s=_SKIP_SPEECH_S) is None:
                 return replaced
