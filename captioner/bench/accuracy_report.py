@@ -80,6 +80,41 @@ def _fw_latency_lines(summ: dict, modes: list[str]) -> list[str]:
             "| group | " + " | ".join(live) + " |", "|---|" + "---|" * len(live), *rows, ""]
 
 
+# issue 25's bound on a live mode's deleted words: offline's + 10 % per kind
+DELETION_BOUND = 1.10
+
+
+def _deletion_lines(summ: dict, modes: list[str]) -> list[str]:
+    """The deleted words (reference words a mode left out) per group and mode, and each live mode's
+    ratio to offline's, starred where it is over :data:`DELETION_BOUND` (issue 25's target)."""
+    live = [m for m in modes if m.startswith("live")]
+    if not live:
+        return []
+    lines = ["### Deleted words by kind", "",
+             f"Reference words each mode left out (after the normaliser); a live mode's ratio to offline's, "
+             f"\\* where it is over {DELETION_BOUND:.2f} (issue 25's bound: offline's + 10 %). Where offline "
+             "loops (insertions) it deletes little, so a ratio there says little.", "",
+             "| group | " + " | ".join(modes) + " | " + " | ".join(f"{m} / offline" for m in live) + " |",
+             "|---|" + "---|" * (len(modes) + len(live))]
+    for group, by_mode in summ.items():
+        base = by_mode.get("offline", {})
+        if "deletions" not in base:
+            continue
+        cells = [str(by_mode.get(m, {}).get("deletions", "–")) for m in modes]
+        ratios = []
+        for m in live:
+            d = by_mode.get(m, {}).get("deletions")
+            if d is None:
+                ratios.append("–")
+            elif base["deletions"] == 0:
+                ratios.append("–" if d == 0 else f"+{d} \\*")
+            else:
+                r = d / base["deletions"]
+                ratios.append(f"{r:.2f}" + (" \\*" if r > DELETION_BOUND else ""))
+        lines.append(f"| {group} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    return [*lines, ""]
+
+
 def _vocabulary_lines(acc: dict, modes: list[str]) -> list[str]:
     """The listed words of a ``--vocabulary`` run, per live mode: recalled of those in the references,
     and invented (said by the engine, not in the reference); nothing without a vocabulary."""
@@ -160,6 +195,7 @@ def markdown(acc: dict, header: str = "") -> str:
         lines.append(f"| {label} | {base['items']} | {base['seconds'] / 60:.1f} | " + " | ".join(cells) + " | "
                      + " | ".join(gaps) + " |")
     lines.append("")
+    lines += _deletion_lines(summ, modes)
 
     lines += ["### Every measure by group and mode", "",
               "| group | mode | WER | CER | gap (points) | latency median / p90 (s) | start error median (s) | "

@@ -49,9 +49,7 @@ def speech_part(audio: np.ndarray) -> np.ndarray:
     detector.feed(audio)
     detector.flush()
     span = detector.speech(0, audio.size)
-    n = audio.size // VAD_WINDOW
-    levels = 10 * np.log10(np.mean(np.square(audio[: n * VAD_WINDOW].reshape(n, VAD_WINDOW), dtype=np.float64),
-                                   axis=1) + 1e-12)
+    levels = detector.levels(0, audio.size // VAD_WINDOW * VAD_WINDOW)  # whole windows: no padded end
     sounded = levels[levels > DIGITAL_SILENCE_DB]
     loud = np.flatnonzero(levels >= np.percentile(sounded, 10) + TRIM_LEVEL_DB) if sounded.size else np.zeros(0, int)
     starts = ([span.start] if span else []) + ([int(loud[0]) * VAD_WINDOW] if loud.size else [])

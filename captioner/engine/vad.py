@@ -248,10 +248,21 @@ class SpeechDetector:
 
     def probabilities(self, start: int, end: int) -> np.ndarray:
         """float32 [windows]: the probabilities of the windows that overlap samples [start, end)."""
+        return self._over("_probs", start, end)
+
+    def levels(self, start: int, end: int) -> np.ndarray:
+        """float32 [windows]: the levels (dBFS, mean square) of the windows that overlap samples
+        [start, end), the ones the faint, weak and loud rules compare with the quiet level."""
+        return self._over("_levels", start, end)
+
+    def _over(self, name: str, start: int, end: int) -> np.ndarray:
+        """A copy of the per-window array ``name`` (``"_probs"``, ``"_levels"``) over the windows that
+        overlap samples [start, end), read after the pending audio is analysed (which may grow it)."""
         self._analyse()
+        values = getattr(self, name)
         first = max(0, start // VAD_WINDOW)
         last = min(self._n, -(-end // VAD_WINDOW))
-        return self._probs[first:last].copy() if last > first else np.zeros(0, np.float32)
+        return values[first:last].copy() if last > first else np.zeros(0, np.float32)
 
     def pause(self, start: int, end: int, *, min_s: float) -> SpeechSpan | None:
         """The latest run of at least ``min_s`` seconds of non-speech windows that lies whole inside

@@ -137,6 +137,9 @@ def test_report_json_and_plots(acc_run) -> None:
     assert result["accuracy"]["settings"]["modes"] == ["offline", "live_2s", "fw_default", "fw_greedy"]
     assert "| mode | English WER | gap vs offline (points) |" in report
     assert "### WER by kind" in report and "### Words on non-speech" in report
+    deleted = result["accuracy"]["summary"]["english"]
+    assert (f"| english | {deleted['offline']['deletions']} | {deleted['live_2s']['deletions']} | "
+            f"{deleted['fw_default']['deletions']} | {deleted['fw_greedy']['deletions']} | ") in report
     assert "- live_2s: encoder (log-mel included) " in report
     english = result["accuracy"]["summary"]["english"]["live_2s"]
     assert english["changed_words"] == sum(it["modes"]["live_2s"]["info"]["changed_words"]
@@ -188,3 +191,14 @@ def test_merge_runs_over_disjoint_items(acc_run, tmp_path: Path, capsys) -> None
     assert "### WER by kind" in capsys.readouterr().out
     with pytest.raises(ValueError, match="more than one run"):
         accuracy_report.merge([result, result])
+
+
+def test_the_report_holds_each_live_mode_s_deleted_words_to_offline_s_plus_ten_percent():
+    """Issue 25's deletion target, per group: a live mode's ratio to offline's, starred over 1.10."""
+    summ = {"english": {"offline": {"deletions": 20}, "live_1s": {"deletions": 22}, "live_2s": {"deletions": 23}},
+            "noisy": {"offline": {"deletions": 0}, "live_1s": {"deletions": 0}, "live_2s": {"deletions": 2}}}
+    lines = accuracy_report._deletion_lines(summ, ["offline", "live_1s", "live_2s"])
+    assert lines[0] == "### Deleted words by kind"
+    assert "| english | 20 | 22 | 23 | 1.10 | 1.15 \\* |" in lines
+    assert "| noisy | 0 | 0 | 2 | – | +2 \\* |" in lines
+    assert accuracy_report._deletion_lines(summ, ["offline", "fw_default"]) == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -566,14 +567,16 @@ def test_a_closing_decode_the_phrase_guard_stopped_is_decoded_again_without_it(m
     assert NORMALISE(" ".join(w.text for w in alone)) == said.split()[0]
 
 
-def test_a_closing_decode_without_the_phrase_guard_that_loops_is_not_kept(model, tmp_path, monkeypatch) -> None:
+def test_a_closing_decode_without_the_phrase_guard_that_loops_is_not_kept(model, tmp_path, monkeypatch,
+                                                                         caplog) -> None:
     """Deviation 37's unguarded decode is kept only where it says no block of two or more words four
     times in a row (``said_in_a_loop``; judged on real speech in the accuracy bench: a father's three
     "wanna give me a kiss?" that whisper-base wrote seven times in a long stream). The control flow on
     espeak-ng: tiny.en hears "Go ahead, go ahead, go ahead." as "Go, my friend" three times; its
     closing decode is stopped by the phrase guard and its unguarded one says the block three times,
     which is speech at the real count (kept, every word) and a loop once the count is lowered to
-    three (not kept: the guarded decode and its rest stand, without the third block)."""
+    three (not kept: the guarded decode and its rest stand; how the rest reads the third block
+    depends on the CPU's int8 kernel: left out without VNNI, "go a friend go a" with it)."""
     from captioner.engine import validate
 
     audio = _espeak(tmp_path, "Go ahead, go ahead, go ahead. Ready to copy.")
@@ -582,8 +585,13 @@ def test_a_closing_decode_without_the_phrase_guard_that_loops_is_not_kept(model,
         assert NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s))) == said, step_s
     monkeypatch.setattr(validate, "_LOOP_TIMES", 3)
     for step_s in (1.0, 2.0):
-        looped = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s)))
-        assert looped.startswith("go my friend go my friend") and looped.count("friend") == 2, (step_s, looped)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="captioner.engine.stream"):
+            looped = NORMALISE(" ".join(w.text for w in stream_words(model, audio, step_s)))
+        unguarded = [r.getMessage() for r in caplog.records if "unguarded in 30 s" in r.getMessage()]
+        assert unguarded and all("(loop, " in m for m in unguarded), (step_s, unguarded)
+        assert looped != said and looped.startswith("go my friend go my friend"), (step_s, looped)
+        assert looped.endswith("ready to copy"), (step_s, looped)  # the rest after the guard's stop decoded
         kept = stream_words(model, audio, step_s, closing_unguarded_loops=False)
         assert NORMALISE(" ".join(w.text for w in kept)) == said, step_s
 

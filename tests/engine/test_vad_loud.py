@@ -135,3 +135,15 @@ def test_loud_continuation_settings_are_checked() -> None:
         with pytest.raises(CaptionerError, match="loud"):
             StreamConfig(**bad)
     assert StreamConfig().speech_loud_db == 20.0  # on by default (docs/accuracy/deviations.md, 39)
+
+
+def test_window_levels_are_the_dbfs_the_rules_compare() -> None:
+    """``levels()`` gives each 32 ms window's level (dBFS of its mean square), the same whatever
+    blocks the audio came in; a span that ends inside a window includes it; none past the audio."""
+    det = Fed(**OPTIONS).upto(PROBS.size, [3, 7])
+    want = 20 * np.log10(LEVELS)  # a sine of RMS a: 10·log10(a²)
+    np.testing.assert_allclose(det.levels(0, PROBS.size * VAD_WINDOW), want, atol=0.01)
+    np.testing.assert_allclose(det.levels(10 * VAD_WINDOW, 20 * VAD_WINDOW - 100), want[10:20], atol=0.01)
+    assert det.levels(PROBS.size * VAD_WINDOW, (PROBS.size + 5) * VAD_WINDOW).size == 0
+    whole = Fed(**OPTIONS).upto(PROBS.size, [PROBS.size])
+    np.testing.assert_array_equal(whole.levels(0, PROBS.size * VAD_WINDOW), det.levels(0, PROBS.size * VAD_WINDOW))
