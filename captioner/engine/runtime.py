@@ -710,9 +710,19 @@ class Runtime:
             if why:
                 fresh = npu_probe.Verdict(False, why)
         if fresh is None and verdict is None:
-            fresh = self._probe(cand)
-        if fresh is not None:
+            # one trial load at a time per cache folder (they share its probe folder, which each
+            # deletes when done), and none where another engine's verdict came meanwhile
+            with _compiling(folder):
+                verdict = npu_probe.read_verdict(self._verdict_path(cand), self._context_key(cand))
+                if verdict is None:
+                    fresh = self._probe(cand)
+                    npu_probe.write_verdict(self._verdict_path(cand), self._context_key(cand), fresh)
+            if verdict is not None:  # another engine's verdict: as if it had been cached
+                self._compile_ahead(cand)
+                return
+        elif fresh is not None:
             npu_probe.write_verdict(self._verdict_path(cand), self._context_key(cand), fresh)
+        if fresh is not None:
             if not fresh.loads:
                 logger.warning("the shared NPU context of %s does not load here (%s); using one context per graph",
                                self.pack.root.name, fresh.reason)

@@ -321,6 +321,49 @@ def test_where_the_child_loads_it_the_runtime_uses_the_shared_context_and_probes
 
 
 @pytest.mark.qnn
+def test_two_engines_starting_at_once_trial_load_the_shared_context_once(npu_pack, tmp_path, monkeypatch) -> None:
+    """Two engines preparing one pack at once (the app and the command line on a first start, or an
+    engine left preparing at a stop and the next session's): the set is generated once and
+    trial-loaded once, by whichever holds the cache folder's lock first, and the other takes its
+    verdict. Two trial loads side by side shared the folder's one probe folder, which each deletes
+    when done, so the later could lose its files and record that the context does not load."""
+    import threading
+
+    from captioner.engine.runtime import Runtime
+
+    started = _fake_child(monkeypatch, "import time; time.sleep(1.0)" + _CPU_CHILD.format(root=str(npu_pack.root)))
+    real_session = Runtime._session
+
+    def session(self, path, so, cand, inits):
+        if path.name.endswith("_ctx.onnx") and path.parent.name != "src" and (path.parent / "probe.json").exists():
+            return _LoadedContext()  # the shared set: the emulator cannot load it here
+        return real_session(self, path, so, cand, inits)
+
+    monkeypatch.setattr(Runtime, "_session", session)
+    engines = [Runtime(npu_pack, "qnn", cache_dir=tmp_path, npu_buckets=(3,), shared_context=True) for _ in range(2)]
+    failures: list[BaseException] = []
+
+    def prepare(rt) -> None:
+        try:
+            rt.prepare()
+        except BaseException as exc:  # reported below, not lost in the thread
+            failures.append(exc)
+
+    threads = [threading.Thread(target=prepare, args=(rt,)) for rt in engines]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not failures and not any(t.is_alive() for t in threads)
+    assert len(started) == 1  # one trial load; the other engine read its verdict
+    assert all(rt.shared_context for rt in engines)
+    folder = engines[0]._context_dir(engines[0]._current)
+    assert json.loads((folder / "probe.json").read_text())["verdict"]["loads"] is True
+    for rt in engines:
+        rt.close()
+
+
+@pytest.mark.qnn
 def test_a_crash_while_generating_the_shared_context_is_contained_too(npu_pack, tmp_path, monkeypatch, caplog) -> None:
     """The shared set is generated in a child as well (its memory peak ends with it): a crash there
     is a failed verdict, and no trial load is started."""
