@@ -686,8 +686,9 @@ class Runtime:
 
     def _compile_ahead(self, cand: Candidate) -> None:
         """Compile what the cache lacks of :meth:`npu_units` for ``cand``; for the shared layout, then
-        trial-load it in a child process unless a verdict is cached, and go on with one context per
-        graph where it does not load (module docstring); under the lock."""
+        trial-load it in a child process unless a verdict is cached (under the cache folder's lock, as
+        the generation: an engine that finds another's verdict there takes it), and go on with one
+        context per graph where it does not load (module docstring); under the lock."""
         folder = self._context_dir(cand)
         if str(folder) in self._prepared:
             return

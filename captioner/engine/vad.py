@@ -248,21 +248,19 @@ class SpeechDetector:
 
     def probabilities(self, start: int, end: int) -> np.ndarray:
         """float32 [windows]: the probabilities of the windows that overlap samples [start, end)."""
-        return self._over("_probs", start, end)
+        return self._probs[self._windows(start, end)].copy()
 
     def levels(self, start: int, end: int) -> np.ndarray:
         """float32 [windows]: the levels (dBFS, mean square) of the windows that overlap samples
         [start, end), the ones the faint, weak and loud rules compare with the quiet level."""
-        return self._over("_levels", start, end)
+        return self._levels[self._windows(start, end)].copy()
 
-    def _over(self, name: str, start: int, end: int) -> np.ndarray:
-        """A copy of the per-window array ``name`` (``"_probs"``, ``"_levels"``) over the windows that
-        overlap samples [start, end), read after the pending audio is analysed (which may grow it)."""
+    def _windows(self, start: int, end: int) -> slice:
+        """The analysed windows that overlap samples [start, end) (empty where none); the pending
+        audio is analysed first, which may grow the per-window arrays (index them after this call)."""
         self._analyse()
-        values = getattr(self, name)
         first = max(0, start // VAD_WINDOW)
-        last = min(self._n, -(-end // VAD_WINDOW))
-        return values[first:last].copy() if last > first else np.zeros(0, np.float32)
+        return slice(first, max(first, min(self._n, -(-end // VAD_WINDOW))))
 
     def pause(self, start: int, end: int, *, min_s: float) -> SpeechSpan | None:
         """The latest run of at least ``min_s`` seconds of non-speech windows that lies whole inside
@@ -289,10 +287,9 @@ class SpeechDetector:
     def speech(self, start: int, end: int, *, min_s: float = 0.1) -> SpeechSpan | None:
         """The first and last speech sample of [start, end) (whole windows), or None when it holds
         less than ``min_s`` seconds of speech windows (a lone 32 ms blip in noise is not speech)."""
-        self._analyse()
-        first = max(0, start // VAD_WINDOW)
-        last = min(self._n, -(-end // VAD_WINDOW))
-        speech = np.flatnonzero(self._speech[first:last]) if last > first else np.zeros(0, np.int64)
+        windows = self._windows(start, end)
+        first = windows.start
+        speech = np.flatnonzero(self._speech[windows])
         if not speech.size or speech.size * VAD_WINDOW < min_s * SAMPLE_RATE:
             return None
         return SpeechSpan(
