@@ -74,7 +74,7 @@ def run_bench(pack: Pack, work_dir: Path, options: BenchOptions, progress: Calla
         "captioner": __version__,
         "pack": {"label": pack_label or pack.root.name, "path": str(pack.root), "dims": asdict(pack.dims),
                  "precision": pack.precision, "linear": pack.linear, "layers": pack.layers,
-                 "vocab": pack.vocab, "tail_chunk": pack.long_chunk,
+                 "vocab": pack.vocab, "attention": pack.attention, "tail_chunk": pack.long_chunk,
                  "schedules": {k: list(v) for k, v in pack.schedules.items()},
                  "weights_bytes": pack.weights_file().stat().st_size},
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "onnxruntime":

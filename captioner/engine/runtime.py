@@ -1187,15 +1187,17 @@ def _unique_source(graph: Path, frames: int | None, folder: Path, weights: Path)
 
 def _fit_for_pack(cand: Candidate | Attempt, pack: Pack) -> Candidate | Attempt:
     """``cand``, or why it cannot run ``pack`` without trying: QNN has no int8 MatMul (MatMulInteger,
-    DynamicQuantizeLinear), so a pack with int8 layers or an int8-ranked vocabulary would fail there
-    with ONNX Runtime's errors after a compile attempt."""
+    DynamicQuantizeLinear) and no ONNX Runtime contrib attention, so a pack with int8 layers, an
+    int8-ranked vocabulary or fused attention would fail there with ONNX Runtime's errors after a
+    compile attempt."""
     if isinstance(cand, Attempt) or cand.ep_name != QNN_EP:
         return cand
     int8 = [what for what, kind in (("linear layers", pack.layers), ("vocabulary projection", pack.vocab))
             if kind == "int8"]
-    if not int8:
+    cpu_only = ([f"int8 {' and '.join(int8)}"] if int8 else []) + (["fused attention"] if pack.attention == "fused" else [])
+    if not cpu_only:
         return cand
-    return Attempt(cand.label, False, f"the pack {pack.root.name} has int8 {' and '.join(int8)}, which QNN cannot "
+    return Attempt(cand.label, False, f"the pack {pack.root.name} has {' and '.join(cpu_only)}, which QNN cannot "
                                       "run; install an NPU pack (models install MODEL --layers fp32 --vocab fp32)")
 
 

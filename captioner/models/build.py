@@ -110,6 +110,14 @@ class BuildOptions:
             WER (whole English corpus, live 2 s: 9.9 % fp32, 9.5 % int8). Not for tiny (d 384):
             there 8-bit layers cost 1.6 points on test-other and dev-clean (12.95 → 14.60 % live,
             encoder and decoder each part of it) for 15 % of a model that is cheap already.
+        attention: the encoders' self-attention: ``"standard"`` (MatMul, Softmax, MatMul, which every
+            provider runs) or ``"fused"`` (ONNX Runtime's ``MultiHeadAttention`` CPU kernel over the
+            real frames' keys, ``encoder_graph``; QNN has no such kernel and refuses the pack).
+            Measured on whisper-base with int8 layers, 2 threads of an AMD EPYC with VNNI: a 30 s
+            encode 394 → 349 ms, live RTF on the development corpus 0.135 → 0.130 at 2 s; the same
+            arithmetic to 1e-4, but the int8 rows it feeds round otherwise and the live words moved
+            (development 244 / 242 → 250 / 249 errors at 2 s / 1 s, new speakers 311 / 303 → 327 /
+            316): not the default (docs/accuracy, forty-ninth round).
     """
 
     precision: str = "fp32"
@@ -124,6 +132,7 @@ class BuildOptions:
     beam_size: int = 0
     layers: str = "auto"
     cpu_variant: str = "auto"
+    attention: str = "standard"
 
     @property
     def vocab_projection(self) -> str:
@@ -171,6 +180,8 @@ class BuildOptions:
             raise PackBuildError("int8 layers need the matmul lowering")
         if self.cpu_variant not in ("auto", "none", "int8"):
             raise PackBuildError(f"cpu_variant must be auto, none or int8, not {self.cpu_variant!r}")
+        if self.attention not in ("standard", "fused"):
+            raise PackBuildError(f"attention must be standard or fused, not {self.attention!r}")
         if not self.buckets or any(b <= 0 or 50 * b > n_audio_ctx for b in self.buckets):
             raise PackBuildError(f"buckets must be between 1 and {n_audio_ctx // 50} seconds, not {self.buckets}")
         if self.verify_chunk < 2:
@@ -348,7 +359,8 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
             step(file)
 
         for bucket in sorted(plan):
-            save(build_encoder(ckpt, store, bucket, linear, int8), f"encoder_{bucket}s.onnx")
+            save(build_encoder(ckpt, store, bucket, linear, int8, options.attention == "fused"),
+                 f"encoder_{bucket}s.onnx")
         for n_slots, size, k in graphs:
             save(build_decoder_chunk(ckpt, store, size, n_slots, linear, k, vocab, int8=int8),
                  f"{graph_name(n_slots, size, k)}.onnx")
@@ -399,6 +411,7 @@ def _write_pack(ckpt: Checkpoint, root: Path, options: BuildOptions,
         "linear": options.linear,
         "vocab": options.vocab_projection,
         "layers": layers,
+        "attention": options.attention,
         "verifiers": verifiers,
         "beams": beams,
         **({"cpu_variant": {"vocab": cpu[0], "layers": cpu[1], "graphs": cpu_graphs}} if cpu else {}),

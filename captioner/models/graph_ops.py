@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["OPSET", "GraphBuilder", "WeightStore", "int8_columns", "value_info"]
+__all__ = ["MS_DOMAIN", "OPSET", "GraphBuilder", "WeightStore", "int8_columns", "value_info"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 # kernel, Gelu does.
 OPSET = 20
 IR_VERSION = 10
+MS_DOMAIN = "com.microsoft"  # ONNX Runtime's contrib operators (version 1), for the CPU packs' fused kernels
 _BIG = 64 * 1024  # bytes; tensors at least this big start on a 64 KiB boundary (mmap granularity)
 _SMALL_ALIGN = 64  # bytes
 
@@ -159,7 +160,10 @@ class GraphBuilder:
     def model(self, inputs: list[onnx.ValueInfoProto], outputs: list[onnx.ValueInfoProto]) -> onnx.ModelProto:
         """The finished model (opset :data:`OPSET`)."""
         graph = helper.make_graph(self.nodes, self.name, inputs, outputs, initializer=self._inits + self._consts)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="captioner")
+        opsets = [helper.make_opsetid("", OPSET)]
+        if any(node.domain == MS_DOMAIN for node in self.nodes):
+            opsets.append(helper.make_opsetid(MS_DOMAIN, 1))
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="captioner")
         model.ir_version = IR_VERSION
         return model
 

@@ -237,6 +237,8 @@ class Pack:
             best candidates scored in fp32; ``BuildOptions.vocab``); packs without the field: fp32.
         layers: the linear layers' weights, ``"fp32"`` or ``"int8"`` (``BuildOptions.layers``);
             packs without the field: fp32.
+        attention: the encoders' self-attention, ``"standard"`` or ``"fused"`` (ONNX Runtime's
+            contrib kernel, ``BuildOptions.attention``); packs without the field: standard.
         token_bytes: id -> raw bytes of that single token (specials as their ``<|...|>`` text).
         pack_hash: hex sha256 of ``manifest.json`` (key of EP-context caches).
         cpu_vocab, cpu_layers: the vocabulary projection and layer weights of the pack's CPU variant
@@ -262,6 +264,7 @@ class Pack:
     pack_hash: str
     vocab: str
     layers: str
+    attention: str
     cpu_vocab: str | None
     cpu_layers: str | None
     _encoders: Mapping[int, str] = field(repr=False)
@@ -468,6 +471,7 @@ class Pack:
             pack_hash=pack_hash,
             vocab=str(manifest.get("vocab", "fp32")),
             layers=str(manifest.get("layers", "fp32")),
+            attention=str(manifest.get("attention", "standard")),
             cpu_vocab=str(variant["vocab"]) if variant else None,
             cpu_layers=str(variant["layers"]) if variant else None,
             _encoders=MappingProxyType(encoders),

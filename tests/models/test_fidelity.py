@@ -1,6 +1,7 @@
 """The pack's graphs against transformers on the same tiny checkpoint (fp32, CPU provider).
 
-Encoder: cross K/V of the real frames equal the reference run on exactly that length (≤ 1e-4).
+Encoder: cross K/V of the real frames equal the reference run on exactly that length (≤ 1e-4), with
+the standard attention operators and with ONNX Runtime's fused kernel (``--attention fused``).
 Decoder: token_logit, eot_logit, logsumexp, the no-speech and language logits, attn_last and
 attn_align equal the reference decoder on the same tokens (≤ 1e-4); the greedy decode through the full schedule, with and without a forced prefix,
 reproduces transformers' greedy tokens (ids ≥ EOT suppressed) exactly, for every bucket.
@@ -29,8 +30,14 @@ def prompt(pack, language: str = "en") -> list[int]:
     return [sp.sot, sp.languages[language], sp.transcribe, sp.notimestamps]
 
 
+@pytest.mark.parametrize("attention", ["standard", "fused"])
 @pytest.mark.parametrize("bucket", BUCKETS)
-def test_encoder_matches_transformers_on_exact_length(tiny_pack, runner, reference, bucket):
+def test_encoder_matches_transformers_on_exact_length(tiny_pack, runner, fused_runner, reference, bucket,
+                                                      attention):
+    """Both ways of writing the self-attention: MatMul, Softmax, MatMul with the padded keys masked
+    (the default) and ONNX Runtime's kernel over the real frames' keys (``--attention fused``)."""
+    assert tiny_pack.attention == "standard"
+    runner = runner if attention == "standard" else fused_runner
     for i, n in enumerate(lengths(bucket)):
         mel = random_mel(tiny_pack.dims.n_mels, n, bucket, seed=100 * bucket + i)
         enc = runner.encode(mel, n, bucket)
