@@ -28,8 +28,8 @@ The short buckets (≤ 6 s, 300 frames) run unblocked.
 With ``fused_attention`` (``models build --attention fused``) the self-attention is ONNX Runtime's
 ``com.microsoft`` ``MultiHeadAttention`` kernel instead, over keys and values cut to the real
 frames: the same result without a mask (the masked keys' weights, e^-100 of the rest, are zero in
-float32 too), the tiled kernel's small intermediates at every length, and no attention computed
-against the padding. whisper-base, int8 layers, 2 threads of an AMD EPYC with VNNI, a 30 s run:
+float32 too) and no attention computed against the padding, but the whole score matrix held at
+once (one 30 s run's peak 103 → 164 MB above the process). whisper-base, int8 layers, 2 threads of an AMD EPYC with VNNI, a 30 s run:
 394 → 349 ms with every frame real, 382 → 254 ms with 12 s of them (the self-attention 243 → 160 ms
 of the 30 s run in ORT's profiler). Not the default: the int8 rows after it round otherwise, and the
 live words moved for the worse on both corpora (``BuildOptions.attention``). QNN has no such kernel.
@@ -82,6 +82,14 @@ def _blocks(frames: int, block: int) -> list[int]:
     return [min(block, frames - start) for start in range(0, frames, block)]
 
 
+def _key_bias(g: GraphBuilder, n_real: str, frames: int) -> str:
+    """−100 on the keys at or beyond ``n_real`` frames (float32 [1]), 0 elsewhere: [T], broadcast
+    over [heads, T(query), T(key)] by the standard attention."""
+    frame_pos = g.const(np.arange(frames), np.float32)
+    return g.op("Mul", [g.op("Cast", [g.op("Not", [g.op("Less", [frame_pos, n_real])])], to=TensorProto.FLOAT),
+                        g.const([MASK_BIAS], np.float32)])
+
+
 def _blocked_attention(g: GraphBuilder, q: str, k: str, v: str, key_bias: str, heads: int, hd: int,
                        frames: int, d: int) -> str:
     """Self-attention of ``q``, ``k``, ``v`` [1, T, d] as standard ops: [1, T, d] before the output
@@ -103,7 +111,7 @@ def _blocked_attention(g: GraphBuilder, q: str, k: str, v: str, key_bias: str, h
 def _fused_attention(g: GraphBuilder, q: str, k: str, v: str, heads: int) -> str:
     """Self-attention of ``q``, ``k``, ``v`` [1, T, d] as ONNX Runtime's ``MultiHeadAttention``:
     [1, T, d] before the output projection. The keys and values are cut to the first n_frames
-    frames (what the mask leaves), so the kernel needs no mask and takes its tiled path."""
+    frames (what the mask leaves), so the kernel needs no mask."""
     real = [g.const([0]), "n_frames", g.const([1])]
     k, v = (g.op("Slice", [t, *real]) for t in (k, v))  # [1, n_frames, d]
     return g.op("MultiHeadAttention", [q, k, v], domain=MS_DOMAIN, num_heads=heads, scale=1.0)
@@ -141,17 +149,14 @@ def build_encoder(ckpt: Checkpoint, store: WeightStore, bucket: int, linear: str
     pos = g.weight("encoder.embed_positions.weight", wt("encoder.embed_positions.weight"))
     x = g.op("Add", [x, g.op("Slice", [pos, g.const([0]), g.const([frames]), g.const([0])])])
 
-    # −100 on keys at or beyond n_frames, broadcast over [heads, T(query), T(key)]
-    frame_pos = g.const(np.arange(frames), np.float32)
-    key_bias = g.op("Mul", [g.op("Cast", [g.op("Not", [g.op("Less", [frame_pos, n_real])])], to=TensorProto.FLOAT),
-                            g.const([MASK_BIAS], np.float32)])
+    key_bias = None if fused_attention else _key_bias(g, n_real, frames)
 
     for i in range(dims.encoder_layers):
         p = f"encoder.layers.{i}"
         h = g.layer_norm(x, f"{p}.self_attn_layer_norm", w)
         qkv = g.linear(h, f"{p}.self_attn.qkv", *fused_qkv(w, f"{p}.self_attn", scale), frames, d, 3 * d, batch=True)
         q, k, v = g.op("Split", [qkv, g.const([d, d, d])], outputs=3, axis=-1)
-        if fused_attention:
+        if key_bias is None:
             o = _fused_attention(g, q, k, v, heads)
         else:
             o = _blocked_attention(g, q, k, v, key_bias, heads, hd, frames, d)
