@@ -78,7 +78,8 @@ def markdown(result: dict) -> str:
         "",
         f"d_model {d['d_model']}, {d['encoder_layers']}+{d['decoder_layers']} layers, {d['decoder_heads']} heads, "
         f"{p['precision']} weights, {p.get('layers', 'fp32')} layers, {p.get('vocab', 'fp32')} vocabulary, "
-        f"{p['linear']}; weights {p['weights_bytes'] / MB:.0f} MB. "
+        f"{p['linear']}{', fused attention' if p.get('attention') == 'fused' else ''}; "
+        f"weights {p['weights_bytes'] / MB:.0f} MB. "
         f"Provider {result.get('providers', {}).get('summary', '?')}, {result['settings']['threads']} threads; "
         f"{result['machine']['cpus']} CPUs, ONNX Runtime {result['machine']['onnxruntime']}. "
         f"Medians of {result['settings']['reps']} repetitions after {result['settings']['warmup']} warm-up calls.",

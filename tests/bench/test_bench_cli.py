@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from captioner import cli
-from captioner.bench.report import check_targets
+from captioner.bench.report import check_targets, markdown
 from captioner.storage.paths import AppPaths
 
 STAGES = ("mel_ms", "encoder_ms", "decoder_ms", "validation_ms", "dtw_ms", "other_ms", "host_ms", "total_ms")
@@ -113,7 +113,10 @@ def test_providers_are_named_for_every_graph(bench_run) -> None:
 
 
 def test_markdown_and_plots(bench_run) -> None:
-    _, report, plots = bench_run
+    result, report, plots = bench_run
+    assert result["pack"]["attention"] == "standard" and "fused attention" not in report
+    fused = {**result, "pack": {**result["pack"], "attention": "fused"}}  # a pack built --attention fused
+    assert "matmul, fused attention; weights" in markdown(fused).splitlines()[2]
     for heading in ("## Encoder per bucket", "## Decoder strategies", "## Tail chunk size K", "## Streaming",
                     "## Providers", "## Targets"):
         assert heading in report
