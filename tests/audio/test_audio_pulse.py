@@ -12,6 +12,7 @@ independent resampler, from the file that was played):
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -106,12 +107,15 @@ def _play(server: PulseServer, *items: tuple[str, Path]) -> Callable[[], None]:
 def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[], None]) -> list[tuple[float, str]]:
     """Run ``captioner listen ARGS``; once it prints its first level line, run ``action``.
 
+    A listen that has not ended ``LISTEN_TIMEOUT_S`` after the action fails the test with its output
+    and every thread's stack (``faulthandler`` on SIGABRT), so that a rare hang says where it was.
+
     Returns:
         every output line with the monotonic time it was read.
     """
     proc = subprocess.Popen(
         [sys.executable, "-m", "captioner", "listen", *args],
-        env=_cli_env(server), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=dict(_cli_env(server), PYTHONFAULTHANDLER="1"), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[tuple[float, str]] = []
     first_level = threading.Event()
@@ -130,7 +134,13 @@ def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[]
         while not first_level.wait(0.2):  # also notice a listen that died early
             assert proc.poll() is None and time.monotonic() < deadline, "listen produced no audio: " + _text(lines)
         action()
-        proc.wait(timeout=LISTEN_TIMEOUT_S)
+        try:
+            proc.wait(timeout=LISTEN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack, then it dies
+            proc.wait(timeout=10)
+            reader.join(timeout=5)
+            raise AssertionError(f"listen still running {LISTEN_TIMEOUT_S:.0f} s after the action:\n" + _text(lines)) from None
     finally:
         if proc.poll() is None:
             proc.kill()
