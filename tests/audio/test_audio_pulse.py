@@ -11,6 +11,7 @@ independent resampler, from the file that was played):
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -138,7 +139,8 @@ def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[]
             proc.wait(timeout=LISTEN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack, then it dies
-            proc.wait(timeout=10)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # stuck even there: report it (killed below)
+                proc.wait(timeout=10)
             reader.join(timeout=5)
             raise AssertionError(f"listen still running {LISTEN_TIMEOUT_S:.0f} s after the action:\n" + _text(lines)) from None
     finally:
