@@ -10,6 +10,12 @@ each batch: it drains what the capture already holds before that call, so the en
 rule (:mod:`captioner.engine.overload`, as in the app) sees the whole backlog and skips what a slow
 machine cannot keep up with (the transcript marks the gap). The lag (max, p95) and the seconds
 skipped are printed at the end.
+
+``--seconds N`` counts seconds of audio: a device that is lost and reopened keeps its clock (the
+outage is silence), so the listen still ends after about N seconds. A device that never comes back
+would hold it forever; so once N seconds plus :data:`LATE_S` have passed on the wall clock and no
+source that is short of N has moved for :data:`LATE_S`, the loop ends, what was captured is kept
+(words, session, recording) and ``listen`` fails with a line that says how much audio it got.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from captioner.commands._engine import (
 from captioner.commands._printer import Console, WordPrinter
 from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, RoundStats, Source
 from captioner.engine.overload import LagGovernor
-from captioner.errors import ModelError
+from captioner.errors import AudioDeviceError, ModelError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.recorder import SessionRecorder
@@ -45,6 +51,7 @@ __all__ = ["capture_loop", "record_paths", "register", "run"]
 READ_TIMEOUT_S = 0.25
 LEVEL_EVERY_S = 1.0  # seconds of audio between level lines
 MAX_DRAIN_BLOCKS = 10_000  # blocks handed on per batch at most (more than a full capture ring)
+LATE_S = 5.0  # with --seconds: how long a source short of it may stand still past that much wall time
 
 
 class Capture(Protocol):
@@ -69,6 +76,7 @@ def capture_loop(
     seconds: float | None = None,
     on_event: Callable[[AudioEvent], None] | None = None,
     on_batch: Callable[[], None] | None = None,
+    late_s: float = LATE_S,
 ) -> None:
     """Read blocks from a started ``capture`` and hand each to ``on_block`` until done.
 
@@ -82,9 +90,15 @@ def capture_loop(
         on_batch: called after the blocks of each batch: the first waited for, then every block
             the capture already held (non-blocking reads), i.e. when the caller has seen all the
             audio captured so far.
+        late_s: with ``seconds``: give up on a source that is still short of it ``seconds +
+            late_s`` after the call and has delivered nothing for ``late_s`` (a device that never
+            came back); the caller sees it in its own clocks. A backlog (a slow engine) is no
+            reason to stop: its source moves with every batch.
     """
     clocks = {s: 0 for s in capture.sources}
     target = None if seconds is None else round(seconds * SAMPLE_RATE)
+    started = time.monotonic()
+    moved = dict.fromkeys(clocks, started)  # when each source's clock last advanced
 
     def take(block: AudioBlock) -> None:
         if target is not None and block.start >= target:
@@ -93,6 +107,7 @@ def capture_loop(
             block = AudioBlock(block.source, block.start, block.samples[: target - block.start])
         on_block(block)
         clocks[block.source] = block.end
+        moved[block.source] = time.monotonic()
 
     while True:
         block = capture.read(READ_TIMEOUT_S)
@@ -110,8 +125,13 @@ def capture_loop(
                 on_batch()
         elif capture.finished:
             return
-        if target is not None and all(c >= target for c in clocks.values()):
+        if seconds is None or target is None:
+            continue
+        if all(c >= target for c in clocks.values()):
             return
+        now = time.monotonic()
+        if now - started > seconds + late_s and all(now - moved[s] > late_s for s, c in clocks.items() if c < target):
+            return  # a source short of the target has stood still too long: its device is gone
 
 
 def record_paths(path: Path, sources: tuple[Source, ...]) -> dict[Source, Path]:
@@ -249,7 +269,12 @@ def _open_captioner(args: argparse.Namespace, paths: AppPaths, sources: tuple[So
 
 
 def run(args: argparse.Namespace, paths: AppPaths) -> int:
-    """Capture until ``--seconds`` of audio or Ctrl-C; returns 0."""
+    """Capture until ``--seconds`` of audio or Ctrl-C; returns 0.
+
+    Raises:
+        AudioDeviceError: a device could not be opened, or (``--seconds``) one was lost and did not
+            come back, after everything captured was saved.
+    """
     device: str | int | None = args.device
     if isinstance(device, str) and device.strip().isdigit():
         device = int(device)
@@ -320,4 +345,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         w.close()
         print(f"recorded {w.frames / SAMPLE_RATE:.2f} s of {src} audio to {w.path}", flush=True)
     print(f"done after {time.monotonic() - started:.1f} s", flush=True)
+    if args.seconds is not None and (short := [s for s, c in clock.items() if c < round(args.seconds * SAMPLE_RATE)]):
+        got = ", ".join(f"{clock[s] / SAMPLE_RATE:.1f} s of {s} audio" for s in short)
+        raise AudioDeviceError(f"got only {got} of the {args.seconds:g} s asked for: the device was lost "
+                               f"and did not come back within {LATE_S:g} s (what was captured is kept)")
     return 0

@@ -26,6 +26,7 @@ import pytest
 from conftest import PulseServer, start_pulse, stop_pulse
 
 from captioner.audio import read_wav
+from captioner.commands.listen import LATE_S
 
 pytestmark = pytest.mark.pulse
 
@@ -105,8 +106,10 @@ def _play(server: PulseServer, *items: tuple[str, Path]) -> Callable[[], None]:
     return action
 
 
-def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[], None]) -> list[tuple[float, str]]:
-    """Run ``captioner listen ARGS``; once it prints its first level line, run ``action``.
+def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[], None],
+            returncode: int = 0) -> list[tuple[float, str]]:
+    """Run ``captioner listen ARGS``; once it prints its first level line, run ``action``; check
+    that it exits with ``returncode``.
 
     A listen that has not ended ``LISTEN_TIMEOUT_S`` after the action fails the test with its output
     and every thread's stack (``faulthandler`` on SIGABRT), so that a rare hang says where it was.
@@ -150,7 +153,7 @@ def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[]
         reader.join(timeout=5)
         assert proc.stdout is not None
         proc.stdout.close()  # the reader saw its end (or gave up): no pipe left open
-    assert proc.returncode == 0, _text(lines)
+    assert proc.returncode == returncode, _text(lines)
     return lines
 
 
@@ -247,6 +250,27 @@ def test_listen_survives_the_sound_server_dying(private_pulse, signals: dict[str
     assert len(data) == 12 * 16_000  # the clock ran on through the outage
     ncc, span_rec, span_ref = _check(tmp_path / "out.wav", signals["speech"])
     print(f"server restart: reopened {recovery:.2f} s after restart; ncc {ncc:.4f}, span {span_rec:.3f} vs {span_ref:.3f} s")
+
+
+def test_listen_ends_when_the_sound_server_never_comes_back(private_pulse, tmp_path: Path) -> None:
+    """Kill the server for good under ``listen --seconds 4``: it ends about LATE_S after the 4 s,
+    keeps the recording it had and says in one line how much audio it got (exit status 2)."""
+    procs, server = private_pulse
+    killed: list[float] = []
+
+    def kill() -> None:
+        killed.append(time.monotonic())
+        stop_pulse(procs[0])
+
+    lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "4", "--record", "out.wav"], kill, returncode=2)
+    out = _text(lines)
+    assert "event device_lost system" in out and "Traceback" not in out, out
+    error = next(line for _, line in lines if line.startswith("captioner: error: "))
+    assert "of system audio of the 4 s asked for: the device was lost and did not come back" in error, out
+    assert "recorded" in out and "out.wav" in out, out
+    data, _ = read_wav(tmp_path / "out.wav")
+    assert 0 < len(data) < 4 * 16_000  # what came before the loss, closed as a valid file
+    assert lines[-1][0] - killed[0] < 4 + LATE_S + 10, out  # ended, a bounded time after the loss
 
 
 def test_listen_captions_system_audio_with_the_engine(pulse_server: PulseServer, signals: dict[str, Path],
