@@ -3,10 +3,14 @@
 A cue holds at most ``max_lines`` lines of at most ``max_line_chars`` characters and lasts 1–7 s.
 Cues end at sentence ends (not after a title such as "Mrs." or an initial such as "J.", whose full
 stop ends no sentence), at a change of source and after a long silence; when a cue would grow
-past its limits it is split at the last comma, else at the longest pause of at least 0.5 s, else
-just before the word that does not fit. Times are integer milliseconds on the audio clock (0 = the
-first captured sample): monotonic, non-overlapping, never ending before they start. A cue is
-stretched to ``min_duration_ms`` where the next cue leaves room.
+past its limits it is split at the last comma, else at the longest pause of at least 0.5 s, where
+the part before holds a third of its text, else before the last word that opens a phrase ("to",
+"the", "and", …) where half of it does, else just before the word that does not fit: no cue of a
+sentence's last word alone, none that ends on "to the". A cue of two lines breaks them after a
+clause or before a phrase where that keeps them near even, never after "as to" or inside a name.
+Times are integer milliseconds on the audio clock (0 = the first captured sample): monotonic,
+non-overlapping, never ending before they start. A cue is stretched to ``min_duration_ms`` where
+the next cue leaves room.
 
 The :class:`CueSegmenter` decides every break when a word arrives, looking at that word only, so
 the cues it has closed never change when more words come: the batch export
@@ -22,6 +26,7 @@ the skip) and starts no earlier than they end (:func:`merge_with_gaps`).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -37,6 +42,19 @@ GAP_TEXT = "[…]"  # the text of a gap's cue (the caption bar shows the same ma
 SENTENCE_END = (".", "!", "?", "…", "。", "！", "？", "؟", "।")
 CLAUSE_END = (",", ";", ":", "，", "、", "；", "：", "،", "—", "–")
 CLOSING = "\"')]}»”’」』"  # closing quotes/brackets after the punctuation: 'end."'
+MIN_BREAK_SHARE = 1 / 3  # a clause end or pause splits a full cue where at least this share of its text is before it
+MIN_PHRASE_SHARE = 1 / 2  # the same for a break before a word that opens a phrase
+# English words that open a phrase (conjunctions, prepositions, articles, determiners, relative
+# words): a cue that must break where no clause ends breaks before one of them, not after it
+PHRASE_WORDS = frozenset({"and", "but", "or", "nor", "so", "yet", "because", "although", "though", "while",
+    "when", "where", "whether", "if", "unless", "until", "since", "than", "that", "which", "who", "whom",
+    "whose", "what", "as", "of", "to", "in", "on", "at", "for", "from", "with", "by", "about", "into",
+    "onto", "over", "under", "after", "before", "between", "through", "during", "without", "within", "upon",
+    "against", "among", "around", "toward", "towards", "like", "the", "a", "an", "this", "these", "those",
+    "his", "her", "its", "their", "my", "your", "our"})
+LINE_BREAK_COST = 20  # characters of imbalance worth avoiding a line that ends "as to" or splits a name
+LINE_BREAK_BONUS = 8  # characters of imbalance worth a line break after a comma or before "and", "of", …
+PUNCTUATION = "".join(SENTENCE_END + CLAUSE_END) + CLOSING + "\"'(["
 # English titles before a name, whose full stop ends no sentence ("Mrs. Southcott": not a cue of "Mrs." alone)
 TITLES = frozenset({"mr.", "mrs.", "ms.", "messrs.", "dr.", "prof.", "st.", "mt.", "rev.", "fr.", "sr.", "jr.",
                     "capt.", "col.", "gen.", "lt.", "sgt.", "gov.", "sen.", "rep.", "hon.", "vs."})
@@ -166,6 +184,11 @@ def _ends_with(text: str, marks: tuple[str, ...]) -> bool:
     word = text.strip()
     initial = len(word) == 2 and word[0].isupper() and word[0] != "I"
     return not (word.endswith(".") and (word.lower() in TITLES or initial))
+
+
+def _bare(text: str) -> str:
+    """A word without the punctuation around it, lower case ("To," → "to")."""
+    return text.strip(PUNCTUATION).lower()
 
 
 def merge_sources(words: Iterable[Word]) -> list[Word]:
@@ -300,20 +323,49 @@ class CueSegmenter:
         return closed
 
     def _split_point(self, incoming: _Piece) -> int:
-        """How many open pieces to close: after the last clause end, else after the longest
-        pause >= pause_ms, else all of them. Never splits a glued word."""
-        candidates = range(len(self._open), 0, -1)
-        for n in candidates:
-            nxt = self._open[n] if n < len(self._open) else incoming
-            if not nxt.glued and _ends_with(self._open[n - 1].text, SENTENCE_END + CLAUSE_END):
-                return n
-        best, best_gap = len(self._open), -1
-        for n in candidates:
-            nxt = self._open[n] if n < len(self._open) else incoming
-            gap = nxt.start - self._open[n - 1].end
-            if not nxt.glued and gap >= self.options.pause_ms and gap > best_gap:
-                best, best_gap = n, gap
-        return best
+        """How many open pieces to close when ``incoming`` does not fit. Never splits a glued word.
+
+        In order: after the last clause end, else at the longest pause >= pause_ms, where the part
+        closed holds at least :data:`MIN_BREAK_SHARE` of the text (a cue of "But of course," alone
+        flashes by); else before the last word that opens a phrase (:data:`PHRASE_WORDS`) and does
+        not follow one, where the part closed holds at least :data:`MIN_PHRASE_SHARE` (so neither
+        cue ends on "to the" and the sentence's last words are not left alone: "… paid attention" /
+        "to the subject."); else the same clause end or pause however short; else all of them.
+        """
+        pieces = self._open
+        total = sum(len(p.text) + 1 for p in pieces) + len(incoming.text)
+        before = list(itertools.accumulate((len(p.text) + 1 for p in pieces), initial=0))
+        candidates = [n for n in range(len(pieces), 0, -1)
+                      if not (pieces[n] if n < len(pieces) else incoming).glued]  # latest first
+
+        def clause_end(n: int) -> bool:
+            return _ends_with(pieces[n - 1].text, SENTENCE_END + CLAUSE_END)
+
+        def pause(n: int) -> int:
+            return (pieces[n] if n < len(pieces) else incoming).start - pieces[n - 1].end
+
+        def phrase_start(n: int) -> bool:
+            nxt = pieces[n] if n < len(pieces) else incoming
+            return _bare(nxt.text) in PHRASE_WORDS and _bare(pieces[n - 1].text) not in PHRASE_WORDS
+
+        def first(found: Iterable[int]) -> int | None:
+            return next(iter(found), None)
+
+        def longest_pause(ns: Iterable[int]) -> int | None:
+            paused = [n for n in ns if pause(n) >= self.options.pause_ms]
+            return max(paused, key=pause) if paused else None  # max keeps the latest of equal pauses
+
+        full = [n for n in candidates if before[n] >= MIN_BREAK_SHARE * total]
+        for choice in (
+            first(n for n in full if clause_end(n)),
+            longest_pause(full),
+            first(n for n in candidates if phrase_start(n) and before[n] >= MIN_PHRASE_SHARE * total),
+            first(n for n in candidates if clause_end(n)),
+            longest_pause(candidates),
+        ):
+            if choice is not None:
+                return choice
+        return len(pieces)
 
     def _label(self, source: Source) -> str:
         label = self._labels.get(source)
@@ -339,7 +391,10 @@ class CueSegmenter:
         current = ""
         for piece in pieces:
             cap = first if not lines else width
-            joined = current + piece.text if (piece.glued or not current) else f"{current} {piece.text}"
+            if not current:  # a cue may open with a long word's later piece, which may start with a space
+                joined = piece.text.lstrip()
+            else:
+                joined = current + piece.text if piece.glued else f"{current} {piece.text}"
             if len(joined) <= cap:
                 current = joined
                 continue
@@ -354,11 +409,14 @@ class CueSegmenter:
         return lines
 
     def _balanced(self, pieces: Sequence[_Piece]) -> list[str]:
-        """The narrowest layout that still fits in ``max_lines`` lines (balanced line lengths)."""
+        """The lines of a closed cue: two lines broken where they read best (:meth:`_two_lines`),
+        else the narrowest layout that still fits in ``max_lines`` lines (balanced line lengths)."""
         best = self._layout(pieces, self.options.max_line_chars)
         assert best is not None  # _fits was checked before the piece joined the cue
         if len(best) == 1:
             return best
+        if len(best) == 2 and (two := self._two_lines(pieces)) is not None:
+            return two
         lo, hi = 1, self.options.max_line_chars
         while lo < hi:
             mid = (lo + hi) // 2
@@ -368,6 +426,36 @@ class CueSegmenter:
                 lo = mid + 1
         narrow = self._layout(pieces, lo)
         return narrow if narrow is not None and len(narrow) == len(best) else best
+
+    def _two_lines(self, pieces: Sequence[_Piece]) -> list[str] | None:
+        """Two lines broken at the word boundary of least cost: the lines' length difference, plus
+        :data:`LINE_BREAK_COST` for a first line that ends on a word opening a phrase ("as to" /
+        "symptoms") or that splits a name ("San" / "Francisco"), less :data:`LINE_BREAK_BONUS` for a
+        first line ending a clause or a second line opening a phrase. None if no break fits."""
+        first = self.options.max_line_chars - (self._label_width(pieces[0].source) if self.labelled else 0)
+        best: tuple[int, list[str]] | None = None
+        for n in range(1, len(pieces)):
+            if pieces[n].glued:
+                continue
+            lines = [self._join(pieces[:n]), self._join(pieces[n:])]
+            if len(lines[0]) > first or len(lines[1]) > self.options.max_line_chars:
+                continue
+            end, start = pieces[n - 1].text, pieces[n].text
+            cost = abs(len(lines[0]) - len(lines[1]))
+            if _ends_with(end, SENTENCE_END + CLAUSE_END):
+                cost -= LINE_BREAK_BONUS
+            elif _bare(end) in PHRASE_WORDS or (end[:1].isupper() and start[:1].isupper()):
+                cost += LINE_BREAK_COST
+            if _bare(start) in PHRASE_WORDS:
+                cost -= LINE_BREAK_BONUS
+            if best is None or cost < best[0]:
+                best = (cost, lines)
+        return None if best is None else best[1]
+
+    @staticmethod
+    def _join(pieces: Sequence[_Piece]) -> str:
+        """The pieces as one line: words spaced, a long word's pieces glued."""
+        return "".join(p.text if p.glued or i == 0 else f" {p.text}" for i, p in enumerate(pieces)).strip()
 
     def _close(self, pieces: Sequence[_Piece], next_start: int | None) -> Cue:
         opts = self.options

@@ -74,6 +74,46 @@ def test_comma_is_preferred_over_a_plain_word_break() -> None:
     check_invariants(cues, CueOptions())
 
 
+def test_a_full_cue_leaves_no_orphan_and_ends_on_no_phrase_word() -> None:
+    """Seen in the SRT of a LibriVox talk (the development corpus's long-form): a full cue closed
+    just before the word that did not fit, so the sentence's last words made cues of their own
+    ("last taken.", "subject.": one second each) and the cue before ended on "to the"; a comma after
+    the first three words made "But of course," a cue alone. A cue that must break inside a clause
+    breaks before a word that opens a phrase, and a comma splits only a cue it leaves a third full."""
+    texts = [
+        "He should make inquiries as to symptoms and time at which food or medicine was last taken.",
+        "he should obtain technical assistance from someone who has paid attention to the subject.",
+        "But of course, something must always be allowed for the patriotism of the California.",
+    ]
+    expected = [
+        ["He should make inquiries as to symptoms and time at which food", "or medicine was last taken."],
+        ["he should obtain technical assistance from someone who has paid attention", "to the subject."],
+        ["But of course, something must always be allowed for the patriotism", "of the California."],
+    ]
+    for text, want in zip(texts, expected, strict=True):
+        cues = build_cues(words_from(text))
+        assert [" ".join(c.words) for c in cues] == want
+        check_invariants(cues, CueOptions())
+    old_way = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+    assert [len(c.words) for c in build_cues(words_from(old_way))] == [14, 2]  # no phrase word: as before
+
+
+def test_two_lines_break_where_they_read_best() -> None:
+    """A two-line cue breaks after a clause, before a phrase, never after "as to" or inside a
+    name, and otherwise as evenly as it can."""
+    def lines(text: str) -> tuple[str, ...]:
+        (cue,) = build_cues(words_from(text))
+        return cue.lines
+
+    assert lines('to us without telling us what he had been."') == ("to us without telling us", 'what he had been."')
+    assert lines("for those who come to San Francisco from the east.") == ("for those who come",
+                                                                         "to San Francisco from the east.")
+    assert lines("He should make inquiries as to symptoms and time at which food") == (
+        "He should make inquiries", "as to symptoms and time at which food")
+    assert lines("Out of their friends, Levy, they washed their dishes once a day,") == (
+        "Out of their friends, Levy,", "they washed their dishes once a day,")
+
+
 def test_pause_is_a_split_point_and_long_silence_ends_a_cue() -> None:
     a = words_from("one two three four five six seven eight nine ten", step=0.3)
     b = words_from("eleven twelve thirteen fourteen fifteen sixteen seventeen", start=a[-1].end + 0.8)
@@ -119,6 +159,17 @@ def test_over_long_words_are_cut_to_the_line() -> None:
     cues = build_cues([Word("see", 0, 0.5), Word(url, 0.6, 3.0), Word("ok.", 3.1, 3.5)])
     check_invariants(cues, CueOptions())
     assert "".join("".join(c.words) for c in cues) == "see" + url + "ok."
+
+
+def test_a_cue_that_opens_with_a_long_words_later_piece_has_no_leading_space() -> None:
+    """Found by the property test below: a word longer than a line ("000000000000 0" on a 12-character
+    line) lasting over 7 s is cut at the duration limit between its pieces, and the next cue opened
+    with its second piece, " 0", space and all."""
+    options = CueOptions(max_line_chars=20, max_lines=3)
+    words = [Word("000000000000\r0", 0.0, 8.0), *(Word("hello", 8.0, 8.0) for _ in range(5))]
+    cues = build_cues(words, options, labelled=True)
+    assert [c.lines[0] for c in cues] == ["000000000000", "0 hello"]
+    check_invariants(cues, options)
 
 
 def test_whitespace_inside_words_is_normalised() -> None:
