@@ -44,6 +44,7 @@ CLAUSE_END = (",", ";", ":", "，", "、", "；", "：", "،", "—", "–")
 CLOSING = "\"')]}»”’」』"  # closing quotes/brackets after the punctuation: 'end."'
 MIN_BREAK_SHARE = 1 / 3  # a clause end or pause splits a full cue where at least this share of its text is before it
 MIN_PHRASE_SHARE = 1 / 2  # the same for a break before a word that opens a phrase
+CARRY_WORDS = 3  # words (the one that did not fit included) a break before a phrase carries over, if it can
 # English words that open a phrase (conjunctions, prepositions, articles, determiners, relative
 # words): a cue that must break where no clause ends breaks before one of them, not after it
 PHRASE_WORDS = frozenset({"and", "but", "or", "nor", "so", "yet", "because", "although", "though", "while",
@@ -328,9 +329,11 @@ class CueSegmenter:
         In order: after the last clause end, else at the longest pause >= pause_ms, where the part
         closed holds at least :data:`MIN_BREAK_SHARE` of the text (a cue of "But of course," alone
         flashes by); else before the last word that opens a phrase (:data:`PHRASE_WORDS`) and does
-        not follow one, where the part closed holds at least :data:`MIN_PHRASE_SHARE` (so neither
+        not follow one, where the part closed holds at least :data:`MIN_PHRASE_SHARE`, the last
+        that carries :data:`CARRY_WORDS` words or more into the next cue if one does (so neither
         cue ends on "to the" and the sentence's last words are not left alone: "… paid attention" /
-        "to the subject."); else the same clause end or pause however short; else all of them.
+        "to the subject.", not "… on the throne" / "of England."); else the same clause end or pause
+        however short; else all of them.
         """
         pieces = self._open
         total = sum(len(p.text) + 1 for p in pieces) + len(incoming.text)
@@ -356,10 +359,12 @@ class CueSegmenter:
             return max(paused, key=pause) if paused else None  # max keeps the latest of equal pauses
 
         full = [n for n in candidates if before[n] >= MIN_BREAK_SHARE * total]
+        phrases = [n for n in candidates if phrase_start(n) and before[n] >= MIN_PHRASE_SHARE * total]
         for choice in (
             first(n for n in full if clause_end(n)),
             longest_pause(full),
-            first(n for n in candidates if phrase_start(n) and before[n] >= MIN_PHRASE_SHARE * total),
+            first(n for n in phrases if len(pieces) - n >= CARRY_WORDS - 1),
+            first(phrases),
             first(n for n in candidates if clause_end(n)),
             longest_pause(candidates),
         ):

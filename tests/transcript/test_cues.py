@@ -77,18 +77,21 @@ def test_comma_is_preferred_over_a_plain_word_break() -> None:
 def test_a_full_cue_leaves_no_orphan_and_ends_on_no_phrase_word() -> None:
     """Seen in the SRT of a LibriVox talk (the development corpus's long-form): a full cue closed
     just before the word that did not fit, so the sentence's last words made cues of their own
-    ("last taken.", "subject.": one second each) and the cue before ended on "to the"; a comma after
+    ("last taken.", "subject.": one second each) and the cue before ended on "to the" (and in A Tale
+    of Two Cities, "of England." after "… on the throne"); a comma after
     the first three words made "But of course," a cue alone. A cue that must break inside a clause
     breaks before a word that opens a phrase, and a comma splits only a cue it leaves a third full."""
     texts = [
         "He should make inquiries as to symptoms and time at which food or medicine was last taken.",
         "he should obtain technical assistance from someone who has paid attention to the subject.",
         "But of course, something must always be allowed for the patriotism of the California.",
+        "There were a king with a large jaw and a queen with a plain face on the throne of England.",
     ]
     expected = [
         ["He should make inquiries as to symptoms and time at which food", "or medicine was last taken."],
         ["he should obtain technical assistance from someone who has paid attention", "to the subject."],
         ["But of course, something must always be allowed for the patriotism", "of the California."],
+        ["There were a king with a large jaw and a queen with a plain face", "on the throne of England."],
     ]
     for text, want in zip(texts, expected, strict=True):
         cues = build_cues(words_from(text))
