@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from captioner.core import Source, Word
 from captioner.storage.settings import TranscriptConfig
 
-__all__ = ["GAP_TEXT", "Cue", "CueOptions", "CueSegmenter", "Gap", "build_cues", "merge_sources", "merge_with_gaps",
-           "normalize_text"]
+__all__ = ["GAP_TEXT", "Cue", "CueOptions", "CueSegmenter", "Gap", "build_cues", "ends_sentence", "merge_sources",
+           "merge_with_gaps", "normalize_text"]
 
 GAP_TEXT = "[…]"  # the text of a gap's cue (the caption bar shows the same mark)
 
@@ -185,6 +185,12 @@ def _ends_with(text: str, marks: tuple[str, ...]) -> bool:
     word = text.strip()
     initial = len(word) == 2 and word[0].isupper() and word[0] != "I"
     return not (word.endswith(".") and (word.lower() in TITLES or initial))
+
+
+def ends_sentence(text: str) -> bool:
+    """``text`` (a word) ends a sentence: a full stop, question or exclamation mark, closing quotes
+    after it allowed, not a title's or an initial's full stop (``"Mrs."``, ``"F."``)."""
+    return _ends_with(text, SENTENCE_END)
 
 
 def _bare(text: str) -> str:

@@ -29,7 +29,15 @@ from typing import Any, Literal
 from captioner.core import Word
 from captioner.errors import StorageError
 from captioner.storage.atomic import replace_atomically
-from captioner.transcript.cues import Cue, CueOptions, Gap, build_cues, merge_with_gaps, normalize_text
+from captioner.transcript.cues import (
+    Cue,
+    CueOptions,
+    Gap,
+    build_cues,
+    ends_sentence,
+    merge_with_gaps,
+    normalize_text,
+)
 from captioner.transcript.store import SessionStore
 
 __all__ = [
@@ -57,6 +65,9 @@ logger = logging.getLogger(__name__)
 ExportFormat = Literal["srt", "vtt", "txt", "json"]
 EXPORT_FORMATS: tuple[ExportFormat, ...] = ("srt", "vtt", "txt", "json")
 PARAGRAPH_PAUSE_MS = 2000  # a silence this long starts a new paragraph in plain text
+PARAGRAPH_LONG_MS = 30_000  # a paragraph this long ends at a sentence end followed by a breath ...
+PARAGRAPH_BREATH_MS = 500  # ... a pause at least this long
+PARAGRAPH_MAX_MS = 45_000  # a paragraph this long ends at the next sentence end
 VTT_HEADER = "WEBVTT\n\n"
 
 
@@ -128,7 +139,10 @@ def render_txt(
     labels: Mapping[str, str] | None = None,
     gaps: Iterable[Gap] = (),
 ) -> str:
-    """Plain text in paragraphs: a new paragraph after a silence of 2 s or a change of source.
+    """Plain text in paragraphs: a new paragraph after a silence of 2 s or a change of source, and
+    in continuous speech after a sentence once the paragraph is 30 s long and the speaker breathes
+    (a pause of 0.5 s), or at the first sentence end after 45 s (a two-minute reading is not one
+    block of text, and the History window's timestamps stay close together).
 
     Args:
         words: the session's words (speculative ones are skipped).
@@ -145,6 +159,7 @@ def render_txt(
     paragraphs: list[str] = []
     para: list[str] = []
     prev: Word | None = None
+    first: Word | None = None  # the paragraph's first word
     for word in items:
         if isinstance(word, Gap):
             if para:
@@ -156,7 +171,8 @@ def render_txt(
         text = normalize_text(word.text)
         if not text:
             continue
-        if prev is None or word.source != prev.source or (word.start - prev.end) * 1000 >= PARAGRAPH_PAUSE_MS:
+        if prev is None or word.source != prev.source or _new_paragraph(first, prev, word):
+            first = word
             if para:
                 paragraphs.append(" ".join(para))
             para = [f"[{_clock(round(word.start * 1000), ',')[:8]}]"] if timestamps else []
@@ -167,6 +183,17 @@ def render_txt(
     if para:
         paragraphs.append(" ".join(para))
     return "\n\n".join(paragraphs) + ("\n" if paragraphs else "")
+
+
+def _new_paragraph(first: Word | None, prev: Word, word: Word) -> bool:
+    """Whether ``word`` starts a new paragraph of the same source (:func:`render_txt`'s rules)."""
+    pause_ms = (word.start - prev.end) * 1000
+    if pause_ms >= PARAGRAPH_PAUSE_MS:
+        return True
+    if first is None or not ends_sentence(prev.text):
+        return False
+    length_ms = (word.start - first.start) * 1000
+    return length_ms >= PARAGRAPH_MAX_MS or (length_ms >= PARAGRAPH_LONG_MS and pause_ms >= PARAGRAPH_BREATH_MS)
 
 
 def word_to_json(word: Word) -> dict[str, Any]:

@@ -145,6 +145,30 @@ def test_txt_paragraphs_labels_and_timestamps() -> None:
     assert render_txt([]) == ""
 
 
+def test_txt_breaks_continuous_speech_into_paragraphs_at_sentences() -> None:
+    """Seen in `captioner sessions show` of a LibriVox reading (A Tale of Two Cities, 124 s, pauses
+    under 2 s): one paragraph of 329 words under one timestamp. Continuous speech now breaks after a
+    sentence once a paragraph is 30 s long and the speaker pauses 0.5 s, or at the first sentence
+    end after 45 s; never inside a sentence, nor after a title's full stop."""
+    def sentence(start: float, text: str, pause: float = 0.0) -> list[Word]:
+        tokens = text.split()
+        words = [Word(t, start + 0.4 * i, start + 0.4 * i + 0.35) for i, t in enumerate(tokens)]
+        return words if pause == 0.0 else [*words[:-1], Word(tokens[-1], words[-1].start, words[-1].end - pause)]
+
+    def stamps(words: list[Word]) -> list[str]:
+        return [p[:10] for p in render_txt(words, timestamps=True).strip().split("\n\n")]
+
+    long = "this sentence has exactly ten words in it to read."  # 4 s
+    breathing = [w for k in range(12) for w in sentence(4.0 * k, long, pause=0.6)]  # a 0.6 s breath after each
+    assert stamps(breathing) == ["[00:00:00]", "[00:00:32]"]  # the first sentence end after 30 s
+    running = [w for k in range(14) for w in sentence(4.0 * k, long)]  # no pause at all
+    assert stamps(running) == ["[00:00:00]", "[00:00:48]"]  # the first sentence end after 45 s
+    titled = [w for k in range(14) for w in sentence(4.0 * k, long.replace("read.", "Mrs."))]
+    assert stamps(titled) == ["[00:00:00]"]  # "Mrs." ends no sentence
+    text = render_txt(running)
+    assert text.count("\n\n") == 1 and text.split("\n\n")[0].endswith("read.")
+
+
 def test_json_has_the_transcribe_word_shape() -> None:
     doc = json.loads(render_json(TRICKY, {"id": 3}))
     assert doc["version"] == 1 and doc["session"] == {"id": 3}
