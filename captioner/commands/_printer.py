@@ -11,7 +11,8 @@ soon as it settles, drafts are not shown, and status lines go to their own strea
 
 A :class:`WordPrinter` turns one source's engine updates into those lines: a word is final once
 :func:`~captioner.core.final_count` says so; final words are held until a phrase ends (a word ending
-in ``. ? !`` …) or a line's worth of text is held, then printed as ``[mm:ss.ss] text``. The held
+in ``. ? ! ;`` …, closing quotes after it allowed, not a title's or an initial's full stop:
+:func:`~captioner.transcript.cues.ends_phrase`) or a line's worth of text is held, then printed as ``[mm:ss.ss] text``. The held
 words lead the draft line, the engine's committed-but-open words follow in normal weight and its
 speculative words dimmed. A retraction of words already printed (the engine does not do this, but
 the printer does not rely on it) prints a ``(correction mm:ss.ss)`` line.
@@ -23,12 +24,12 @@ import shutil
 from typing import TextIO
 
 from captioner.core import EngineUpdate, Word, apply_update, final_count
+from captioner.transcript.cues import ends_phrase
 
 __all__ = ["Console", "WordPrinter"]
 
 DIM, RESET = "\033[2m", "\033[0m"
 UP, CLEAR_DOWN = "\033[1A", "\033[J"
-PHRASE_ENDS = (".", "?", "!", "…", "。", "？", "！", ";")
 PIPE_LINE_CHARS = 100  # a line's worth of text when there is no terminal to measure
 STAMP_CHARS = 11  # "[mm:ss.ss] "
 
@@ -197,7 +198,7 @@ def _phrase_end(words: list[Word], limit: int) -> int | None:
         length += len(w.text) + (i > 0)
         if length > limit:
             return max(1, i)
-        if w.text.endswith(PHRASE_ENDS):
+        if ends_phrase(w.text):
             return i + 1
     return None
 

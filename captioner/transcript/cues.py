@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from captioner.core import Source, Word
 from captioner.storage.settings import TranscriptConfig
 
-__all__ = ["GAP_TEXT", "Cue", "CueOptions", "CueSegmenter", "Gap", "build_cues", "ends_sentence", "merge_sources",
-           "merge_with_gaps", "normalize_text"]
+__all__ = ["GAP_TEXT", "Cue", "CueOptions", "CueSegmenter", "Gap", "build_cues", "ends_phrase", "ends_sentence",
+           "merge_sources", "merge_with_gaps", "normalize_text"]
 
 GAP_TEXT = "[…]"  # the text of a gap's cue (the caption bar shows the same mark)
 
@@ -191,6 +191,12 @@ def ends_sentence(text: str) -> bool:
     """``text`` (a word) ends a sentence: a full stop, question or exclamation mark, closing quotes
     after it allowed, not a title's or an initial's full stop (``"Mrs."``, ``"F."``)."""
     return _ends_with(text, SENTENCE_END)
+
+
+def ends_phrase(text: str) -> bool:
+    """``text`` ends a sentence (:func:`ends_sentence`) or a clause with a semicolon: where a
+    terminal line of final words may end."""
+    return _ends_with(text, (*SENTENCE_END, ";", "；"))
 
 
 def _bare(text: str) -> str:

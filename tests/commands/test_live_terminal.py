@@ -163,3 +163,17 @@ def test_held_words_are_printed_when_the_stream_ends_even_without_a_last_update(
     printer.finish()
     printer.finish()
     assert pipe.getvalue() == "[00:00.00] so we went\n"
+
+
+def test_a_title_ends_no_line_and_a_quoted_sentence_does() -> None:
+    """Seen in `captioner transcribe` of A Tale of Two Cities (`corpus/`): "[01:19.18] Mrs." was a line
+    of its own, "Southcott had recently attained …" the next; and a sentence ending in a closing quote
+    ('been."') ended no line. The printer's phrase end is the subtitles' (titles, initials, quotes)."""
+    text = 'Mrs. Southcott had heard it. "Why?" he said, "I knew it." So did I. John F. Kennedy spoke.'
+    pipe = io.StringIO()
+    printer = WordPrinter(Console(pipe, False))
+    printer.update(EngineUpdate(0, tuple(Word(t, i * 0.4, i * 0.4 + 0.3) for i, t in enumerate(text.split()))))
+    printer.finish()
+    lines = [line.split("] ", 1)[1] for line in pipe.getvalue().splitlines()]
+    assert lines == ["Mrs. Southcott had heard it.", '"Why?"', 'he said, "I knew it."', "So did I.",
+                     "John F. Kennedy spoke."]
