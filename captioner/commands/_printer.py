@@ -24,7 +24,7 @@ import shutil
 from typing import TextIO
 
 from captioner.core import EngineUpdate, Word, apply_update, final_count
-from captioner.transcript.cues import ends_phrase
+from captioner.transcript.cues import ends_phrase, opens_phrase
 
 __all__ = ["Console", "WordPrinter"]
 
@@ -191,12 +191,20 @@ class WordPrinter:
 
 
 def _phrase_end(words: list[Word], limit: int) -> int | None:
-    """How many leading ``words`` make a line: up to the first phrase end, or as many as fit in
-    ``limit`` characters when the held text is longer than that; None: wait for more."""
+    """How many leading ``words`` make a line: up to the first phrase end, or, when the held text
+    is longer than ``limit`` characters, as many as fit, ending before the last word there that
+    opens a phrase if the line stays at least half full; None: wait for more."""
     length = 0
     for i, w in enumerate(words):
         length += len(w.text) + (i > 0)
         if length > limit:
+            half, before = limit / 2, len(_text(words[:i]))
+            for j in range(i, 1, -1):
+                before -= len(words[j - 1].text) + 1  # the length of words[: j - 1]
+                if before < half:
+                    break
+                if opens_phrase(words[j - 2].text, words[j - 1].text):
+                    return j - 1
             return max(1, i)
         if ends_phrase(w.text):
             return i + 1

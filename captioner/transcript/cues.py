@@ -35,7 +35,7 @@ from captioner.core import Source, Word
 from captioner.storage.settings import TranscriptConfig
 
 __all__ = ["GAP_TEXT", "Cue", "CueOptions", "CueSegmenter", "Gap", "build_cues", "ends_phrase", "ends_sentence",
-           "merge_sources", "merge_with_gaps", "normalize_text"]
+           "merge_sources", "merge_with_gaps", "normalize_text", "opens_phrase"]
 
 GAP_TEXT = "[…]"  # the text of a gap's cue (the caption bar shows the same mark)
 
@@ -199,6 +199,12 @@ def ends_phrase(text: str) -> bool:
     return _ends_with(text, (*SENTENCE_END, ";", "；"))
 
 
+def opens_phrase(before: str, word: str) -> bool:
+    """``word`` opens a phrase (:data:`PHRASE_WORDS`) after ``before``, which does not: a place to
+    break a line or a cue inside a clause ("… paid attention" / "to the subject.")."""
+    return _bare(word) in PHRASE_WORDS and _bare(before) not in PHRASE_WORDS
+
+
 def _bare(text: str) -> str:
     """A word without the punctuation around it, lower case ("To," → "to")."""
     return text.strip(PUNCTUATION).lower()
@@ -360,8 +366,7 @@ class CueSegmenter:
             return (pieces[n] if n < len(pieces) else incoming).start - pieces[n - 1].end
 
         def phrase_start(n: int) -> bool:
-            nxt = pieces[n] if n < len(pieces) else incoming
-            return _bare(nxt.text) in PHRASE_WORDS and _bare(pieces[n - 1].text) not in PHRASE_WORDS
+            return opens_phrase(pieces[n - 1].text, (pieces[n] if n < len(pieces) else incoming).text)
 
         def first(found: Iterable[int]) -> int | None:
             return next(iter(found), None)

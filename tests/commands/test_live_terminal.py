@@ -177,3 +177,20 @@ def test_a_title_ends_no_line_and_a_quoted_sentence_does() -> None:
     lines = [line.split("] ", 1)[1] for line in pipe.getvalue().splitlines()]
     assert lines == ["Mrs. Southcott had heard it.", '"Why?"', 'he said, "I knew it."', "So did I.",
                      "John F. Kennedy spoke."]
+
+
+def test_a_long_sentence_breaks_before_a_phrase_not_after_it() -> None:
+    """A sentence longer than a line (88 characters on a pipe) broke just before the word that did
+    not fit ("… authorities insisted on" / "its being received …" in `transcribe` of A Tale of Two
+    Cities); it now breaks before the last word there that opens a phrase, the line at least half full."""
+    text = ("In short, the period was so far like the present period that some of its noisiest authorities "
+            "insisted on its being received for good or for evil in the superlative degree of comparison only.")
+    pipe = io.StringIO()
+    printer = WordPrinter(Console(pipe, False))
+    printer.update(EngineUpdate(0, tuple(Word(t, i * 0.4, i * 0.4 + 0.3) for i, t in enumerate(text.split()))))
+    printer.finish()
+    lines = [line.split("] ", 1)[1] for line in pipe.getvalue().splitlines()]
+    assert lines == ["In short, the period was so far like the present period that some",
+                     "of its noisiest authorities insisted on its being received for good or for evil",
+                     "in the superlative degree of comparison only."]
+    assert " ".join(lines) == text and all(len(line) <= 88 for line in lines)
