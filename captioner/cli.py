@@ -65,7 +65,9 @@ def run(argv: list[str], paths: AppPaths) -> int:
         return int(args.func(args, paths) or 0)
     except CaptionerError as exc:
         logger.debug("command failed", exc_info=True)
-        print(f"captioner: error: {exc}", file=sys.stderr)
+        from captioner.commands._printer import fit_terminal  # only here: --version stays quick
+
+        print(fit_terminal(sys.stderr, f"captioner: error: {exc}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("captioner: interrupted", file=sys.stderr)

@@ -21,17 +21,57 @@ the printer does not rely on it) prints a ``(correction mm:ss.ss)`` line.
 from __future__ import annotations
 
 import shutil
-from typing import TextIO
+import textwrap
+from typing import Protocol, TextIO
 
 from captioner.core import EngineUpdate, Word, apply_update, final_count
 from captioner.transcript.cues import ends_phrase, opens_phrase
 
-__all__ = ["Console", "WordPrinter"]
+__all__ = ["Console", "TerminalLines", "TextOut", "WordPrinter", "fit_terminal"]
 
 DIM, RESET = "\033[2m", "\033[0m"
 UP, CLEAR_DOWN = "\033[1A", "\033[J"
 PIPE_LINE_CHARS = 100  # a line's worth of text when there is no terminal to measure
 STAMP_CHARS = 11  # "[mm:ss.ss] "
+
+
+class TextOut(Protocol):
+    """Where lines of text go: a text stream (stdout, stderr) or :class:`TerminalLines`."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+def fit_terminal(out: TextIO, text: str) -> str:
+    """``text`` as ``out`` should show it: on a terminal, each line wider than the terminal wrapped
+    at spaces (never inside a word), the continuation indented by two spaces; elsewhere as it is."""
+    if not out.isatty():
+        return text
+    width = shutil.get_terminal_size((80, 24)).columns - 1
+    return "\n".join(
+        textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+        if len(line) > width else line
+        for line in text.split("\n")
+    )
+
+
+class TerminalLines:
+    """A text stream (stderr) whose writes go through :func:`fit_terminal`: a summary line on an
+    80-column terminal wraps between words ("328 words"), not inside one ("328 word" / "s")."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def write(self, text: str) -> int:
+        self.out.write(fit_terminal(self.out, text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return self.out.isatty()
 
 
 class Console:
@@ -44,7 +84,7 @@ class Console:
         note_out: where :meth:`note` writes (stderr); on a terminal the region is cleared first.
     """
 
-    def __init__(self, out: TextIO, tty: bool, status_out: TextIO | None = None, note_out: TextIO | None = None) -> None:
+    def __init__(self, out: TextIO, tty: bool, status_out: TextOut | None = None, note_out: TextOut | None = None) -> None:
         self.out, self.tty = out, tty
         self.status_out, self.note_out = status_out, note_out
         self._drafts: dict[str, tuple[str, str, str]] = {}  # key -> (label, plain part, dimmed part)

@@ -31,7 +31,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from captioner.commands._engine import (
     open_engine,
     spoken_languages,
 )
-from captioner.commands._printer import Console, WordPrinter
+from captioner.commands._printer import Console, TerminalLines, TextOut, WordPrinter
 from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
 from captioner.engine import TranscriptionInfo
 from captioner.errors import AudioFileError, StorageError
@@ -116,7 +116,7 @@ def check_targets(targets: Sequence[Path]) -> None:
             raise StorageError(f"cannot write {target}: permission denied")
 
 
-def _print_summary(stats: dict, rounds: Sequence[RoundStats], words: int, verbose: bool, err: TextIO) -> None:
+def _print_summary(stats: dict, rounds: Sequence[RoundStats], words: int, verbose: bool, err: TextOut) -> None:
     """One line for people (audio, speed, provider, language, words); the engine's counters with -v.
 
     Opening the model's graphs in the rounds that first need them (a file transcribed as fast as it
@@ -184,7 +184,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     # a fresh machine installs the default model; paced as a live source, no round waits for a session
     setup = open_engine(args, paths, install_missing=True, open_sessions=args.realtime)
     engine = setup.engine
-    err = sys.stderr
+    err = TerminalLines(sys.stderr)
     info = engine.info()
     if info.fallbacks and info.requested != "auto":
         err.write(f"captioner: provider {info.requested!r} is not available; using {info.chosen} "

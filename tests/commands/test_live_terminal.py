@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from captioner.commands._printer import DIM, Console, WordPrinter
+from captioner.commands._printer import DIM, Console, TerminalLines, WordPrinter, fit_terminal
 from captioner.core import EngineUpdate, Word
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -194,3 +194,27 @@ def test_a_long_sentence_breaks_before_a_phrase_not_after_it() -> None:
                      "of its noisiest authorities insisted on its being received for good or for evil",
                      "in the superlative degree of comparison only."]
     assert " ".join(lines) == text and all(len(line) <= 88 for line in lines)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_long_status_lines_wrap_between_words_on_a_terminal(monkeypatch) -> None:
+    """`transcribe`'s summary on an 80-column terminal wrapped inside a word ("328 word" / "s",
+    seen in tmux at 120 columns); on a terminal it now wraps between words, the rest indented, and a
+    pipe gets the one line as before."""
+    monkeypatch.setenv("COLUMNS", "80")
+    summary = ("123.6 s of audio in 15.8 s on CPU (opening the model 2.9 s, compute 12.8 s, RTF 0.104); "
+               "language en (detected); 328 words\n")
+    tty = _Terminal()
+    TerminalLines(tty).write(summary)
+    lines = tty.getvalue().split("\n")
+    assert lines[-1] == "" and all(len(line) < 80 for line in lines)
+    assert lines[0].endswith("12.8 s, RTF") and lines[1] == "  0.104); language en (detected); 328 words"
+    assert " ".join(line.strip() for line in lines).strip() == summary.strip()
+    pipe = io.StringIO()
+    TerminalLines(pipe).write(summary)
+    assert pipe.getvalue() == summary
+    assert fit_terminal(tty, "short line") == "short line"
