@@ -37,7 +37,7 @@ from captioner.commands._engine import (
     open_engine,
     spoken_languages,
 )
-from captioner.commands._printer import Console, WordPrinter
+from captioner.commands._printer import Console, TerminalLines, WordPrinter
 from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, RoundStats, Source
 from captioner.engine.overload import LagGovernor
 from captioner.errors import AudioDeviceError, ModelError
@@ -228,9 +228,9 @@ class _Captioner:
         self.console.close()
         for source, governor in self.governors.items():
             label = f"{source}: " if len(self.governors) > 1 else ""
-            print(f"{label}{governor.report().summary()}", file=sys.stderr, flush=True)
+            print(f"{label}{governor.report().summary()}", file=TerminalLines(sys.stderr), flush=True)
         print(f"{duration_s:.1f} s of audio; {language_summary(self.setup.config.language, self.rounds)}",
-              file=sys.stderr, flush=True)
+              file=TerminalLines(sys.stderr), flush=True)
         self.setup.engine.close()
         if self.recorder is not None:
             heard = spoken_languages(self.rounds)
@@ -239,7 +239,7 @@ class _Captioner:
             self.recorder.close(duration_ms=round(duration_s * 1000))
             self.recorder.store.close()
             print(f"saved as session {self.recorder.session_id} (captioner sessions show "
-                  f"{self.recorder.session_id})", file=sys.stderr, flush=True)
+                  f"{self.recorder.session_id})", file=TerminalLines(sys.stderr), flush=True)
 
     def abandon(self) -> None:
         """The capture failed before any audio: close the engine and drop the empty session (a
@@ -261,7 +261,7 @@ def _open_captioner(args: argparse.Namespace, paths: AppPaths, sources: tuple[So
     except ModelError as exc:
         if args.model:
             raise
-        print(f"captioner: {exc}; showing levels only", file=sys.stderr, flush=True)
+        print(f"captioner: {exc}; showing levels only", file=TerminalLines(sys.stderr), flush=True)
         return None
     transcripts = load_settings(paths.settings_file)[0].transcripts  # problems were logged by open_engine
     labels: dict[Source, str] = {"mic": transcripts.label_mic, "system": transcripts.label_system}
