@@ -27,7 +27,9 @@ Scores (:mod:`captioner.bench.scoring`): WER/CER after Whisper's normalisers, pe
 per language; per-word latency and start error against the offline words, and with faster-whisper
 also the latency against its default decoding's word ends (``latency_fw_s``: an independent time
 reference, the one issue 25 judges by); only matched words have a latency, and ``latency_words`` /
-``latency_fw_words`` give the index in ``timed_words`` of the word each belongs to; stutters; words emitted
+``latency_fw_words`` give the index in ``timed_words`` of the word each belongs to, and the
+summary splits ``latency_fw_s`` into the words a recording's last update first showed and the rest
+(``latency_fw_last_update_s``, ``latency_fw_before_s``); stutters; words emitted
 on non-speech; compute RTF per mode and, for the live modes, where the compute went (encoder,
 decoder, closing rounds, rounds in the 30 s window: ``compute_split``) and how much their captions flicker
 (``changed_words``: shown words that a later update takes back and does not show again the same). Leading silence is judged against the speech onset that Silero
@@ -528,11 +530,29 @@ def _group(items: list[dict], mode: str) -> dict:
         out["start_error_s"] = summary([x for r in rows for x in r.get("start_error_s", [])])
     if any("latency_fw_s" in r for r in rows):
         out["latency_fw_s"] = summary([x for r in rows for x in r.get("latency_fw_s", [])])
+        last, rest = _last_update_split(rows)
+        out["latency_fw_last_update_s"], out["latency_fw_before_s"] = summary(last), summary(rest)
     if any("leading_words" in r for r in rows):
         out["leading_words"] = sum(r.get("leading_words", 0) for r in rows)
         out["first_start_minus_onset_s"] = summary([r["first_start_minus_onset_s"] for r in rows
                                                     if "first_start_minus_onset_s" in r])
     return out
+
+
+def _last_update_split(rows: list[dict]) -> tuple[list[float], list[float]]:
+    """The latencies against faster-whisper's ends of the words a recording's last update first
+    showed (``finish()``'s closing decode: the words it corrected and those spoken after the last
+    round), and of the rest: how much of a p90 is the end of the recordings."""
+    last: list[float] = []
+    rest: list[float] = []
+    for r in rows:
+        shown = [w[3] for w in r.get("timed_words", []) if not math.isnan(w[3])]
+        if not shown:
+            continue
+        final = max(shown)
+        for i, latency in zip(r.get("latency_fw_words", []), r.get("latency_fw_s", []), strict=True):
+            (last if r["timed_words"][i][3] >= final else rest).append(latency)
+    return last, rest
 
 
 def summarise(items: list[dict], modes: list[str]) -> dict:

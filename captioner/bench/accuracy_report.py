@@ -74,10 +74,20 @@ def _fw_latency_lines(summ: dict, modes: list[str]) -> list[str]:
                 f"{c['median']:.2f} / {c['p90']:.2f} ({c['n']})" if c.get("n") else "–" for c in cells) + " |")
     if not rows:
         return []
+    english = summ.get("english", {})
+    split = []
+    for m in live:
+        last, rest = (english.get(m, {}).get(k) or {} for k in ("latency_fw_last_update_s", "latency_fw_before_s"))
+        if last.get("n") and rest.get("n"):
+            split.append(f"{m}: {last['median']:.2f} / {last['p90']:.2f} s ({last['n']} words) and "
+                         f"{rest['median']:.2f} / {rest['p90']:.2f} s ({rest['n']})")
     return ["### Latency against faster-whisper's word ends", "",
             "Emission − the end of the same word in faster-whisper's default decoding (word timestamps), "
             "an independent time reference: median / p90 in seconds (matched words).", "",
-            "| group | " + " | ".join(live) + " |", "|---|" + "---|" * len(live), *rows, ""]
+            "| group | " + " | ".join(live) + " |", "|---|" + "---|" * len(live), *rows, "",
+            *([("English items, the words first shown by a recording's last update (`finish()`'s closing "
+                "decode: words it corrected, words spoken after the last round) and the rest: " + "; ".join(split)
+                + "."), ""] if split else [])]
 
 
 # issue 25's bound on a live mode's deleted words: offline's + 10 % per kind

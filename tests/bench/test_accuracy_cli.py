@@ -94,6 +94,11 @@ def test_faster_whisper_word_ends_are_a_second_latency_reference(acc_run) -> Non
     assert all("latency_fw_s" not in item["modes"][m] for m in ("offline", "fw_default", "fw_greedy"))
     assert "### Latency against faster-whisper's word ends" in report
     assert f"| english | {summ['median']:.2f} / {summ['p90']:.2f} ({summ['n']}) |" in report
+    # split by the update that first showed each word: the recording's last one, or an earlier one
+    final = max(w[3] for w in live["timed_words"])
+    last = [x for i, x in zip(live["latency_fw_words"], lat, strict=True) if live["timed_words"][i][3] >= final]
+    parts = result["accuracy"]["summary"]["english"]["live_2s"]
+    assert parts["latency_fw_last_update_s"]["n"] == len(last) and parts["latency_fw_before_s"]["n"] == len(lat) - len(last)
 
 
 def test_live_words_are_emitted_after_their_audio_and_matched_to_offline(acc_run) -> None:
