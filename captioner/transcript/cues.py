@@ -450,11 +450,13 @@ class CueSegmenter:
         return narrow if narrow is not None and len(narrow) == len(best) else best
 
     def _two_lines(self, pieces: Sequence[_Piece]) -> list[str] | None:
-        """Two lines broken at the word boundary of least cost: the lines' length difference, plus
+        """Two lines broken at the word boundary of least cost: the lines' length difference (the
+        first with its source label), plus
         :data:`LINE_BREAK_COST` for a first line that ends on a word opening a phrase ("as to" /
         "symptoms") or that splits a name ("San" / "Francisco"), less :data:`LINE_BREAK_BONUS` for a
         first line ending a clause or a second line opening a phrase. None if no break fits."""
-        first = self.options.max_line_chars - (self._label_width(pieces[0].source) if self.labelled else 0)
+        label = self._label_width(pieces[0].source) if self.labelled else 0  # "You: " on the first line
+        first = self.options.max_line_chars - label
         best: tuple[int, list[str]] | None = None
         for n in range(1, len(pieces)):
             if pieces[n].glued:
@@ -463,7 +465,7 @@ class CueSegmenter:
             if len(lines[0]) > first or len(lines[1]) > self.options.max_line_chars:
                 continue
             end, start = pieces[n - 1].text, pieces[n].text
-            cost = abs(len(lines[0]) - len(lines[1]))
+            cost = abs(label + len(lines[0]) - len(lines[1]))
             if _ends_with(end, SENTENCE_END + CLAUSE_END):
                 cost -= LINE_BREAK_BONUS
             elif _bare(end) in PHRASE_WORDS or (end[:1].isupper() and start[:1].isupper()):
