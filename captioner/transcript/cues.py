@@ -451,10 +451,10 @@ class CueSegmenter:
 
     def _two_lines(self, pieces: Sequence[_Piece]) -> list[str] | None:
         """Two lines broken at the word boundary of least cost: the lines' length difference (the
-        first with its source label), plus
-        :data:`LINE_BREAK_COST` for a first line that ends on a word opening a phrase ("as to" /
-        "symptoms") or that splits a name ("San" / "Francisco"), less :data:`LINE_BREAK_BONUS` for a
-        first line ending a clause or a second line opening a phrase. None if no break fits."""
+        first with its source label), plus :data:`LINE_BREAK_COST` for a first line that ends on a
+        word opening a phrase ("as to" / "symptoms") or that splits a name ("San" / "Francisco"),
+        less :data:`LINE_BREAK_BONUS` for a first line ending a clause or a second line opening a
+        phrase. None if no break fits."""
         label = self._label_width(pieces[0].source) if self.labelled else 0  # "You: " on the first line
         first = self.options.max_line_chars - label
         best: tuple[int, list[str]] | None = None
