@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 from pathlib import Path
 
+from captioner.commands._printer import fit_terminal
 from captioner.errors import StorageError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
@@ -125,7 +127,7 @@ def _show(store: SessionStore, session_id: int, *, timestamps: bool) -> int:
     print(_describe(info))
     print()
     text = render_txt(store.session_words(session_id), timestamps=timestamps, gaps=store.session_gaps(session_id))
-    print(text.rstrip("\n") or "(no words)")
+    print(fit_terminal(sys.stdout, text.rstrip("\n")) or "(no words)")  # a terminal: wrapped between words
     return 0
 
 
