@@ -9,8 +9,9 @@ the part before holds a third of its text, else before the last word that opens 
 sentence's last word alone, none that ends on "to the". A cue of two lines breaks them after a
 clause or before a phrase where that keeps them near even, never after "as to" or inside a name.
 Times are integer milliseconds on the audio clock (0 = the first captured sample): monotonic,
-non-overlapping, never ending before they start. A cue is stretched to ``min_duration_ms`` where
-the next cue leaves room.
+non-overlapping, never ending before they start. A cue is stretched to ``min_duration_ms``, and to
+the time its text takes to read at :data:`READING_CPS` characters a second, where the next cue
+leaves room (a fast speaker's line stays up into the pause after it).
 
 The :class:`CueSegmenter` decides every break when a word arrives, looking at that word only, so
 the cues it has closed never change when more words come: the batch export
@@ -53,6 +54,7 @@ PHRASE_WORDS = frozenset({"and", "but", "or", "nor", "so", "yet", "because", "al
     "onto", "over", "under", "after", "before", "between", "through", "during", "without", "within", "upon",
     "against", "among", "around", "toward", "towards", "like", "the", "a", "an", "this", "these", "those",
     "his", "her", "its", "their", "my", "your", "our"})
+READING_CPS = 17  # characters per second a cue is given to be read in, where the next cue leaves room
 LINE_BREAK_COST = 20  # characters of imbalance worth avoiding a line that ends "as to" or splits a name
 LINE_BREAK_BONUS = 8  # characters of imbalance worth a line break after a comma or before "and", "of", …
 PUNCTUATION = "".join(SENTENCE_END + CLAUSE_END) + CLOSING + "\"'(["
@@ -485,7 +487,9 @@ class CueSegmenter:
         opts = self.options
         start = max(pieces[0].start, self._prev_end)
         natural_end = min(max(pieces[-1].end, start), start + opts.max_duration_ms)
-        end = min(max(natural_end, start + opts.min_duration_ms), start + opts.max_duration_ms)
+        chars = sum(len(p.text) + (not p.glued) for p in pieces) - 1
+        readable = max(opts.min_duration_ms, math.ceil(1000 * chars / READING_CPS))  # time to read it
+        end = min(max(natural_end, start + readable), start + opts.max_duration_ms)
         if next_start is not None and end > next_start:
             end = max(next_start, natural_end)  # the minimum yields; the words' own end does not
         end = max(end, start + 1)

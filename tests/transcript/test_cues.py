@@ -49,7 +49,8 @@ def test_golden_sentence_breaks_and_line_balance() -> None:
     cues = build_cues(words)
     assert [(c.start_ms, c.end_ms, c.lines) for c in cues] == [
         (0, 900, ("Good morning everyone.",)),  # 0.84 s of speech; the 1 s minimum yields to the next cue
-        (900, 4440, ("Today we will talk about subtitles,", "timing and line lengths in detail.")),
+        # 70 characters spoken in 3.54 s (19.8 a second): kept up for 70 / 17 s, nothing comes after it
+        (900, 5018, ("Today we will talk about subtitles,", "timing and line lengths in detail.")),
     ]
     check_invariants(cues, CueOptions())
     alone = build_cues(words_from("Hi there."))
@@ -125,6 +126,20 @@ def test_pause_is_a_split_point_and_long_silence_ends_a_cue() -> None:
     c = words_from("after the break", start=b[-1].end + 5.0)
     cues = build_cues(a + c)
     assert cues[-1].words == ("after", "the", "break") and cues[-1].start_ms == round(c[0].start * 1000)
+
+
+def test_a_fast_line_stays_up_to_be_read_where_the_next_cue_leaves_room() -> None:
+    """A cue is given its text's length at 17 characters a second (or the 1 s minimum), into the
+    pause after it and never over the next cue; its words' own end is never cut."""
+    fast = words_from("I will be there at nine tomorrow morning, I promise.", step=0.2)  # 52 characters in 1.8 s
+    later = words_from("Good.", start=6.0)
+    cues = build_cues(fast + later)
+    assert (cues[0].start_ms, cues[0].end_ms) == (0, 3059)  # ceil(52 / 17 s)
+    check_invariants(cues, CueOptions())
+    soon = words_from("Good.", start=2.5)  # the next cue starts before that: the first yields to it
+    cues = build_cues(fast + soon)
+    assert (cues[0].end_ms, cues[1].start_ms) == (2500, 2500)
+    check_invariants(cues, CueOptions())
 
 
 def test_seven_second_limit_and_one_word_cues() -> None:
