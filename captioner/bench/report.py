@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from captioner.models.pack import describe_computation
+
 __all__ = ["TARGETS", "check_targets", "markdown"]
 
 MB = 1024 * 1024
@@ -77,8 +79,7 @@ def markdown(result: dict) -> str:
         f"# captioner bench — {p['label']}",
         "",
         f"d_model {d['d_model']}, {d['encoder_layers']}+{d['decoder_layers']} layers, {d['decoder_heads']} heads, "
-        f"{p['precision']} weights, {p.get('layers', 'fp32')} layers, {p.get('vocab', 'fp32')} vocabulary, "
-        f"{p['linear']}{', fused attention' if p.get('attention') == 'fused' else ''}; "
+        f"{describe_computation(p.get('layers', 'fp32'), p['precision'], p['linear'], p.get('vocab', 'fp32'), p.get('attention', 'standard'))}; "
         f"weights {p['weights_bytes'] / MB:.0f} MB. "
         f"Provider {result.get('providers', {}).get('summary', '?')}, {result['settings']['threads']} threads; "
         f"{result['machine']['cpus']} CPUs, ONNX Runtime {result['machine']['onnxruntime']}. "

@@ -21,7 +21,7 @@ import onnxruntime as ort
 
 from captioner import __version__
 from captioner.commands import described
-from captioner.commands.models import describe_pack, disk_mb
+from captioner.commands.models import disk_mb
 from captioner.core import PROVIDERS, Provider
 from captioner.engine import int8_kernel
 from captioner.engine.providers import QNN_EP, Attempt, Candidate, Host, plan_candidates, qnn_devices
@@ -150,7 +150,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
             continue
         sound += 1
         print(f"  {item.name}: OK ({p.dims.n_mels} mel, d_model {p.dims.d_model}, "
-              f"{'multilingual' if p.multilingual else 'English-only'}, {describe_pack(p)}, "
+              f"{'multilingual' if p.multilingual else 'English-only'}, {p.description}, "
               f"{disk_mb(item.path):.0f} MB on disk)")
         if any(p.verifier(b) is None for b in p.buckets):
             print(f"    built before every bucket had a verifier: live rounds at steps under 2 s take ~10 % more CPU; "

@@ -15,7 +15,6 @@ from pathlib import Path
 from captioner.models.build import BUCKETS, BuildOptions, build_pack, parse_buckets
 from captioner.models.catalog import KNOWN_MODELS
 from captioner.models.install import DEFAULT_MODEL, install_pack, list_packs, remove_pack, resolve_pack
-from captioner.models.pack import Pack
 from captioner.models.verify import verify_pack
 from captioner.storage.paths import AppPaths
 
@@ -142,15 +141,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     remove.set_defaults(func=_remove)
 
 
-def describe_pack(pack: Pack) -> str:
-    """How a pack computes, said the same way everywhere (``models build``/``list``, ``doctor``):
-    ``int8 layers, fp32 weights file, matmul, int8-ranked vocabulary`` (and ``, fused attention``
-    where the pack has it)."""
-    vocab = "int8-ranked" if pack.vocab == "int8" else "fp32"
-    fused = ", fused attention" if pack.attention == "fused" else ""
-    return f"{pack.layers} layers, {pack.precision} weights file, {pack.linear}, {vocab} vocabulary{fused}"
-
-
 def disk_mb(folder: Path) -> float:
     """Megabytes (10^6 bytes, as downloads are counted) of the files in a pack folder."""
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
@@ -159,7 +149,7 @@ def disk_mb(folder: Path) -> float:
 def _build(args: argparse.Namespace, paths: AppPaths) -> int:
     pack = build_pack(args.checkpoint, args.out, _options(args), name=args.name, progress=_Progress())
     print(f"built {pack.root} ({len(pack.graph_files())} graphs, buckets {' '.join(map(str, pack.buckets))} s, "
-          f"{describe_pack(pack)}; {disk_mb(pack.root):.0f} MB on disk)")
+          f"{pack.description}; {disk_mb(pack.root):.0f} MB on disk)")
     return 0
 
 
@@ -184,7 +174,7 @@ def _list(args: argparse.Namespace, paths: AppPaths) -> int:
             continue
         p = item.pack
         kind = "multilingual" if p.multilingual else "English-only"
-        print(f"{item.name}\t{p.manifest['source']['name']}\t{kind}\t{describe_pack(p)}\t"
+        print(f"{item.name}\t{p.manifest['source']['name']}\t{kind}\t{p.description}\t"
               f"buckets {','.join(map(str, p.buckets))}\t{disk_mb(item.path):.0f} MB on disk")
     return 0
 

@@ -46,6 +46,7 @@ __all__ = [
     "SpecialTokens",
     "WeightRef",
     "decoder_outputs",
+    "describe_computation",
     "file_sha256",
     "layer_feeds",
     "layer_input",
@@ -54,6 +55,15 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def describe_computation(layers: str, precision: str, linear: str, vocab: str, attention: str = "standard") -> str:
+    """How a pack computes, said the same way everywhere (``models build``/``list``, ``doctor``, the
+    bench's reports): ``int8 layers, fp32 weights file, matmul, int8-ranked vocabulary`` (and
+    ``, fused attention`` where the pack has it). The arguments are the manifest's fields."""
+    ranked = "int8-ranked" if vocab == "int8" else "fp32"
+    fused = ", fused attention" if attention == "fused" else ""
+    return f"{layers} layers, {precision} weights file, {linear}, {ranked} vocabulary{fused}"
 
 FORMAT = "captioner-pack"
 # 2: fixed-size self-attention cache, one graph per chunk size (not per position);
@@ -273,6 +283,11 @@ class Pack:
     _beams: Mapping[int, tuple[str, int]] = field(repr=False)
     _graph_weights: Mapping[str, tuple[WeightRef, ...]] = field(repr=False)
     _cpu_graphs: Mapping[str, str] = field(repr=False)
+
+    @property
+    def description(self) -> str:
+        """How this pack computes (:func:`describe_computation`)."""
+        return describe_computation(self.layers, self.precision, self.linear, self.vocab, self.attention)
 
     def encoder_file(self, bucket: int) -> Path:
         """The encoder graph of ``bucket`` seconds; ModelError if the pack has no such bucket."""

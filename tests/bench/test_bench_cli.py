@@ -15,6 +15,7 @@ import pytest
 
 from captioner import cli
 from captioner.bench.report import check_targets, markdown
+from captioner.models.pack import Pack, describe_computation
 from captioner.storage.paths import AppPaths
 
 STAGES = ("mel_ms", "encoder_ms", "decoder_ms", "validation_ms", "dtw_ms", "other_ms", "host_ms", "total_ms")
@@ -115,8 +116,12 @@ def test_providers_are_named_for_every_graph(bench_run) -> None:
 def test_markdown_and_plots(bench_run) -> None:
     result, report, plots = bench_run
     assert result["pack"]["attention"] == "standard" and "fused attention" not in report
+    # the pack said as `models list` and `doctor` say it
+    pack = Pack.load(result["pack"]["path"])
+    assert f"{pack.description}; weights" in report.splitlines()[2]
     fused = {**result, "pack": {**result["pack"], "attention": "fused"}}  # a pack built --attention fused
-    assert "matmul, fused attention; weights" in markdown(fused).splitlines()[2]
+    said = describe_computation(pack.layers, pack.precision, pack.linear, pack.vocab, "fused")
+    assert said.endswith(", fused attention") and f"{said}; weights" in markdown(fused).splitlines()[2]
     for heading in ("## Encoder per bucket", "## Decoder strategies", "## Tail chunk size K", "## Streaming",
                     "## Providers", "## Targets"):
         assert heading in report

@@ -10,7 +10,6 @@ import numpy as np
 import onnx
 import pytest
 
-from captioner.commands.models import describe_pack
 from captioner.engine.providers import Host, plan_candidates
 from captioner.engine.runtime import Runtime
 from captioner.models.build import BuildOptions, PackBuildError
@@ -30,10 +29,10 @@ def test_a_fused_pack_has_one_attention_kernel_a_layer_and_says_so(fused_pack, t
         assert [n.op_type for n in kernels] == ["MultiHeadAttention"] * layers, bucket
         assert not any(n.op_type == "Softmax" for n in nodes), bucket  # no attention written out beside it
     assert fused_pack.attention == fused_pack.manifest["attention"] == "fused"
-    assert describe_pack(fused_pack).endswith(", fused attention")
+    assert fused_pack.description.endswith(", fused attention")
     assert pack_problems(fused_pack.root) == []  # the graph contract holds
     # the default pack stays with standard operators only, which every provider runs
-    assert tiny_pack.attention == "standard" and not describe_pack(tiny_pack).endswith("attention")
+    assert tiny_pack.attention == "standard" and not tiny_pack.description.endswith("attention")
     assert not [n for f in tiny_pack.graph_files() for n in _nodes(f) if n.domain]
 
 
