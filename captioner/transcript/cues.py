@@ -201,6 +201,12 @@ def ends_phrase(text: str) -> bool:
     return _ends_with(text, (*SENTENCE_END, ";", "；"))
 
 
+def _ends_clause(text: str) -> bool:
+    """``text`` (a word) ends a sentence or a clause (a comma, a colon, a dash, ...): where a cue or a
+    line reads best broken."""
+    return _ends_with(text, SENTENCE_END + CLAUSE_END)
+
+
 def opens_phrase(before: str, word: str) -> bool:
     """``word`` opens a phrase (:data:`PHRASE_WORDS`) after ``before``, which does not: a place to
     break a line or a cue inside a clause ("… paid attention" / "to the subject.")."""
@@ -362,7 +368,7 @@ class CueSegmenter:
                       if not (pieces[n] if n < len(pieces) else incoming).glued]  # latest first
 
         def clause_end(n: int) -> bool:
-            return _ends_with(pieces[n - 1].text, SENTENCE_END + CLAUSE_END)
+            return _ends_clause(pieces[n - 1].text)
 
         def pause(n: int) -> int:
             return (pieces[n] if n < len(pieces) else incoming).start - pieces[n - 1].end
@@ -468,7 +474,7 @@ class CueSegmenter:
                 continue
             end, start = pieces[n - 1].text, pieces[n].text
             cost = abs(label + len(lines[0]) - len(lines[1]))
-            if _ends_with(end, SENTENCE_END + CLAUSE_END):
+            if _ends_clause(end):
                 cost -= LINE_BREAK_BONUS
             elif _bare(end) in PHRASE_WORDS or (end[:1].isupper() and start[:1].isupper()):
                 cost += LINE_BREAK_COST
