@@ -48,7 +48,7 @@ from captioner.errors import StorageError
 from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
 from captioner.transcript.cues import Gap, merge_sources, normalize_text
 
-__all__ = ["SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore"]
+__all__ = ["SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "phrase_at", "search_terms"]
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +131,26 @@ def _now_iso() -> str:
 def _fold(text: str) -> str:
     """Case- and punctuation-insensitive form of a word for phrase matching."""
     return "".join(ch for ch in text.casefold() if ch.isalnum())
+
+
+def search_terms(text: str) -> list[str]:
+    """The searched words of ``text`` as :func:`phrase_at` compares them (case and punctuation
+    folded away; words of punctuation alone dropped)."""
+    return [t for t in (_fold(w) for w in text.split()) if t]
+
+
+def phrase_at(words: Sequence[str], i: int, terms: Sequence[str]) -> bool:
+    """The search's one matching rule: ``terms`` (:func:`search_terms`) were said from ``words[i]``
+    on (``words`` as said, any case and punctuation). One term matches inside a word; several match
+    as a phrase whose first term may end a word and whose last may begin one ("new york" finds
+    "New York," and "renew Yorkshire", not "York, new")."""
+    n = len(terms)
+    if n == 0 or i + n > len(words):
+        return False
+    window = [_fold(w) for w in words[i : i + n]]
+    if n == 1:
+        return terms[0] in window[0]
+    return window[0].endswith(terms[0]) and window[1:-1] == list(terms[1:-1]) and window[-1].startswith(terms[-1])
 
 
 def _ms(seconds: float) -> int:
@@ -467,7 +487,7 @@ class SessionStore:
         word by word, so "new york" finds "New York," but not "York, new".
         """
         raw = [w for w in text.split() if _fold(w)]
-        terms = [_fold(w) for w in raw]
+        terms = search_terms(text)
         if not terms:
             return []
         rare = max(raw, key=lambda w: len(_fold(w)))  # the longest term narrows the candidates best
@@ -502,8 +522,7 @@ class SessionStore:
         return hits
 
     def _phrase_hits(self, session_id: int, terms: list[str], limit: int) -> list[SearchHit]:
-        """Matches of the folded ``terms`` in consecutive words: one term matches inside a word;
-        several match as a phrase whose first term may end a word and whose last may begin one."""
+        """Where ``terms`` were said in the session, each source's words in order (:func:`phrase_at`)."""
         hits: list[SearchHit] = []
         n = len(terms)
         every = not self.recording(session_id) and self._unended(session_id)  # as session_words reads it
@@ -513,18 +532,9 @@ class SessionStore:
                 " AND (speculative = 0 OR ?) ORDER BY seq",
                 (session_id, source, int(every)),
             )
-            folded = [_fold(r[1]) for r in rows]
+            said = [r[1] for r in rows]
             for i in range(len(rows) - n + 1):
-                window = folded[i : i + n]
-                if n == 1:
-                    found = terms[0] in window[0]
-                else:
-                    found = (
-                        window[0].endswith(terms[0])
-                        and window[1:-1] == terms[1:-1]
-                        and window[-1].startswith(terms[-1])
-                    )
-                if not found:
+                if not phrase_at(said, i, terms):
                     continue
                 context = " ".join(normalize_text(r[1]) for r in rows[max(0, i - 5) : i + n + 5])
                 hits.append(

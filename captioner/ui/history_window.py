@@ -1,5 +1,9 @@
 """The history window: recorded sessions, full-text search, a session's transcript, export, delete.
 
+A search lists the sessions where the words were said, each with the time and words of its first
+place; the transcript of the one opened has every place highlighted and is scrolled to the first,
+and Enter again (or F3) goes to the next.
+
 It reads the :class:`~captioner.transcript.store.SessionStore` directly (the store is safe to
 share between threads and every query is small) and writes exports with
 :func:`~captioner.transcript.export.export_session`; it never touches the engine.
@@ -9,17 +13,21 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QHBoxLayout,
+    QLabel,
     QLineEdit,
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QSplitter,
+    QTextEdit,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -29,7 +37,7 @@ from PySide6.QtWidgets import (
 from captioner.errors import CaptionerError
 from captioner.transcript.cues import CueOptions
 from captioner.transcript.export import export_session, length_text, render_txt
-from captioner.transcript.store import SessionInfo, SessionStore
+from captioner.transcript.store import SearchHit, SessionInfo, SessionStore, phrase_at, search_terms
 from captioner.ui.tray import ask_save_path_dialog
 
 __all__ = ["FIRST_WORDS", "HistoryWindow"]
@@ -39,6 +47,9 @@ logger = logging.getLogger(__name__)
 FIRST_WORDS = 12  # words of a session shown in the list
 MAX_LISTED = 500  # sessions listed at most (newest first)
 COLUMNS = ("Date", "Duration", "Sources", "First words")
+FOUND_COLUMN = "Where it was said"  # the last column's title while searching
+HIGHLIGHT = "#ffd54f"  # the background of a searched phrase in the transcript
+_STAMP = re.compile(r"\[\d\d:\d\d:\d\d\] ")  # render_txt's paragraph timestamp
 
 
 def _date(iso: str) -> str:
@@ -46,6 +57,38 @@ def _date(iso: str) -> str:
         return dt.datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M")
     except ValueError:
         return iso
+
+
+def found_spans(text: str, query: str, labels: Sequence[str] = ()) -> list[tuple[int, int]]:
+    """Character spans ``[start, end)`` of the places ``query`` was said in ``text``, a transcript
+    as :func:`~captioner.transcript.export.render_txt` writes it with timestamps: its words, matched
+    by the store's search rule (:func:`~captioner.transcript.store.phrase_at`) within one speaker's
+    words across paragraphs, not its timestamps, its source labels (``labels``: "You", "Others") or its gaps' notes."""
+    terms = search_terms(query)
+    if not terms:
+        return []
+    runs: list[list[tuple[str, int, int]]] = [[]]  # one per speaker turn: a phrase is one speaker's
+    speaker = None
+    pos = 0
+    for line in text.split("\n"):
+        at, body = pos, line
+        pos += len(line) + 1
+        if stamp := _STAMP.match(body):
+            at, body = at + stamp.end(), body[stamp.end():]
+        if body.startswith("[… "):  # "[… 4.2 s not transcribed]"
+            continue
+        label, colon, rest = body.partition(": ")
+        if colon and label in labels:
+            at, body = at + len(label) + 2, rest
+            if label != speaker:
+                speaker = label
+                runs.append([])
+        runs[-1] += [(m.group(), at + m.start(), at + m.end()) for m in re.finditer(r"\S+", body)]
+    spans = []
+    for words in runs:
+        said = [w for w, _, _ in words]
+        spans += [(words[i][1], words[i + len(terms) - 1][2]) for i in range(len(words)) if phrase_at(said, i, terms)]
+    return spans
 
 
 def _duration(ms: int | None, ended: bool, recording: bool) -> str:
@@ -95,8 +138,12 @@ class HistoryWindow(QWidget):
         self.search_box = QLineEdit(self)
         self.search_box.setPlaceholderText("Search all sessions…")
         self.search_box.setClearButtonEnabled(True)
-        self.search_box.returnPressed.connect(self.refresh)
+        self.search_box.returnPressed.connect(self._search_or_next)
         self.search_box.textChanged.connect(lambda t: self.refresh() if not t else None)
+        self._searched = ""  # the query the list shows the sessions of
+        self._found: list[tuple[int, int]] = []  # places of it in the open transcript
+        self._at = -1  # the place the transcript shows
+        QShortcut(QKeySequence(QKeySequence.StandardKey.FindNext), self, self.next_found)
         self.list = QTreeWidget(self)
         self.list.setHeaderLabels(list(COLUMNS))
         self.list.setRootIsDecorated(False)
@@ -104,6 +151,7 @@ class HistoryWindow(QWidget):
         self.list.currentItemChanged.connect(lambda *_: self._show_current())
         self.text = QPlainTextEdit(self)
         self.text.setReadOnly(True)
+        self.found_label = QLabel(self)
         self.buttons: dict[str, QPushButton] = {}
         row = QHBoxLayout()
         for fmt in ("srt", "vtt", "txt", "json"):
@@ -111,6 +159,8 @@ class HistoryWindow(QWidget):
             b.clicked.connect(lambda _=False, f=fmt: self.export_current(f))
             row.addWidget(b)
             self.buttons[fmt] = b
+        row.addStretch(1)
+        row.addWidget(self.found_label)
         row.addStretch(1)
         delete = QPushButton("Delete", self)
         delete.clicked.connect(self.delete_current)
@@ -127,22 +177,27 @@ class HistoryWindow(QWidget):
 
     # ------------------------------------------------------------ listing
     def refresh(self) -> None:
-        """Reload the list (filtered by the search box when it holds text)."""
+        """Reload the list (filtered by the search box when it holds text: each session with the
+        time and words of the first place it was said)."""
         query = self.search_box.text().strip()
+        self._searched = query
+        first_hit: dict[int, SearchHit] = {}
         if query:
-            hit_ids: list[int] = []
             for hit in self._store.search(query, limit=MAX_LISTED):
-                if hit.session_id not in hit_ids:
-                    hit_ids.append(hit.session_id)
-            sessions = [self._store.get_session(i) for i in hit_ids]
+                first_hit.setdefault(hit.session_id, hit)
+            sessions = [self._store.get_session(i) for i in first_hit]
         else:
             sessions = self._store.list_sessions(limit=MAX_LISTED)
+        self.list.setHeaderLabels([*COLUMNS[:-1], FOUND_COLUMN if query else COLUMNS[-1]])
         self.list.clear()
         for info in sessions:
-            words = self._store.session_words(info.id)[:FIRST_WORDS]
-            first = " ".join(w.text for w in words) or "(no words)"
+            if (first := first_hit.get(info.id)) is not None:
+                last = f"[{length_text(first.start_ms)}] … {first.context} …"
+            else:
+                words = self._store.session_words(info.id)[:FIRST_WORDS]
+                last = " ".join(w.text for w in words) or "(no words)"
             item = QTreeWidgetItem([_date(info.started_at), _duration(info.duration_ms, info.ended_at is not None, self._store.recording(info.id)),
-                                    ", ".join(info.sources), first])
+                                    ", ".join(info.sources), last])
             item.setData(0, Qt.ItemDataRole.UserRole, info.id)
             self.list.addTopLevelItem(item)
         for c in range(len(COLUMNS) - 1):
@@ -150,8 +205,12 @@ class HistoryWindow(QWidget):
         top = self.list.topLevelItem(0)
         if top is not None:
             self.list.setCurrentItem(top)
+            self._show_current()  # also where the same session stays current: the places are the new query's
         else:
             self.text.setPlainText("")
+            self._mark([])
+            if query:
+                self.found_label.setText(f"“{query}” was not found")
 
     def session_ids(self) -> list[int]:
         """Ids of the listed sessions, in list order."""
@@ -176,12 +235,55 @@ class HistoryWindow(QWidget):
         sid = self.current_session()
         if sid is None:
             self.text.setPlainText("")
+            self._mark([])
             return
         words = self._store.session_words(sid)
         labels = None
         if len({w.source for w in words}) > 1:
             labels = {"mic": self._cues.label_mic, "system": self._cues.label_system}
         self.text.setPlainText(render_txt(words, timestamps=True, labels=labels, gaps=self._store.session_gaps(sid)))
+        query = self._searched
+        self._mark(found_spans(self.text.toPlainText(), query, list((labels or {}).values())) if query else [])
+
+    def _mark(self, spans: list[tuple[int, int]]) -> None:
+        """Highlight the places ``spans`` in the transcript and go to the first."""
+        self._found, self._at = spans, -1
+        marks = []
+        for start, end in spans:
+            mark = QTextEdit.ExtraSelection()
+            fmt = QTextCharFormat()
+            fmt.setBackground(QColor(HIGHLIGHT))
+            fmt.setForeground(QColor("black"))
+            mark.format = fmt  # type: ignore[attr-defined]
+            mark.cursor = self._cursor(start, end)  # type: ignore[attr-defined]
+            marks.append(mark)
+        self.text.setExtraSelections(marks)
+        self.found_label.setText("")
+        if spans:
+            self.next_found()
+
+    def _cursor(self, start: int, end: int) -> QTextCursor:
+        cursor = QTextCursor(self.text.document())
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        return cursor
+
+    def next_found(self) -> None:
+        """Show the next place the search found in the open transcript (after the last, the first)."""
+        if not self._found:
+            return
+        self._at = (self._at + 1) % len(self._found)
+        self.text.setTextCursor(self._cursor(*self._found[self._at]))
+        self.text.centerCursor()
+        n = len(self._found)
+        self.found_label.setText(f"{self._at + 1} of {n} places in this session" if n > 1 else "1 place in this session")
+
+    def _search_or_next(self) -> None:
+        """Enter in the search box: search, or with the query searched already, the next place."""
+        if self.search_box.text().strip() == self._searched and self._found:
+            self.next_found()
+        else:
+            self.refresh()
 
     # ------------------------------------------------------------ actions
     def export_current(self, fmt: str) -> Path | None:

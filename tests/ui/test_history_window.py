@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import srt
+from PySide6.QtCore import Qt
 
 from captioner.core import EngineUpdate, Word
+from captioner.transcript.cues import Gap
+from captioner.transcript.export import render_txt
 from captioner.transcript.store import SessionStore
-from captioner.ui.history_window import HistoryWindow
+from captioner.ui.history_window import HistoryWindow, found_spans
 
 
 def record(store: SessionStore, text: str, sources=("system",), started_at=None) -> int:
@@ -99,3 +102,65 @@ def test_a_session_cut_off_by_a_crash_shows_the_words_its_captions_showed_last(q
     assert [(r.text(1), r.text(3)) for r in rows] == [("recording…", "final"), ("0:00:41, not ended", "closed sentence")]
     win.select_session(cut)
     assert "closed sentence" in win.text.toPlainText()
+
+
+def test_a_search_highlights_every_place_in_the_transcript_and_enter_goes_to_the_next(qtbot, tmp_path):
+    """The list says when and in what words each session said it; the open transcript has each
+    place highlighted, scrolled to; Enter again (or F3) goes on to the next, then back to the first."""
+    store, a, b = make_store(tmp_path)
+    filler = " ".join(f"word{i}" for i in range(400))
+    c = record(store, f"first the Budget, meeting. {filler} and later the budget meeting again",
+               started_at="2026-03-01T09:00:00+00:00")
+    win = HistoryWindow(store)
+    qtbot.addWidget(win)
+    win.resize(600, 200)
+    win.show()
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow)
+    qtbot.keyClicks(win.search_box, "budget meeting")
+    qtbot.keyClick(win.search_box, Qt.Key.Key_Return)
+    assert win.session_ids() == [c, a]
+    assert win.list.headerItem().text(3) == "Where it was said"
+    assert win.list.topLevelItem(0).text(3) == "[0:00:01] … first the Budget, meeting. word0 word1 word2 word3 word4 …"
+    assert win.list.topLevelItem(1).text(3).startswith("[0:00:00] … the budget meeting starts now")
+    marks = win.text.extraSelections()
+    assert [m.cursor.selectedText() for m in marks] == ["Budget, meeting.", "budget meeting"]
+    assert win.found_label.text() == "1 of 2 places in this session"
+    assert win.text.textCursor().selectedText() == "Budget, meeting."
+    top = win.text.verticalScrollBar().value()
+    qtbot.keyClick(win.search_box, Qt.Key.Key_Return)  # the same query again: the next place
+    assert win.found_label.text() == "2 of 2 places in this session"
+    assert win.text.textCursor().selectedText() == "budget meeting"
+    assert win.text.verticalScrollBar().value() > top  # the second place is 400 words further down
+    qtbot.keyClick(win.search_box, Qt.Key.Key_F3)
+    assert win.found_label.text() == "1 of 2 places in this session"
+    win.select_session(a)
+    assert [m.cursor.selectedText() for m in win.text.extraSelections()] == ["budget meeting"]
+    assert win.found_label.text() == "1 place in this session"
+    win.search_box.setText("krill")
+    qtbot.keyClick(win.search_box, Qt.Key.Key_Return)
+    assert win.session_ids() == [b]
+    assert [m.cursor.selectedText() for m in win.text.extraSelections()] == ["krill"]
+    win.search_box.setText("zebra")
+    qtbot.keyClick(win.search_box, Qt.Key.Key_Return)
+    assert win.session_ids() == [] and win.found_label.text() == "“zebra” was not found"
+    win.search_box.setText("")
+    assert win.session_ids() == [c, b, a]
+    assert win.list.headerItem().text(3) == "First words"
+    assert win.text.extraSelections() == [] and win.found_label.text() == ""
+
+
+def test_found_spans_are_the_words_said_not_the_timestamps_labels_or_gap_notes():
+    words = [Word("Thank", 0.0, 0.3, source="mic"), Word("you.", 0.3, 0.6, source="mic"),
+             Word("You", 1.0, 1.2, source="system"), Word("bet,", 1.2, 1.5, source="system"),
+             Word("not", 9.0, 9.2, source="system"), Word("now.", 9.2, 9.5, source="system")]
+    text = render_txt(words, timestamps=True, labels={"mic": "You", "system": "Others"},
+                      gaps=[Gap(2.0, 6.2)])
+    assert text.splitlines()[0] == "[00:00:00] You: Thank you."
+    said = [text[a:b] for a, b in found_spans(text, "you", ["You", "Others"])]
+    assert said == ["you.", "You"]  # the mic's word and the system's, not the "You:" label
+    assert found_spans(text, "00", ["You", "Others"]) == []  # timestamps are not words
+    assert [text[a:b] for a, b in found_spans(text, "not", ["You", "Others"])] == ["not"]  # not the gap's note
+    assert found_spans(text, "you you bet", ["You", "Others"]) == []  # two speakers: as the store's search
+    assert [text[a:b] for a, b in found_spans(text, "bet not", ["You", "Others"])] == ["bet,\n\n[00:00:02] [… 4.2 s not transcribed]\n\n[00:00:09] Others: not"]
+    assert found_spans(text, " ,. ", ["You"]) == []
