@@ -1,7 +1,7 @@
-"""``captioner sessions``: list, show, export, search and delete the recorded sessions.
+"""``captioner sessions``: list, show, name, export, search and delete the recorded sessions.
 
-``captioner sessions list`` · ``show ID`` · ``export ID --srt F --vtt F --txt F --json F`` ·
-``search TEXT`` · ``delete ID`` · ``purge --older-than DAYS``. Exports use the cue limits and
+``captioner sessions list`` · ``show ID`` · ``rename ID TITLE`` · ``export ID --srt F --vtt F --txt F
+--json F`` · ``search TEXT`` (the words said, and the titles) · ``delete ID`` · ``purge --older-than DAYS``. Exports use the cue limits and
 source labels of the settings (``transcripts`` section).
 """
 
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``sessions`` subcommand and its actions."""
     p = subparsers.add_parser(
         "sessions",
-        help="list, show, export, search and delete saved sessions",
+        help="list, show, name, export, search and delete saved sessions",
         description="Work with the sessions saved in the session store.",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -36,12 +36,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show = actions.add_parser("show", help="print a session's details and transcript")
     show.add_argument("id", type=int)
     show.add_argument("--no-timestamps", action="store_true", help="no [HH:MM:SS] before paragraphs")
+    rename = actions.add_parser("rename", help="give a session a title (none: remove it)")
+    rename.add_argument("id", type=int)
+    rename.add_argument("title", nargs="*", help="the title (quotes not needed)")
     exp = actions.add_parser("export", help="write a session as SRT, WebVTT, text or JSON")
     exp.add_argument("id", type=int)
     for fmt, name in (("srt", "SubRip"), ("vtt", "WebVTT"), ("txt", "plain text"), ("json", "JSON words")):
         exp.add_argument(f"--{fmt}", type=Path, metavar="FILE", help=f"write {name} to FILE")
     exp.add_argument("--timestamps", action="store_true", help="plain text: [HH:MM:SS] before paragraphs")
-    search = actions.add_parser("search", help="find where words were said")
+    search = actions.add_parser("search", help="find where words were said (and sessions titled so)")
     search.add_argument("text", nargs="+")
     search.add_argument("--limit", type=int, default=50)
     delete = actions.add_parser("delete", help="delete a session and its words")
@@ -61,6 +64,10 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             return _show(store, args.id, timestamps=not args.no_timestamps)
         if action == "export":
             return _export(store, args, paths)
+        if action == "rename":
+            title = store.set_title(args.id, " ".join(args.title))
+            print(f"session {args.id} is now titled {title!r}" if title else f"session {args.id} has no title now")
+            return 0
         if action == "search":
             return _search(store, " ".join(args.text), args.limit)
         if action == "delete":
@@ -145,10 +152,13 @@ def _export(store: SessionStore, args: argparse.Namespace, paths: AppPaths) -> i
 
 
 def _search(store: SessionStore, text: str, limit: int) -> int:
+    titled = store.titled(text, limit=limit)
     hits = store.search(text, limit=limit)
-    if not hits:
+    if not hits and not titled:
         print(f"no session contains {text!r}")
         return 0
+    for info in titled:
+        print(f"session {info.id:>4}  {'title':>8}  {'':6}  {info.title}")
     for hit in hits:
         stamp = _duration(hit.start_ms)
         print(f"session {hit.session_id:>4}  {stamp:>8}  {hit.source:6}  {hit.context}")

@@ -48,9 +48,11 @@ from captioner.errors import StorageError
 from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
 from captioner.transcript.cues import Gap, merge_sources, normalize_text
 
-__all__ = ["SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "phrase_at", "search_terms"]
+__all__ = ["MAX_TITLE", "SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "phrase_at", "search_terms"]
 
 logger = logging.getLogger(__name__)
+
+MAX_TITLE = 200  # characters of a session's title
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,11 +387,37 @@ class SessionStore:
         with self._transaction() as conn:
             conn.execute("UPDATE sessions SET language = ? WHERE id = ?", (language, session_id))
 
-    def set_title(self, session_id: int, title: str) -> None:
-        """Rename a session."""
+    def set_title(self, session_id: int, title: str) -> str:
+        """Name a session (``""``: no name); returns the title as stored: one line, spaces collapsed.
+
+        Raises:
+            StorageError: there is no session with this id, or the title is longer than
+                :data:`MAX_TITLE` characters.
+        """
+        title = " ".join(title.split())
+        if len(title) > MAX_TITLE:
+            raise StorageError(f"a session's title is at most {MAX_TITLE} characters; this one has {len(title)}")
         self.get_session(session_id)
         with self._transaction() as conn:
             conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))
+        return title
+
+    def titled(self, text: str, *, limit: int = 100) -> list[SessionInfo]:
+        """Sessions whose title says ``text`` (:func:`phrase_at`: "weekly" finds "Weekly sync",
+        "sync 3" finds "Weekly sync 3 March"), newest first."""
+        terms = search_terms(text)
+        if not terms:
+            return []
+        rows = self._query(f"SELECT {self._SESSION_COLUMNS} FROM sessions s WHERE s.title != ''"
+                           " ORDER BY s.started_at DESC, s.id DESC")
+        found = []
+        for info in (self._info(r) for r in rows):
+            words = info.title.split()
+            if any(phrase_at(words, i, terms) for i in range(len(words))):
+                found.append(info)
+                if len(found) >= limit:
+                    break
+        return found
 
     # -- reading -------------------------------------------------------------------------------
 

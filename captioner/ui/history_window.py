@@ -1,7 +1,7 @@
-"""The history window: recorded sessions, full-text search, a session's transcript, export, delete.
+"""The history window: recorded sessions, full-text search, a session's transcript, its title,
+export, delete.
 
-A search lists the sessions where the words were said, each with the time and words of its first
-place; the transcript of the one opened has every place highlighted and is scrolled to the first,
+A search lists the sessions whose title says it, then those where the words were said, each with the time and words of its first place; the transcript of the one opened has every place highlighted and is scrolled to the first,
 and Enter again (or F3) goes to the next.
 
 It reads the :class:`~captioner.transcript.store.SessionStore` directly (the store is safe to
@@ -21,6 +21,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QLineEdit,
     QMessageBox,
@@ -37,17 +38,25 @@ from PySide6.QtWidgets import (
 from captioner.errors import CaptionerError
 from captioner.transcript.cues import CueOptions
 from captioner.transcript.export import export_session, length_text, render_txt
-from captioner.transcript.store import SearchHit, SessionInfo, SessionStore, phrase_at, search_terms
+from captioner.transcript.store import (
+    MAX_TITLE,
+    SearchHit,
+    SessionInfo,
+    SessionStore,
+    phrase_at,
+    search_terms,
+)
 from captioner.ui.tray import ask_save_path_dialog
 
-__all__ = ["FIRST_WORDS", "HistoryWindow"]
+__all__ = ["FIRST_WORDS", "HistoryWindow", "found_spans"]
 
 logger = logging.getLogger(__name__)
 
 FIRST_WORDS = 12  # words of a session shown in the list
 MAX_LISTED = 500  # sessions listed at most (newest first)
-COLUMNS = ("Date", "Duration", "Sources", "First words")
+COLUMNS = ("Date", "Duration", "Sources", "Title", "First words")
 FOUND_COLUMN = "Where it was said"  # the last column's title while searching
+TITLE_WIDTH = 260  # pixels at most of the title column (a long title is elided, whole in its tooltip)
 HIGHLIGHT = "#ffd54f"  # the background of a searched phrase in the transcript
 _STAMP = re.compile(r"\[\d\d:\d\d:\d\d\] ")  # render_txt's paragraph timestamp
 
@@ -109,6 +118,7 @@ class HistoryWindow(QWidget):
         cue_options: cue layout and labels for exports.
         ask_save_path: asks where to export (``(fmt, suggested) -> path | None``).
         confirm_delete: asks before deleting (``(SessionInfo) -> bool``); default a message box.
+        ask_title: asks for a session's new title (``(current) -> title | None``); default a dialog.
         export_dir: folder the save dialog suggests.
 
     Signals:
@@ -124,6 +134,7 @@ class HistoryWindow(QWidget):
         cue_options: CueOptions | None = None,
         ask_save_path: Callable[[str, str], str | None] = ask_save_path_dialog,
         confirm_delete: Callable[[SessionInfo], bool] | None = None,
+        ask_title: Callable[[str], str | None] | None = None,
         export_dir: Path | str = "",
         parent: QWidget | None = None,
     ) -> None:
@@ -134,6 +145,7 @@ class HistoryWindow(QWidget):
         self._cues = cue_options or CueOptions()
         self._ask = ask_save_path
         self._confirm = confirm_delete or self._confirm_dialog
+        self._ask_title = ask_title or self._title_dialog
         self._export_dir = Path(export_dir) if export_dir else Path.home()
         self.search_box = QLineEdit(self)
         self.search_box.setPlaceholderText("Search all sessions…")
@@ -162,6 +174,12 @@ class HistoryWindow(QWidget):
         row.addStretch(1)
         row.addWidget(self.found_label)
         row.addStretch(1)
+        rename = QPushButton("Rename…", self)
+        rename.setToolTip("Give the session a title (F2)")
+        rename.clicked.connect(self.rename_current)
+        row.addWidget(rename)
+        self.buttons["rename"] = rename
+        QShortcut(QKeySequence(Qt.Key.Key_F2), self, self.rename_current)
         delete = QPushButton("Delete", self)
         delete.clicked.connect(self.delete_current)
         row.addWidget(delete)
@@ -183,9 +201,11 @@ class HistoryWindow(QWidget):
         self._searched = query
         first_hit: dict[int, SearchHit] = {}
         if query:
+            titled = self._store.titled(query, limit=MAX_LISTED)
             for hit in self._store.search(query, limit=MAX_LISTED):
                 first_hit.setdefault(hit.session_id, hit)
-            sessions = [self._store.get_session(i) for i in first_hit]
+            named = {info.id for info in titled}
+            sessions = titled + [self._store.get_session(i) for i in first_hit if i not in named]
         else:
             sessions = self._store.list_sessions(limit=MAX_LISTED)
         self.list.setHeaderLabels([*COLUMNS[:-1], FOUND_COLUMN if query else COLUMNS[-1]])
@@ -193,15 +213,18 @@ class HistoryWindow(QWidget):
         for info in sessions:
             if (first := first_hit.get(info.id)) is not None:
                 last = f"[{length_text(first.start_ms)}] … {first.context} …"
+            elif query:
+                last = "(the title)"
             else:
                 words = self._store.session_words(info.id)[:FIRST_WORDS]
                 last = " ".join(w.text for w in words) or "(no words)"
             item = QTreeWidgetItem([_date(info.started_at), _duration(info.duration_ms, info.ended_at is not None, self._store.recording(info.id)),
-                                    ", ".join(info.sources), last])
+                                    ", ".join(info.sources), info.title, last])
             item.setData(0, Qt.ItemDataRole.UserRole, info.id)
+            item.setToolTip(COLUMNS.index("Title"), info.title)
             self.list.addTopLevelItem(item)
         for c in range(len(COLUMNS) - 1):
-            self.list.resizeColumnToContents(c)
+            self._fit_column(c)
         top = self.list.topLevelItem(0)
         if top is not None:
             self.list.setCurrentItem(top)
@@ -211,6 +234,12 @@ class HistoryWindow(QWidget):
             self._mark([])
             if query:
                 self.found_label.setText(f"“{query}” was not found")
+
+    def _fit_column(self, c: int) -> None:
+        """Column ``c`` as wide as its texts, a long title elided to :data:`TITLE_WIDTH` pixels."""
+        self.list.resizeColumnToContents(c)
+        if COLUMNS[c] == "Title" and self.list.columnWidth(c) > TITLE_WIDTH:
+            self.list.setColumnWidth(c, TITLE_WIDTH)
 
     def session_ids(self) -> list[int]:
         """Ids of the listed sessions, in list order."""
@@ -300,6 +329,31 @@ class HistoryWindow(QWidget):
         except CaptionerError as exc:
             self.error.emit(exc)
             return None
+
+    def rename_current(self) -> str | None:
+        """Ask for the selected session's title and store it; returns the title stored (``""``: none)."""
+        sid = self.current_session()
+        if sid is None:
+            return None
+        title = self._ask_title(self._store.get_session(sid).title)
+        if title is None:
+            return None
+        try:
+            stored = self._store.set_title(sid, title)
+        except CaptionerError as exc:
+            self.error.emit(exc)
+            return None
+        item = self.list.currentItem()
+        if item is not None:
+            item.setText(COLUMNS.index("Title"), stored)
+            item.setToolTip(COLUMNS.index("Title"), stored)
+            self._fit_column(COLUMNS.index("Title"))
+        return stored
+
+    def _title_dialog(self, current: str) -> str | None:
+        title, ok = QInputDialog.getText(self, "Rename session", f"Title (at most {MAX_TITLE} characters; empty for none):",
+                                         text=current)
+        return title if ok else None
 
     def delete_current(self) -> bool:
         """Delete the selected session after confirmation; True when deleted."""

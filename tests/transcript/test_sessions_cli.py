@@ -118,6 +118,26 @@ def test_search_delete_purge(home: AppPaths, capsys: pytest.CaptureFixture[str])
     assert "deleted 0 session(s)" in capsys.readouterr().out
 
 
+def test_rename_titles_a_session_that_list_show_and_search_then_show(home: AppPaths, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(home, "rename", "2", "Signals", "weekly\nsync") == 0
+    assert capsys.readouterr().out.strip() == "session 2 is now titled 'Signals weekly sync'"
+    assert run(home, "list") == 0
+    assert [line.split("  ")[-1] for line in capsys.readouterr().out.splitlines()[1:]] == ["Signals weekly sync (not ended)", "lecture"]
+    assert run(home, "show", "2") == 0
+    assert capsys.readouterr().out.startswith("session 2: Signals weekly sync\n")
+    assert run(home, "search", "signals") == 0  # the title first, then where it was said
+    assert capsys.readouterr().out.splitlines() == [
+        "session    2     title          Signals weekly sync",
+        "session    1   0:00:02  system  Welcome to the course on signals. Today, Fourier.",
+    ]
+    assert run(home, "rename", "2", "x" * 201) == 2
+    assert capsys.readouterr().err.strip() == "captioner: error: a session's title is at most 200 characters; this one has 201"
+    assert run(home, "rename", "2") == 0
+    assert capsys.readouterr().out.strip() == "session 2 has no title now"
+    assert run(home, "rename", "99", "x") == 2
+    assert "there is no session 99" in capsys.readouterr().err
+
+
 def test_errors_are_one_line(home: AppPaths, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(home, "show", "99") == 2
     err = capsys.readouterr().err

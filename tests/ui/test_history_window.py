@@ -37,7 +37,8 @@ def test_lists_sessions_with_date_duration_sources_and_first_words(qtbot, tmp_pa
     assert row.text(0).startswith("2026-02-07")
     assert row.text(1) == "0:00:02"
     assert row.text(2) == "system"
-    assert row.text(3).startswith("a lecture about whales")
+    assert row.text(3) == ""  # no title
+    assert row.text(4).startswith("a lecture about whales")
 
 
 def test_search_filters_and_clearing_shows_all(qtbot, tmp_path):
@@ -99,7 +100,7 @@ def test_a_session_cut_off_by_a_crash_shows_the_words_its_captions_showed_last(q
     qtbot.addWidget(win)
     assert win.session_ids() == [live, cut]
     rows = [win.list.topLevelItem(i) for i in range(2)]
-    assert [(r.text(1), r.text(3)) for r in rows] == [("recording…", "final"), ("0:00:41, not ended", "closed sentence")]
+    assert [(r.text(1), r.text(4)) for r in rows] == [("recording…", "final"), ("0:00:41, not ended", "closed sentence")]
     win.select_session(cut)
     assert "closed sentence" in win.text.toPlainText()
 
@@ -120,9 +121,9 @@ def test_a_search_highlights_every_place_in_the_transcript_and_enter_goes_to_the
     qtbot.keyClicks(win.search_box, "budget meeting")
     qtbot.keyClick(win.search_box, Qt.Key.Key_Return)
     assert win.session_ids() == [c, a]
-    assert win.list.headerItem().text(3) == "Where it was said"
-    assert win.list.topLevelItem(0).text(3) == "[0:00:01] … first the Budget, meeting. word0 word1 word2 word3 word4 …"
-    assert win.list.topLevelItem(1).text(3).startswith("[0:00:00] … the budget meeting starts now")
+    assert win.list.headerItem().text(4) == "Where it was said"
+    assert win.list.topLevelItem(0).text(4) == "[0:00:01] … first the Budget, meeting. word0 word1 word2 word3 word4 …"
+    assert win.list.topLevelItem(1).text(4).startswith("[0:00:00] … the budget meeting starts now")
     marks = win.text.extraSelections()
     assert [m.cursor.selectedText() for m in marks] == ["Budget, meeting.", "budget meeting"]
     assert win.found_label.text() == "1 of 2 places in this session"
@@ -146,7 +147,7 @@ def test_a_search_highlights_every_place_in_the_transcript_and_enter_goes_to_the
     assert win.session_ids() == [] and win.found_label.text() == "“zebra” was not found"
     win.search_box.setText("")
     assert win.session_ids() == [c, b, a]
-    assert win.list.headerItem().text(3) == "First words"
+    assert win.list.headerItem().text(4) == "First words"
     assert win.text.extraSelections() == [] and win.found_label.text() == ""
 
 
@@ -164,3 +165,47 @@ def test_found_spans_are_the_words_said_not_the_timestamps_labels_or_gap_notes()
     assert found_spans(text, "you you bet", ["You", "Others"]) == []  # two speakers: as the store's search
     assert [text[a:b] for a, b in found_spans(text, "bet not", ["You", "Others"])] == ["bet,\n\n[00:00:02] [… 4.2 s not transcribed]\n\n[00:00:09] Others: not"]
     assert found_spans(text, " ,. ", ["You"]) == []
+
+
+def test_rename_gives_a_session_a_title_that_the_list_shows_and_a_search_finds(qtbot, tmp_path):
+    """Rename… (or F2) asks for the title, stores it as one line, shows it in the list; a search
+    lists the sessions whose title says it first; an over-long title is refused with the reason
+    and the old one kept; an empty one removes it."""
+    store, a, b = make_store(tmp_path)
+    answers: list[str | None] = ["  Budget\n review  ", None, "x" * 201, ""]
+    asked: list[str] = []
+    errors: list[Exception] = []
+
+    def ask(current: str) -> str | None:
+        asked.append(current)
+        return answers.pop(0)
+
+    win = HistoryWindow(store, ask_title=ask)
+    win.error.connect(errors.append)
+    qtbot.addWidget(win)
+    win.show()
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow)
+    win.select_session(b)
+    win.buttons["rename"].click()
+    assert store.get_session(b).title == "Budget review"
+    assert win.list.currentItem().text(3) == "Budget review"
+    assert win.list.currentItem().toolTip(3) == "Budget review"
+    qtbot.keyClick(win.list, Qt.Key.Key_F2)  # cancelled: nothing changes
+    assert asked == ["", "Budget review"] and store.get_session(b).title == "Budget review"
+    win.search_box.setText("budget")
+    qtbot.keyClick(win.search_box, Qt.Key.Key_Return)
+    assert win.session_ids() == [b, a]  # b by its title, a by its words
+    assert [win.list.topLevelItem(i).text(4) for i in range(2)] == [
+        "(the title)", "[0:00:00] … the budget meeting starts now …"]
+    win.select_session(b)
+    answers.insert(0, "a title much longer than the column may be wide, " * 3)
+    assert len(win.rename_current()) > 100
+    win.search_box.setText("")  # the whole list again
+    assert win.list.columnWidth(3) <= 260  # elided; whole in the tooltip
+    win.select_session(b)
+    assert win.rename_current() is None  # 201 characters
+    assert "at most 200 characters" in str(errors[0])
+    assert store.get_session(b).title.startswith("a title much longer")
+    assert win.rename_current() == ""
+    assert store.get_session(b).title == "" and win.list.currentItem().text(3) == ""
