@@ -34,7 +34,7 @@ from captioner.models.install import first_installed_pack, list_packs
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import Settings, load_settings, save_settings, to_dict
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import export_session, export_words
+from captioner.transcript.export import export_session, export_words, render_txt
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore
 from captioner.ui.caption_bar import CaptionBar
@@ -253,6 +253,7 @@ class CaptionerApp(QObject):
         t.provider_chosen.connect(lambda p: self.update_settings(
             dataclasses.replace(self.settings, engine=dataclasses.replace(self.settings.engine, provider=p))))
         t.save_requested.connect(self.save_transcript)
+        t.copy_requested.connect(self.copy_transcript)
         t.open_folder_requested.connect(self.open_transcripts_folder)
         t.history_requested.connect(self.show_history)
         t.settings_requested.connect(self.show_settings)
@@ -680,6 +681,23 @@ class CaptionerApp(QObject):
             return None
         self.tray.show_info("Transcript saved", str(out))
         return out
+
+    def copy_transcript(self) -> str | None:
+        """Put the current session's text on the clipboard, as a TXT export writes it, with the
+        words the bar shows dimmed too (what was just said); returns the text."""
+        if self.session_id is None or self.recorder is None:
+            self.tray.show_error("Nothing to copy", "No session has been recorded yet.")
+            return None
+        words = [dataclasses.replace(w, speculative=False) for w in self.recorder.session_words(include_speculative=True)]
+        options = CueOptions.from_config(self.settings.transcripts)
+        labels = {"mic": options.label_mic, "system": options.label_system} if len({w.source for w in words}) > 1 else {}
+        text = render_txt(words, labels=labels).rstrip("\n")
+        if not text:
+            self.tray.show_error("Nothing to copy", "No words have been captioned yet.")
+            return None
+        QGuiApplication.clipboard().setText(text)
+        self.tray.show_info("Transcript copied", f"{len(text.split())} words on the clipboard")
+        return text
 
     def open_transcripts_folder(self) -> None:
         """Open the export folder in the file manager."""

@@ -50,7 +50,7 @@ class TrayIcon(QObject):
     Signals (intents; the app decides what they do):
         toggle_captions_requested(), pause_toggled(bool paused), source_chosen(str),
         model_chosen(str), provider_chosen(str), save_requested(str fmt, str path),
-        open_folder_requested(), history_requested(), settings_requested(),
+        copy_requested(), open_folder_requested(), history_requested(), settings_requested(),
         dont_save_toggled(bool), click_through_toggled(bool), install_requested(),
         quit_requested(); status_changed(str): the status line changed (the caption bar's tooltip).
     """
@@ -61,6 +61,7 @@ class TrayIcon(QObject):
     model_chosen = Signal(str)
     provider_chosen = Signal(str)
     save_requested = Signal(str, str)
+    copy_requested = Signal()
     open_folder_requested = Signal()
     history_requested = Signal()
     settings_requested = Signal()
@@ -143,6 +144,7 @@ class TrayIcon(QObject):
         for fmt in EXPORT_FORMATS:
             self._add(f"save:{fmt}", f"{fmt.upper()}…", lambda _=False, f=fmt: self._on_save(f),
                       menu=save_menu)
+        self._add("copy", "Copy transcript", lambda _=False: self.copy_requested.emit())
         self._add("open_folder", "Open transcripts folder", lambda _=False: self.open_folder_requested.emit())
         self._add("dont_save", "Don't save this session", self.dont_save_toggled.emit, checkable=True)
         self.menu.addSeparator()

@@ -417,3 +417,21 @@ def test_the_bar_says_starting_while_the_engine_is_readied_and_no_audio_is_skipp
     assert app.bar.lag_text != "starting…"
     assert not streams["system"].skips and not app.store.session_gaps(app.session_id)
     quit_and_wait(qtbot, app)
+
+
+def test_copy_transcript_puts_the_words_shown_on_the_clipboard(qtbot, tmp_path):
+    """The tray's (and the bar's) "Copy transcript": the session's text as a TXT export writes it,
+    the words still dimmed on the bar included; before any session, an error and nothing copied."""
+    from PySide6.QtGui import QGuiApplication
+
+    app = make_app(qtbot, tmp_path)
+    QGuiApplication.clipboard().setText("before")
+    app.tray.actions["copy"].trigger()
+    assert QGuiApplication.clipboard().text() == "before"  # no session yet
+    app.start()
+    qtbot.waitUntil(lambda: len(app.recorder.session_words(include_speculative=True)) >= 6, timeout=10_000)
+    shown = app.recorder.session_words(include_speculative=True)
+    assert any(w.speculative for w in shown)  # the fake's last word is still a draft
+    app.tray.actions["copy"].trigger()
+    assert QGuiApplication.clipboard().text().split() == [w.text for w in shown]
+    quit_and_wait(qtbot, app)

@@ -28,6 +28,7 @@ def test_simple_items_emit_their_intents(qtbot):
     tray = make_tray()
     for name, signal in [
         ("show", tray.toggle_captions_requested),
+        ("copy", tray.copy_requested),
         ("open_folder", tray.open_folder_requested),
         ("history", tray.history_requested),
         ("settings", tray.settings_requested),
