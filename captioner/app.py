@@ -688,9 +688,11 @@ class CaptionerApp(QObject):
         if self.session_id is None or self.recorder is None:
             self.tray.show_error("Nothing to copy", "No session has been recorded yet.")
             return None
-        words = [dataclasses.replace(w, speculative=False) for w in self.recorder.session_words(include_speculative=True)]
+        shown = self.recorder.session_words(include_speculative=True)
+        words = [dataclasses.replace(w, speculative=False) for w in shown]
         options = CueOptions.from_config(self.settings.transcripts)
-        labels = {"mic": options.label_mic, "system": options.label_system} if len({w.source for w in words}) > 1 else {}
+        two = len({w.source for w in words}) > 1
+        labels = {"mic": options.label_mic, "system": options.label_system} if two else {}
         text = render_txt(words, labels=labels).rstrip("\n")
         if not text:
             self.tray.show_error("Nothing to copy", "No words have been captioned yet.")

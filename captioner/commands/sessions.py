@@ -1,8 +1,9 @@
 """``captioner sessions``: list, show, name, export, search and delete the recorded sessions.
 
-``captioner sessions list`` · ``show ID`` · ``rename ID TITLE`` · ``export ID --srt F --vtt F --txt F
---json F`` · ``search TEXT`` (the words said, and the titles) · ``delete ID`` · ``purge --older-than DAYS``. Exports use the cue limits and
-source labels of the settings (``transcripts`` section).
+``captioner sessions list`` · ``show ID`` · ``rename ID TITLE`` · ``export ID --srt F --vtt F
+--txt F --json F`` · ``search TEXT`` (the words said, and the titles) · ``delete ID`` ·
+``purge --older-than DAYS``. Exports use the cue limits and source labels of the settings
+(``transcripts`` section).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The history window: recorded sessions, full-text search, a session's transcript, its title,
 export, delete.
 
-A search lists the sessions whose title says it, then those where the words were said, each with the time and words of its first place; the transcript of the one opened has every place highlighted and is scrolled to the first,
-and Enter again (or F3) goes to the next.
+A search lists the sessions whose title says it, then those where the words were said, each with
+the time and words of its first place; the transcript of the one opened has every place
+highlighted and is scrolled to the first, and Enter again (or F3) goes to the next.
 
 It reads the :class:`~captioner.transcript.store.SessionStore` directly (the store is safe to
 share between threads and every query is small) and writes exports with
@@ -72,7 +73,8 @@ def found_spans(text: str, query: str, labels: Sequence[str] = ()) -> list[tuple
     """Character spans ``[start, end)`` of the places ``query`` was said in ``text``, a transcript
     as :func:`~captioner.transcript.export.render_txt` writes it with timestamps: its words, matched
     by the store's search rule (:func:`~captioner.transcript.store.phrase_at`) within one speaker's
-    words across paragraphs, not its timestamps, its source labels (``labels``: "You", "Others") or its gaps' notes."""
+    words across paragraphs, not its timestamps, its source labels (``labels``: "You", "Others")
+    or its gaps' notes."""
     terms = search_terms(query)
     if not terms:
         return []
@@ -305,7 +307,8 @@ class HistoryWindow(QWidget):
         self.text.setTextCursor(self._cursor(*self._found[self._at]))
         self.text.centerCursor()
         n = len(self._found)
-        self.found_label.setText(f"{self._at + 1} of {n} places in this session" if n > 1 else "1 place in this session")
+        self.found_label.setText(f"{self._at + 1} of {n} places in this session" if n > 1
+                                 else "1 place in this session")
 
     def _search_or_next(self) -> None:
         """Enter in the search box: search, or with the query searched already, the next place."""
@@ -351,8 +354,8 @@ class HistoryWindow(QWidget):
         return stored
 
     def _title_dialog(self, current: str) -> str | None:
-        title, ok = QInputDialog.getText(self, "Rename session", f"Title (at most {MAX_TITLE} characters; empty for none):",
-                                         text=current)
+        title, ok = QInputDialog.getText(self, "Rename session",
+                                         f"Title (at most {MAX_TITLE} characters; empty for none):", text=current)
         return title if ok else None
 
     def delete_current(self) -> bool:
