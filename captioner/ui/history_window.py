@@ -3,7 +3,9 @@ export, delete.
 
 A search lists the sessions whose title says it, then those where the words were said, each with
 the time and words of its first place; the transcript of the one opened has every place
-highlighted and is scrolled to the first, and Enter again (or F3) goes to the next.
+highlighted and is scrolled to the first, and Enter again (or F3) goes to the next. The transcript
+of a session this app is recording follows it (every :data:`FOLLOW_MS`, kept at the bottom where the
+reader is at the bottom, left alone while text is selected).
 
 It reads the :class:`~captioner.transcript.store.SessionStore` directly (the store is safe to
 share between threads and every query is small) and writes exports with
@@ -18,8 +20,16 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import (
+    QColor,
+    QHideEvent,
+    QKeySequence,
+    QShortcut,
+    QShowEvent,
+    QTextCharFormat,
+    QTextCursor,
+)
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
@@ -58,6 +68,7 @@ MAX_LISTED = 500  # sessions listed at most (newest first)
 COLUMNS = ("Date", "Duration", "Sources", "Title", "First words")
 FOUND_COLUMN = "Where it was said"  # the last column's title while searching
 TITLE_WIDTH = 260  # pixels at most of the title column (a long title is elided, whole in its tooltip)
+FOLLOW_MS = 2000  # how often the transcript of a session being recorded is read again
 HIGHLIGHT = "#ffd54f"  # the background of a searched phrase in the transcript
 _STAMP = re.compile(r"\[\d\d:\d\d:\d\d\] ")  # render_txt's paragraph timestamp
 
@@ -166,6 +177,10 @@ class HistoryWindow(QWidget):
         self.text = QPlainTextEdit(self)
         self.text.setReadOnly(True)
         self.found_label = QLabel(self)
+        self._shown: tuple[int, int] | None = None  # (session, words) the transcript shows
+        self._follow = QTimer(self)
+        self._follow.setInterval(FOLLOW_MS)
+        self._follow.timeout.connect(self.follow_recording)
         self.buttons: dict[str, QPushButton] = {}
         row = QHBoxLayout()
         for fmt in ("srt", "vtt", "txt", "json"):
@@ -264,6 +279,7 @@ class HistoryWindow(QWidget):
 
     def _show_current(self) -> None:
         sid = self.current_session()
+        self._shown = None
         if sid is None:
             self.text.setPlainText("")
             self._mark([])
@@ -273,8 +289,31 @@ class HistoryWindow(QWidget):
         if len({w.source for w in words}) > 1:
             labels = {"mic": self._cues.label_mic, "system": self._cues.label_system}
         self.text.setPlainText(render_txt(words, timestamps=True, labels=labels, gaps=self._store.session_gaps(sid)))
+        self._shown = (sid, len(words))
         query = self._searched
         self._mark(found_spans(self.text.toPlainText(), query, list((labels or {}).values())) if query else [])
+
+    def follow_recording(self) -> None:
+        """Read the open transcript again when it is a session this store is recording and it has
+        new words: at the bottom if the reader was there, else where the reader was; not while
+        text is selected (a search's place included), which reading again would lose."""
+        sid = self.current_session()
+        if sid is None or not self._store.recording(sid) or self.text.textCursor().hasSelection():
+            return
+        if self._shown == (sid, len(self._store.session_words(sid))):
+            return
+        bar = self.text.verticalScrollBar()
+        at_bottom, value = bar.value() >= bar.maximum(), bar.value()
+        self._show_current()
+        bar.setValue(bar.maximum() if at_bottom else value)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._follow.start()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        self._follow.stop()
+        super().hideEvent(event)
 
     def _mark(self, spans: list[tuple[int, int]]) -> None:
         """Highlight the places ``spans`` in the transcript and go to the first."""

@@ -209,3 +209,42 @@ def test_rename_gives_a_session_a_title_that_the_list_shows_and_a_search_finds(q
     assert store.get_session(b).title.startswith("a title much longer")
     assert win.rename_current() == ""
     assert store.get_session(b).title == "" and win.list.currentItem().text(3) == ""
+
+
+def test_the_transcript_of_a_session_being_recorded_follows_it(qtbot, tmp_path):
+    """While this store records the open session, its transcript is read again when words come: the
+    reader at the bottom stays at the bottom, one scrolled up stays where they were, and a selection
+    (copying a phrase) is left alone; the timer runs only while the window is shown."""
+    store = SessionStore.open(tmp_path / "sessions.sqlite3")
+    sid = store.begin_session(started_at="2026-03-02T10:00:00+00:00")
+
+    def say(first: int, n: int) -> None:
+        store.apply(sid, EngineUpdate(0, tuple(Word(f"w{i}.", i * 3.0, i * 3.0 + 0.4) for i in range(first, first + n))))
+
+    say(0, 60)  # 60 paragraphs (3 s apart)
+    win = HistoryWindow(store)
+    qtbot.addWidget(win)
+    win.resize(500, 300)
+    win.show()
+    assert win._follow.isActive()
+    bar = win.text.verticalScrollBar()
+    bar.setValue(bar.maximum())
+    say(60, 5)
+    win.follow_recording()
+    assert "w64." in win.text.toPlainText()
+    assert bar.value() == bar.maximum() > 0  # still at the bottom, where the new words are
+    bar.setValue(10)
+    say(65, 5)
+    win.follow_recording()
+    assert "w69." in win.text.toPlainText() and bar.value() == 10  # the reader scrolled up stays there
+    cursor = win.text.textCursor()
+    cursor.setPosition(0)
+    cursor.setPosition(5, cursor.MoveMode.KeepAnchor)
+    win.text.setTextCursor(cursor)
+    say(70, 1)
+    win.follow_recording()
+    assert "w70." not in win.text.toPlainText()  # a selection is not lost
+    win.text.moveCursor(win.text.textCursor().MoveOperation.End)
+    qtbot.waitUntil(lambda: "w70." in win.text.toPlainText(), timeout=15_000)  # the timer reads it
+    win.hide()
+    assert not win._follow.isActive()
