@@ -5,7 +5,9 @@ A search lists the sessions whose title says it, then those where the words were
 the time and words of its first place; the transcript of the one opened has every place
 highlighted and is scrolled to the first, and Enter again (or F3) goes to the next. The transcript
 of a session this app is recording follows it (every :data:`FOLLOW_MS`, kept at the bottom where the
-reader is at the bottom, left alone while text is selected).
+reader is at the bottom, left alone while text is selected). Everything works from the keyboard:
+Ctrl+F searches, Escape clears the search, F2 renames, Delete deletes (after asking), and each part
+has a name a screen reader says.
 
 It reads the :class:`~captioner.transcript.store.SessionStore` directly (the store is safe to
 share between threads and every query is small) and writes exports with
@@ -163,6 +165,7 @@ class HistoryWindow(QWidget):
         self.search_box = QLineEdit(self)
         self.search_box.setPlaceholderText("Search all sessions…")
         self.search_box.setClearButtonEnabled(True)
+        self.search_box.setAccessibleName("Search all sessions")
         self.search_box.returnPressed.connect(self._search_or_next)
         self.search_box.textChanged.connect(lambda t: self.refresh() if not t else None)
         self._searched = ""  # the query the list shows the sessions of
@@ -173,10 +176,13 @@ class HistoryWindow(QWidget):
         self.list.setHeaderLabels(list(COLUMNS))
         self.list.setRootIsDecorated(False)
         self.list.setAlternatingRowColors(True)
+        self.list.setAccessibleName("Sessions")
         self.list.currentItemChanged.connect(lambda *_: self._show_current())
         self.text = QPlainTextEdit(self)
         self.text.setReadOnly(True)
+        self.text.setAccessibleName("Transcript")
         self.found_label = QLabel(self)
+        self.found_label.setAccessibleName("Search places")
         self._shown: tuple[int, int] | None = None  # (session, words) the transcript shows
         self._follow = QTimer(self)
         self._follow.setInterval(FOLLOW_MS)
@@ -197,6 +203,11 @@ class HistoryWindow(QWidget):
         row.addWidget(rename)
         self.buttons["rename"] = rename
         QShortcut(QKeySequence(Qt.Key.Key_F2), self, self.rename_current)
+        QShortcut(QKeySequence(QKeySequence.StandardKey.Find), self, self._focus_search)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self.search_box, self.search_box.clear,
+                  context=Qt.ShortcutContext.WidgetShortcut)
+        QShortcut(QKeySequence(QKeySequence.StandardKey.Delete), self.list, self.delete_current,
+                  context=Qt.ShortcutContext.WidgetShortcut)
         delete = QPushButton("Delete", self)
         delete.clicked.connect(self.delete_current)
         row.addWidget(delete)
@@ -348,6 +359,10 @@ class HistoryWindow(QWidget):
         n = len(self._found)
         self.found_label.setText(f"{self._at + 1} of {n} places in this session" if n > 1
                                  else "1 place in this session")
+
+    def _focus_search(self) -> None:
+        self.search_box.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.search_box.selectAll()
 
     def _search_or_next(self) -> None:
         """Enter in the search box: search, or with the query searched already, the next place."""

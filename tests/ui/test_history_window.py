@@ -248,3 +248,31 @@ def test_the_transcript_of_a_session_being_recorded_follows_it(qtbot, tmp_path):
     qtbot.waitUntil(lambda: "w70." in win.text.toPlainText(), timeout=15_000)  # the timer reads it
     win.hide()
     assert not win._follow.isActive()
+
+
+def test_the_history_works_from_the_keyboard_and_names_its_parts(qtbot, tmp_path):
+    """Ctrl+F searches, Enter finds, Escape clears, Delete on the list deletes after asking; the
+    search box, the list and the transcript have accessible names."""
+    from PySide6.QtWidgets import QApplication
+
+    store, a, b = make_store(tmp_path)
+    asked: list[int] = []
+    win = HistoryWindow(store, confirm_delete=lambda info: asked.append(info.id) or True)
+    qtbot.addWidget(win)
+    win.show()
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow)
+    assert (win.search_box.accessibleName(), win.list.accessibleName(), win.text.accessibleName()) == (
+        "Search all sessions", "Sessions", "Transcript")
+    win.list.setFocus()
+    qtbot.keyClick(win.list, Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert QApplication.focusWidget() is win.search_box
+    qtbot.keyClicks(win.search_box, "krill")
+    qtbot.keyClick(win.search_box, Qt.Key.Key_Return)
+    assert win.session_ids() == [b]
+    qtbot.keyClick(win.search_box, Qt.Key.Key_Escape)
+    assert win.search_box.text() == "" and win.session_ids() == [b, a]
+    win.list.setFocus()
+    win.select_session(a)
+    qtbot.keyClick(win.list, Qt.Key.Key_Delete)
+    assert asked == [a] and win.session_ids() == [b]
