@@ -44,7 +44,7 @@ from captioner.errors import AudioDeviceError, ModelError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.recorder import SessionRecorder
-from captioner.transcript.store import SessionStore
+from captioner.transcript.store import SessionStore, session_title
 
 __all__ = ["capture_loop", "record_paths", "register", "run"]
 
@@ -161,6 +161,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(tagged 'system')")
     p.add_argument("--levels-only", action="store_true",
                    help="do not run the engine; only capture (and record) and show levels")
+    p.add_argument("--title", metavar="TEXT", help="the session's title in the history (default: listen (SOURCES))")
     p.add_argument("--no-save", action="store_true", help="do not record the session in the history")
     add_engine_options(p)
     p.set_defaults(func=run)
@@ -174,7 +175,7 @@ class _Captioner:
     """One engine stream per source, printing and recording every update as it comes."""
 
     def __init__(self, setup: EngineSetup, sources: tuple[Source, ...], paths: AppPaths, save: bool,
-                 labels: dict[Source, str], console: Console | None = None) -> None:
+                 labels: dict[Source, str], console: Console | None = None, title: str = "") -> None:
         self.setup = setup
         self.console = console or Console(sys.stdout, sys.stdout.isatty(), sys.stderr, sys.stderr)
         self.streams = {s: setup.engine.stream(setup.config, source=s) for s in sources}
@@ -189,7 +190,7 @@ class _Captioner:
             self.recorder = SessionRecorder.start(
                 SessionStore.open(paths.sessions_db), sources=sources, model=setup.engine.name,
                 provider=setup.engine.info().chosen, language=setup.config.language,
-                title=f"listen ({'+'.join(sources)})", settings=engine_snapshot(setup.config))
+                title=title or f"listen ({'+'.join(sources)})", settings=engine_snapshot(setup.config))
 
     def _handle(self, update: EngineUpdate | None, final: bool = False) -> None:
         if update is None or update.is_empty:
@@ -265,7 +266,8 @@ def _open_captioner(args: argparse.Namespace, paths: AppPaths, sources: tuple[So
         return None
     transcripts = load_settings(paths.settings_file)[0].transcripts  # problems were logged by open_engine
     labels: dict[Source, str] = {"mic": transcripts.label_mic, "system": transcripts.label_system}
-    return _Captioner(setup, sources, paths, save=not args.no_save, labels=labels, console=console)
+    return _Captioner(setup, sources, paths, save=not args.no_save, labels=labels, console=console,
+                      title=args.title or "")
 
 
 def run(args: argparse.Namespace, paths: AppPaths) -> int:
@@ -275,6 +277,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         AudioDeviceError: a device could not be opened, or (``--seconds``) one was lost and did not
             come back, after everything captured was saved.
     """
+    session_title(args.title or "")  # a bad title is refused before any device opens
     device: str | int | None = args.device
     if isinstance(device, str) and device.strip().isdigit():
         device = int(device)

@@ -58,7 +58,7 @@ from captioner.transcript.export import (
     render_json,
 )
 from captioner.transcript.recorder import SessionRecorder
-from captioner.transcript.store import SessionStore
+from captioner.transcript.store import SessionStore, session_title
 
 __all__ = ["register"]
 
@@ -76,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--realtime", action="store_true", help="feed the audio at real-time pace (as a live source)")
     for fmt in ("srt", "vtt", "txt", "json"):
         p.add_argument(f"--{fmt}", type=Path, metavar="FILE", help=f"write the transcript as {fmt.upper()}")
+    p.add_argument("--title", metavar="TEXT", help="the session's title in the history (default: the file's name)")
     p.add_argument("--no-save", action="store_true", help="do not record the session in the history")
     p.set_defaults(func=_run)
 
@@ -180,6 +181,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     if not args.no_save:
         paths.ensure()  # the app's folders (an export may go there)
     check_targets([target for _, target in _targets(args)])
+    session_title(args.title or "")  # a bad title is refused before any work
     audio, audio_s = _load(args.audio)
     # a fresh machine installs the default model; paced as a live source, no round waits for a session
     setup = open_engine(args, paths, install_missing=True, open_sessions=args.realtime)
@@ -198,7 +200,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     recorder = None
     if not args.no_save:  # recorded as it happens: an interrupted run keeps what was shown
         recorder = SessionRecorder.start(SessionStore.open(paths.sessions_db), model=engine.name,
-                                         provider=info.chosen, language=language, title=args.audio.name,
+                                         provider=info.chosen, language=language, title=args.title or args.audio.name,
                                          settings=engine_snapshot(setup.config))
     rounds: list[RoundStats] = []
     gaps: list[tuple[float, float]] = []

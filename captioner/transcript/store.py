@@ -48,7 +48,7 @@ from captioner.errors import StorageError
 from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
 from captioner.transcript.cues import Gap, merge_sources, normalize_text
 
-__all__ = ["MAX_TITLE", "SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "phrase_at", "search_terms"]
+__all__ = ["MAX_TITLE", "SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "phrase_at", "search_terms", "session_title"]
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,18 @@ def _now_iso() -> str:
 def _fold(text: str) -> str:
     """Case- and punctuation-insensitive form of a word for phrase matching."""
     return "".join(ch for ch in text.casefold() if ch.isalnum())
+
+
+def session_title(text: str) -> str:
+    """A session's title as stored: one line, spaces collapsed.
+
+    Raises:
+        StorageError: it is longer than :data:`MAX_TITLE` characters.
+    """
+    title = " ".join(text.split())
+    if len(title) > MAX_TITLE:
+        raise StorageError(f"a session's title is at most {MAX_TITLE} characters; this one has {len(title)}")
+    return title
 
 
 def search_terms(text: str) -> list[str]:
@@ -289,9 +301,13 @@ class SessionStore:
             provider: the execution provider running it.
             language: the transcription language.
             settings: JSON-serialisable snapshot (``storage.settings.to_dict(settings)``).
-            title: optional title.
+            title: optional title (:func:`session_title`).
             started_at: UTC ISO 8601 time; default now.
+
+        Raises:
+            StorageError: the title is too long (:func:`session_title`).
         """
+        title = session_title(title)
         bad = [s for s in sources if s not in SOURCES]
         if bad or not sources:
             raise ValueError(f"sources must be a non-empty subset of {SOURCES}, not {tuple(sources)!r}")
@@ -394,9 +410,7 @@ class SessionStore:
             StorageError: there is no session with this id, or the title is longer than
                 :data:`MAX_TITLE` characters.
         """
-        title = " ".join(title.split())
-        if len(title) > MAX_TITLE:
-            raise StorageError(f"a session's title is at most {MAX_TITLE} characters; this one has {len(title)}")
+        title = session_title(title)
         self.get_session(session_id)
         with self._transaction() as conn:
             conn.execute("UPDATE sessions SET title = ? WHERE id = ?", (title, session_id))

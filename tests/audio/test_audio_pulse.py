@@ -280,7 +280,7 @@ def test_listen_captions_system_audio_with_the_engine(pulse_server: PulseServer,
     env = dict(_cli_env(pulse_server), CAPTIONER_HOME=str(home))
     server = PulseServer(env, pulse_server.runtime, pulse_server.log)
     lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "8", "--model", str(tiny_pack.root),
-                                       "--provider", "cpu", "--step", "1"],
+                                       "--provider", "cpu", "--step", "1", "--title", "Team call"],
                     _play(pulse_server, ("testsink", signals["speech"])))  # fmt: skip
     out = _text(lines)
     assert "Traceback" not in out
@@ -290,5 +290,6 @@ def test_listen_captions_system_audio_with_the_engine(pulse_server: PulseServer,
     done = subprocess.run([sys.executable, "-m", "captioner", "sessions", "show", "1"], env=env,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("session 1: Team call\n"), done.stdout
     first_words = printed[0].split("] ", 1)[1].split()[:2]
     assert " ".join(first_words) in done.stdout.replace("\n", " "), (printed[0], done.stdout)

@@ -22,3 +22,12 @@ def test_a_listen_that_cannot_capture_leaves_no_session(real_tiny_en_pack, tmp_p
     assert "Traceback" not in done.stderr
     with SessionStore.open(AppPaths.default(home).sessions_db) as store:
         assert store.list_sessions() == []
+
+
+def test_a_title_too_long_is_refused_before_any_device_opens(tmp_path, capsys) -> None:
+    from captioner import cli
+
+    home = AppPaths.default(tmp_path / "home")
+    assert cli.run(["listen", "--levels-only", "--seconds", "1", "--title", "x" * 201], home) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "captioner: error: a session's title is at most 200 characters; this one has 201"

@@ -21,8 +21,20 @@ def test_a_bad_export_path_fails_before_any_work(tiny_pack, reading: Path, tmp_p
         out = capsys.readouterr()
         assert code == 2 and why in out.err and out.err.count("\n") == 1, out.err
         assert out.out == "" and "transcribing" not in out.err  # the engine never started
+    code = cli.run(["transcribe", str(reading), "--model", str(tiny_pack.root), "--title", "x" * 201], home)
+    out = capsys.readouterr()
+    assert code == 2 and "title is at most 200 characters" in out.err and "transcribing" not in out.err
     with SessionStore.open(home.sessions_db) as store:
         assert store.list_sessions() == []
+
+
+def test_a_title_names_the_session(tiny_pack, reading: Path, tmp_path: Path, capsys) -> None:
+    home = AppPaths.default(tmp_path / "home")
+    assert cli.run(["transcribe", str(reading), "--model", str(tiny_pack.root), "--title", "Lecture 3:\n  Fourier"],
+                   home) == 0
+    capsys.readouterr()
+    with SessionStore.open(home.sessions_db) as store:
+        assert [s.title for s in store.list_sessions()] == ["Lecture 3: Fourier"]
 
 
 def test_summary_is_one_line_for_people_and_the_engine_counters_need_verbose(real_tiny_en_pack, reading: Path,
