@@ -135,13 +135,16 @@ def _fold(text: str) -> str:
     return "".join(ch for ch in text.casefold() if ch.isalnum())
 
 
-def session_title(text: str) -> str:
-    """A session's title as stored: one line, spaces collapsed.
+def session_title(text: str, *, cut: bool = False) -> str:
+    """A session's title as stored: one line, spaces collapsed; with ``cut``, one longer than
+    :data:`MAX_TITLE` characters is shortened (ending "…"), as a file's name is.
 
     Raises:
-        StorageError: it is longer than :data:`MAX_TITLE` characters.
+        StorageError: it is longer than :data:`MAX_TITLE` characters (without ``cut``).
     """
     title = " ".join(text.split())
+    if len(title) > MAX_TITLE and cut:
+        return title[: MAX_TITLE - 1] + "…"
     if len(title) > MAX_TITLE:
         raise StorageError(f"a session's title is at most {MAX_TITLE} characters; this one has {len(title)}")
     return title
@@ -301,13 +304,11 @@ class SessionStore:
             provider: the execution provider running it.
             language: the transcription language.
             settings: JSON-serialisable snapshot (``storage.settings.to_dict(settings)``).
-            title: optional title (:func:`session_title`).
+            title: optional title (:func:`session_title`; a long one is cut: a file's name may be
+                longer than a title, and a session must not fail to begin for it).
             started_at: UTC ISO 8601 time; default now.
-
-        Raises:
-            StorageError: the title is too long (:func:`session_title`).
         """
-        title = session_title(title)
+        title = session_title(title, cut=True)
         bad = [s for s in sources if s not in SOURCES]
         if bad or not sources:
             raise ValueError(f"sources must be a non-empty subset of {SOURCES}, not {tuple(sources)!r}")

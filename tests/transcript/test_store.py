@@ -247,3 +247,16 @@ def test_in_memory_store_has_the_same_interface(tmp_path: Path) -> None:
 def test_bad_sources_are_rejected(store: SessionStore) -> None:
     with pytest.raises(ValueError, match="sources"):
         store.begin_session(sources=("speaker",))  # type: ignore[arg-type]
+
+
+def test_a_title_is_one_line_and_a_long_one_is_cut_when_a_session_begins(store: SessionStore) -> None:
+    from captioner.errors import StorageError
+    from captioner.transcript.store import MAX_TITLE
+
+    sid = store.begin_session(title="  a   file\nname.wav ")
+    assert store.get_session(sid).title == "a file name.wav"
+    long = store.begin_session(title="y" * 300 + ".wav")  # a file's name: the session still begins
+    assert store.get_session(long).title == "y" * (MAX_TITLE - 1) + "…"
+    with pytest.raises(StorageError, match="at most 200 characters"):
+        store.set_title(sid, "z" * 201)  # what a person types is refused, not cut
+    assert store.get_session(sid).title == "a file name.wav"
