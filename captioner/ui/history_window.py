@@ -4,8 +4,9 @@ export, delete.
 A search lists the sessions whose title says it, then those where the words were said, each with
 the time and words of its first place; the transcript of the one opened has every place
 highlighted and is scrolled to the first, and Enter again (or F3) goes to the next. The transcript
-of a session this app is recording follows it (every :data:`FOLLOW_MS`, kept at the bottom where the
-reader is at the bottom, left alone while text is selected). Everything works from the keyboard:
+of a session this app is recording follows it, and a session begun meanwhile is listed (every
+:data:`FOLLOW_MS`; the transcript kept at the bottom where the reader is at the bottom, left alone
+while text is selected). Everything works from the keyboard:
 Ctrl+F searches, Escape clears the search, F2 renames, Delete deletes (after asking), and each part
 has a name a screen reader says.
 
@@ -305,9 +306,17 @@ class HistoryWindow(QWidget):
         self._mark(found_spans(self.text.toPlainText(), query, list((labels or {}).values())) if query else [])
 
     def follow_recording(self) -> None:
-        """Read the open transcript again when it is a session this store is recording and it has
-        new words: at the bottom if the reader was there, else where the reader was; not while
-        text is selected (a search's place included), which reading again would lose."""
+        """List a session begun since (without a search), the one open staying open; read the open
+        transcript again when it is a session this store is recording and it has new words: at
+        the bottom if the reader was there, else where the reader was; not while text is selected
+        (a search's place included), which reading again would lose."""
+        if not self._searched:
+            newest = self._store.list_sessions(limit=1)
+            if newest and newest[0].id not in self.session_ids():
+                current = self.current_session()
+                self.refresh()
+                if current is not None:
+                    self.select_session(current)
         sid = self.current_session()
         if sid is None or not self._store.recording(sid) or self.text.textCursor().hasSelection():
             return

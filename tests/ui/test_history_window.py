@@ -246,6 +246,9 @@ def test_the_transcript_of_a_session_being_recorded_follows_it(qtbot, tmp_path):
     assert "w70." not in win.text.toPlainText()  # a selection is not lost
     win.text.moveCursor(win.text.textCursor().MoveOperation.End)
     qtbot.waitUntil(lambda: "w70." in win.text.toPlainText(), timeout=15_000)  # the timer reads it
+    other = store.begin_session(started_at="2026-03-02T11:00:00+00:00")  # the app starts another
+    win.follow_recording()
+    assert win.session_ids() == [other, sid] and win.current_session() == sid  # listed; the open one stays
     win.hide()
     assert not win._follow.isActive()
 
