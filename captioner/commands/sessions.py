@@ -134,7 +134,8 @@ def _show(store: SessionStore, session_id: int, *, timestamps: bool) -> int:
     info = store.get_session(session_id)
     print(_describe(info))
     print()
-    text = render_txt(store.session_words(session_id), timestamps=timestamps, gaps=store.session_gaps(session_id))
+    text = render_txt(store.session_words(session_id), timestamps=timestamps, gaps=store.session_gaps(session_id),
+                      marks=store.session_marks(session_id))
     print(fit_terminal(sys.stdout, text.rstrip("\n")) or "(no words)")  # a terminal: wrapped between words
     return 0
 

@@ -103,8 +103,25 @@ def _migrate_2(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+_MARKS_SCHEMA = """
+CREATE TABLE marks (
+    id INTEGER PRIMARY KEY,
+    session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+    at_ms INTEGER NOT NULL,
+    note TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX marks_session ON marks(session_id);
+"""
+
+
+def _migrate_3(conn: sqlite3.Connection) -> None:
+    """Schema 3: ``marks``, the moments the user marked ("Mark this moment"); a new table, as 2's."""
+    for statement in _statements(_MARKS_SCHEMA):
+        conn.execute(statement)
+
+
 # Migration i brings a store from schema i to i + 1 (run inside one transaction each).
-MIGRATIONS = (_migrate_1, _migrate_2)
+MIGRATIONS = (_migrate_1, _migrate_2, _migrate_3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

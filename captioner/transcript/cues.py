@@ -155,6 +155,19 @@ class Gap:
 
 
 @dataclass(frozen=True, slots=True)
+class Mark:
+    """A moment the user marked in a session ("Mark this moment"): a bookmark in its transcript.
+
+    Attributes:
+        at: the moment on the session's audio clock, seconds.
+        note: what the user said about it ("" for none).
+    """
+
+    at: float
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class _Piece:
     """A word ready for layout: normalised text, integer ms, and whether it glues to the previous
     piece (the 2nd+ piece of a word longer than a line)."""

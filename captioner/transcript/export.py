@@ -14,13 +14,16 @@ emoji are written as they are, in UTF-8 without a BOM.
 
 Gaps (audio the engine skipped because it fell behind real time, :class:`~captioner.transcript.cues.Gap`)
 are shown, never hidden: a ``[…]`` cue in SRT/WebVTT, a paragraph ``[… 4.2 s not transcribed]`` in
-plain text, and a ``"gaps"`` list in JSON.
+plain text, and a ``"gaps"`` list in JSON. Marked moments (:class:`~captioner.transcript.cues.Mark`)
+are a line of their own in plain text (``★ Marked at 00:12:34``), a ``"marks"`` list in JSON and a
+``NOTE`` comment in WebVTT.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -33,6 +36,7 @@ from captioner.transcript.cues import (
     Cue,
     CueOptions,
     Gap,
+    Mark,
     build_cues,
     ends_sentence,
     merge_with_gaps,
@@ -42,6 +46,7 @@ from captioner.transcript.store import SessionStore
 
 __all__ = [
     "EXPORT_FORMATS",
+    "MARK_TEXT",
     "ExportFormat",
     "atomic_write_text",
     "export_session",
@@ -49,6 +54,8 @@ __all__ = [
     "format_from_path",
     "gap_to_json",
     "length_text",
+    "mark_line",
+    "mark_to_json",
     "render_json",
     "render_srt",
     "render_txt",
@@ -56,6 +63,7 @@ __all__ = [
     "srt_cue",
     "srt_time",
     "vtt_cue",
+    "vtt_note",
     "vtt_time",
     "word_to_json",
 ]
@@ -69,6 +77,7 @@ PARAGRAPH_LONG_MS = 30_000  # a paragraph this long ends at a sentence end follo
 PARAGRAPH_BREATH_MS = 500  # ... a pause at least this long
 PARAGRAPH_MAX_MS = 45_000  # a paragraph this long ends at the next sentence end
 VTT_HEADER = "WEBVTT\n\n"
+MARK_TEXT = "★ Marked"  # a marked moment in text transcripts and WebVTT notes
 
 
 def _clock(ms: int, sep: str) -> str:
@@ -127,9 +136,23 @@ def render_srt(cues: Iterable[Cue]) -> str:
     return "".join(srt_cue(i, cue) for i, cue in enumerate(cues, start=1))
 
 
-def render_vtt(cues: Iterable[Cue]) -> str:
-    """A complete WebVTT file."""
-    return VTT_HEADER + "".join(vtt_cue(cue) for cue in cues)
+def render_vtt(cues: Iterable[Cue], marks: Iterable[Mark] = ()) -> str:
+    """A complete WebVTT file; each marked moment a ``NOTE`` block (a comment: players show
+    nothing, a reader of the file sees it) before the first cue that starts after it."""
+    pending = sorted(marks, key=lambda m: m.at)
+    blocks = [VTT_HEADER]
+    for cue in cues:
+        while pending and round(pending[0].at * 1000) < cue.start_ms:
+            blocks.append(vtt_note(pending.pop(0)))
+        blocks.append(vtt_cue(cue))
+    return "".join(blocks + [vtt_note(m) for m in pending])
+
+
+def vtt_note(mark: Mark) -> str:
+    """A marked moment as a WebVTT comment block (no ``-->`` and no blank line inside, as a NOTE
+    must not have)."""
+    note = f": {normalize_text(mark.note).replace('-->', '->')}" if mark.note else ""
+    return f"NOTE {MARK_TEXT} at {vtt_time(round(mark.at * 1000))}{note}\n\n"
 
 
 def render_txt(
@@ -138,6 +161,7 @@ def render_txt(
     timestamps: bool = False,
     labels: Mapping[str, str] | None = None,
     gaps: Iterable[Gap] = (),
+    marks: Iterable[Mark] = (),
 ) -> str:
     """Plain text in paragraphs: a new paragraph after a silence of 2 s or a change of source, and
     in continuous speech after a sentence once the paragraph is 30 s long and the speaker breathes
@@ -149,6 +173,8 @@ def render_txt(
         timestamps: start each paragraph with ``[HH:MM:SS]`` (audio clock).
         labels: source -> label; None = label only when there are two sources ("You"/"Others").
         gaps: skipped audio; each is a paragraph of its own, ``[… 4.2 s not transcribed]``.
+        marks: moments the user marked; each is a line of its own after the paragraph it falls in
+            (a sentence is not cut in two): :func:`mark_line`.
     """
     items = merge_with_gaps((w for w in words if not w.speculative), gaps)
     merged = [w for w in items if isinstance(w, Word)]
@@ -156,16 +182,17 @@ def render_txt(
         sources = {w.source for w in merged}
         opts = CueOptions()
         labels = {s: opts.label(s) for s in sources} if len(sources) > 1 else {}
-    paragraphs: list[str] = []
+    paragraphs: list[tuple[float, str]] = []  # (start, text)
     para: list[str] = []
+    para_start = 0.0
     prev: Word | None = None
     first: Word | None = None  # the paragraph's first word
     for word in items:
         if isinstance(word, Gap):
             if para:
-                paragraphs.append(" ".join(para))
+                paragraphs.append((para_start, " ".join(para)))
             stamp = f"[{_clock(round(word.start * 1000), ',')[:8]}] " if timestamps else ""
-            paragraphs.append(f"{stamp}[… {word.seconds:.1f} s not transcribed]")
+            paragraphs.append((word.start, f"{stamp}[… {word.seconds:.1f} s not transcribed]"))
             para, prev = [], None
             continue
         text = normalize_text(word.text)
@@ -174,15 +201,34 @@ def render_txt(
         if prev is None or word.source != prev.source or _new_paragraph(first, prev, word):
             first = word
             if para:
-                paragraphs.append(" ".join(para))
-            para = [f"[{_clock(round(word.start * 1000), ',')[:8]}]"] if timestamps else []
+                paragraphs.append((para_start, " ".join(para)))
+            para, para_start = ([f"[{_clock(round(word.start * 1000), ',')[:8]}]"] if timestamps else []), word.start
             if labels.get(word.source):
                 para.append(f"{labels[word.source]}:")
         para.append(text)
         prev = word
     if para:
-        paragraphs.append(" ".join(para))
-    return "\n\n".join(paragraphs) + ("\n" if paragraphs else "")
+        paragraphs.append((para_start, " ".join(para)))
+    out: list[str] = []
+    pending = sorted(marks, key=lambda m: m.at)
+    for i, (_, text) in enumerate(paragraphs):
+        if i == 0:  # marks before any speech
+            while pending and pending[0].at < paragraphs[0][0]:
+                out.append(mark_line(pending.pop(0), timestamps))
+        out.append(text)
+        after = paragraphs[i + 1][0] if i + 1 < len(paragraphs) else math.inf
+        while pending and pending[0].at < after:
+            out.append(mark_line(pending.pop(0), timestamps))
+    out += [mark_line(m, timestamps) for m in pending]
+    return "\n\n".join(out) + ("\n" if out else "")
+
+
+def mark_line(mark: Mark, timestamps: bool = False) -> str:
+    """A marked moment as the text transcript shows it: ``[00:12:34] ★ Marked`` (or ``★ Marked at
+    00:12:34`` without timestamps), its note after a colon."""
+    clock = _clock(round(mark.at * 1000), ",")[:8]
+    note = f": {mark.note}" if mark.note else ""
+    return f"[{clock}] {MARK_TEXT}{note}" if timestamps else f"{MARK_TEXT} at {clock}{note}"
 
 
 def _new_paragraph(first: Word | None, prev: Word, word: Word) -> bool:
@@ -207,20 +253,28 @@ def word_to_json(word: Word) -> dict[str, Any]:
     }
 
 
+def mark_to_json(mark: Mark) -> dict[str, Any]:
+    """A marked moment as in JSON exports: seconds on the audio clock, and its note."""
+    return {"at": round(mark.at, 3), "note": mark.note}
+
+
 def gap_to_json(gap: Gap) -> dict[str, Any]:
     """A gap (skipped audio) as in JSON exports and ``captioner transcribe --json``."""
     return {"start": round(gap.start, 3), "end": round(gap.end, 3), "source": gap.source}
 
 
-def render_json(words: Iterable[Word], session: Mapping[str, Any] | None = None, gaps: Iterable[Gap] = ()) -> str:
-    """``{"version": 1, "session": {...}, "words": [...], "gaps": [...]}``; committed words only, in
-    time order; ``gaps`` the audio skipped because the engine fell behind (placed as in the cues)."""
+def render_json(words: Iterable[Word], session: Mapping[str, Any] | None = None, gaps: Iterable[Gap] = (),
+                marks: Iterable[Mark] = ()) -> str:
+    """``{"version": 1, "session": {...}, "words": [...], "gaps": [...], "marks": [...]}``; committed
+    words only, in time order; ``gaps`` the audio skipped because the engine fell behind (placed as
+    in the cues); ``marks`` the moments the user marked, in time order."""
     items = merge_with_gaps((w for w in words if not w.speculative), gaps)
     doc: dict[str, Any] = {"version": 1}
     if session is not None:
         doc["session"] = dict(session)
     doc["words"] = [word_to_json(w) for w in items if isinstance(w, Word)]
     doc["gaps"] = [gap_to_json(g) for g in items if isinstance(g, Gap)]
+    doc["marks"] = [mark_to_json(m) for m in sorted(marks, key=lambda m: m.at)]
     return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
 
 
@@ -243,6 +297,7 @@ def export_words(
     timestamps: bool = False,
     session: Mapping[str, Any] | None = None,
     gaps: Sequence[Gap] = (),
+    marks: Sequence[Mark] = (),
 ) -> Path:
     """Write ``words`` to ``path`` in ``fmt`` (default: from the suffix), atomically.
 
@@ -254,6 +309,9 @@ def export_words(
         timestamps: TXT only: a timestamp before each paragraph.
         session: JSON only: metadata to include under ``"session"``.
         gaps: audio the engine skipped (``SessionStore.session_gaps``), shown in every format.
+        marks: moments the user marked (``SessionStore.session_marks``): a line in text, a list in
+            JSON, a ``NOTE`` in WebVTT; SRT, which has no comments, leaves them out (a subtitle
+            file is for watching).
 
     Raises:
         StorageError: the file cannot be written (the target is left as it was).
@@ -262,14 +320,14 @@ def export_words(
     if fmt == "srt":
         text = render_srt(build_cues(words, options, gaps=gaps))
     elif fmt == "vtt":
-        text = render_vtt(build_cues(words, options, gaps=gaps))
+        text = render_vtt(build_cues(words, options, gaps=gaps), marks)
     elif fmt == "txt":
         labels = None
         if options is not None and len({w.source for w in words if not w.speculative}) > 1:
             labels = {"mic": options.label("mic"), "system": options.label("system")}
-        text = render_txt(words, timestamps=timestamps, labels=labels, gaps=gaps)
+        text = render_txt(words, timestamps=timestamps, labels=labels, gaps=gaps, marks=marks)
     elif fmt == "json":
-        text = render_json(words, session, gaps)
+        text = render_json(words, session, gaps, marks)
     else:
         raise StorageError(f"unknown export format {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
     atomic_write_text(Path(path), text)
@@ -287,8 +345,8 @@ def export_session(
     timestamps: bool = False,
 ) -> Path:
     """Write one stored session to ``path``: its words as it stands (final words; for a session that
-    never ended, the words its captions showed last: :meth:`SessionStore.session_words`) and gaps,
-    and its details in JSON.
+    never ended, the words its captions showed last: :meth:`SessionStore.session_words`), gaps and
+    marks, and its details in JSON.
 
     The one export of a recorded session, used by the app's tray, the history window and
     ``captioner sessions export``; arguments as for :func:`export_words`.
@@ -298,7 +356,8 @@ def export_session(
     """
     info = store.get_session(session_id)
     return export_words(store.session_words(session_id), path, fmt, options=options,
-                        timestamps=timestamps, session=info.to_json(), gaps=store.session_gaps(session_id))
+                        timestamps=timestamps, session=info.to_json(), gaps=store.session_gaps(session_id),
+                        marks=store.session_marks(session_id))
 
 
 def atomic_write_text(path: Path, text: str) -> None:

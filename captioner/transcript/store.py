@@ -11,6 +11,8 @@ Layout (``PRAGMA user_version`` = schema version, upgraded by :data:`_MIGRATIONS
 * ``words_fts``: an FTS5 index over committed words (when SQLite has FTS5; else ``LIKE``).
 * ``gaps`` (schema 2): (session_id, source, start_ms, end_ms), audio the engine skipped undecoded
   because it fell behind real time (``EngineUpdate.gap``); exports show a gap marker there.
+* ``marks`` (schema 3): (session_id, at_ms, note), the moments the user marked; exports and the
+  history show them.
 
 Durability: WAL journal. Each :meth:`SessionStore.apply` is one transaction, so a killed process
 loses nothing that returned from ``apply`` (SQLite has written it to the WAL in the OS's cache).
@@ -46,7 +48,7 @@ from typing import Any, cast
 from captioner.core import SOURCES, EngineUpdate, Source, Word
 from captioner.errors import StorageError
 from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
-from captioner.transcript.cues import Gap, merge_sources, normalize_text
+from captioner.transcript.cues import Gap, Mark, merge_sources, normalize_text
 
 __all__ = ["MAX_TITLE", "SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "phrase_at", "search_terms", "session_title"]
 
@@ -512,6 +514,25 @@ class SessionStore:
     def _unended(self, session_id: int) -> bool:
         """True when the session exists and was never ended (``end_session``)."""
         return bool(self._query("SELECT 1 FROM sessions WHERE id = ? AND ended_at IS NULL", (session_id,)))
+
+    def add_mark(self, session_id: int, at_s: float, note: str = "") -> Mark:
+        """Mark a moment of a session (its audio clock, seconds); returns the mark as stored.
+
+        Raises:
+            StorageError: there is no session with this id, or the disk refuses the write.
+        """
+        self.get_session(session_id)
+        mark = Mark(_ms(at_s) / 1000, " ".join(note.split()))
+        with self._transaction() as conn:
+            conn.execute("INSERT INTO marks (session_id, at_ms, note) VALUES (?, ?, ?)",
+                         (session_id, _ms(at_s), mark.note))
+        logger.info("session %d: marked %.1f s", session_id, mark.at)
+        return mark
+
+    def session_marks(self, session_id: int) -> list[Mark]:
+        """The moments marked in the session, in time order."""
+        rows = self._query("SELECT at_ms, note FROM marks WHERE session_id = ? ORDER BY at_ms, id", (session_id,))
+        return [Mark(at / 1000, note) for at, note in rows]
 
     def session_gaps(self, session_id: int) -> list[Gap]:
         """The audio the engine skipped in the session (it fell behind real time), in time order."""

@@ -51,7 +51,7 @@ from PySide6.QtWidgets import (
 
 from captioner.errors import CaptionerError
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import export_session, length_text, render_txt
+from captioner.transcript.export import MARK_TEXT, export_session, length_text, render_txt
 from captioner.transcript.store import (
     MAX_TITLE,
     SearchHit,
@@ -88,7 +88,7 @@ def found_spans(text: str, query: str, labels: Sequence[str] = ()) -> list[tuple
     as :func:`~captioner.transcript.export.render_txt` writes it with timestamps: its words, matched
     by the store's search rule (:func:`~captioner.transcript.store.phrase_at`) within one speaker's
     words across paragraphs, not its timestamps, its source labels (``labels``: "You", "Others")
-    or its gaps' notes."""
+    or its gaps' and marks' lines."""
     terms = search_terms(query)
     if not terms:
         return []
@@ -100,7 +100,7 @@ def found_spans(text: str, query: str, labels: Sequence[str] = ()) -> list[tuple
         pos += len(line) + 1
         if stamp := _STAMP.match(body):
             at, body = at + stamp.end(), body[stamp.end():]
-        if body.startswith("[… "):  # "[… 4.2 s not transcribed]"
+        if body.startswith(("[… ", MARK_TEXT)):  # "[… 4.2 s not transcribed]", "★ Marked"
             continue
         label, colon, rest = body.partition(": ")
         if colon and label in labels:
@@ -300,7 +300,8 @@ class HistoryWindow(QWidget):
         labels = None
         if len({w.source for w in words}) > 1:
             labels = {"mic": self._cues.label_mic, "system": self._cues.label_system}
-        self.text.setPlainText(render_txt(words, timestamps=True, labels=labels, gaps=self._store.session_gaps(sid)))
+        self.text.setPlainText(render_txt(words, timestamps=True, labels=labels, gaps=self._store.session_gaps(sid),
+                                          marks=self._store.session_marks(sid)))
         self._shown = (sid, len(words))
         query = self._searched
         self._mark(found_spans(self.text.toPlainText(), query, list((labels or {}).values())) if query else [])

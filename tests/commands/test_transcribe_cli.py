@@ -60,7 +60,7 @@ def test_transcribe_json_is_the_session_export_document_plus_stats(real_tiny_en_
     assert cli.run(["sessions", "export", "1", "--json", str(exported)], home) == 0
     capsys.readouterr()
     a, b = json.loads(mine.read_text(encoding="utf-8")), json.loads(exported.read_text(encoding="utf-8"))
-    assert set(a) - {"stats"} == set(b) == {"version", "session", "words", "gaps"}
+    assert set(a) - {"stats"} == set(b) == {"version", "session", "words", "gaps", "marks"}
     assert a["words"] == b["words"] and len(a["words"]) == 48
     assert a["session"] == b["session"] and a["session"]["title"] == reading.name
 
