@@ -33,8 +33,8 @@ from captioner.errors import CaptionerError, ModelError
 from captioner.models.install import first_installed_pack, list_packs
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import Settings, load_settings, save_settings, to_dict
-from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import export_session, export_words, render_txt
+from captioner.transcript.cues import CueOptions, Mark
+from captioner.transcript.export import MARK_TEXT, export_session, export_words, length_text, render_txt
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore
 from captioner.ui.caption_bar import CaptionBar
@@ -59,7 +59,7 @@ _PREPARING = "preparing the NPU (first start)"  # the tray's state while the mod
 STOP_TIMEOUT_MS = 15_000  # give up waiting for the worker after this (committed words are stored)
 NO_TRAY_HINT = ("this desktop has no system tray: right-click the caption bar for the menu; "
                 "'captioner --toggle' (or the global shortcut) shows and hides the bar")
-ACTION_NAMES = {"toggle": "shows/hides the captions", "pause": "pauses/resumes"}
+ACTION_NAMES = {"toggle": "shows/hides the captions", "pause": "pauses/resumes", "mark": "marks this moment"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +254,7 @@ class CaptionerApp(QObject):
             dataclasses.replace(self.settings, engine=dataclasses.replace(self.settings.engine, provider=p))))
         t.save_requested.connect(self.save_transcript)
         t.copy_requested.connect(self.copy_transcript)
+        t.mark_requested.connect(self.mark_moment)
         t.open_folder_requested.connect(self.open_transcripts_folder)
         t.history_requested.connect(self.show_history)
         t.settings_requested.connect(self.show_settings)
@@ -311,6 +312,8 @@ class CaptionerApp(QObject):
             self.toggle_captions()
         elif action == "pause":
             self.set_paused(not self.paused)
+        elif action == "mark":
+            self.mark_moment()
 
     def _installed_models(self) -> list[str]:
         return [p.name for p in list_packs(self.paths) if p.pack is not None]
@@ -682,6 +685,21 @@ class CaptionerApp(QObject):
         self.tray.show_info("Transcript saved", str(out))
         return out
 
+    def mark_moment(self, note: str = "") -> Mark | None:
+        """Mark this moment of the session (the audio just heard): a bookmark in its transcript,
+        said on the bar's badge ("★ marked 12:34") where the eyes are, since the shortcut is
+        pressed in another window; returns the mark."""
+        if self.session_id is None or self.recorder is None or self._worker is None:
+            self.tray.show_error("Nothing to mark", "No session is being captioned.")
+            return None
+        try:
+            mark = self.recorder.store.add_mark(self.session_id, self._worker.audio_clock_s(), note)
+        except CaptionerError as exc:
+            self.tray.show_error("Not marked", str(exc))
+            return None
+        self.bar.show_notice(f"{MARK_TEXT.lower()} {length_text(round(mark.at * 1000))}")
+        return mark
+
     def copy_transcript(self) -> str | None:
         """Put the current session's text on the clipboard, as a TXT export writes it, with the
         words the bar shows dimmed too (what was just said); returns the text."""
@@ -712,6 +730,7 @@ class CaptionerApp(QObject):
 
         Moved to memory, the session leaves the disk store and its live file is removed; moved
         back to disk, it gets a new live file (when the settings ask for one) with the words so far.
+        Its title, gaps and marks go with it.
         """
         if save == self.save_session:
             return
@@ -722,12 +741,20 @@ class CaptionerApp(QObject):
         old = self.recorder
         info = old.store.get_session(old.session_id)
         target = self.disk_store if save else SessionStore.in_memory()
-        new = self._start_recorder(target, info.sources, info.model, info.provider, info.language)
+        new = self._start_recorder(target, info.sources, info.model, info.provider, info.language, info.title)
         words = old.session_words(include_speculative=True)  # held-back words too (store refusing writes)
+        gaps = old.session_gaps()
         for source in info.sources:
             own = tuple(w for w in words if w.source == source)
             if own:
                 new.apply(EngineUpdate(0, own, source=source))
+            for gap in (g for g in gaps if g.source == source):
+                new.apply(EngineUpdate(0, (), source=source, gap=(gap.start, gap.end)))
+        try:
+            for mark in old.store.session_marks(old.session_id):
+                new.store.add_mark(new.session_id, mark.at, mark.note)
+        except CaptionerError as exc:  # the words moved; a mark the old store cannot give is lost, said
+            self.tray.show_error("Marks not moved", str(exc))
         old.discard()
         if old.store is not self.disk_store:
             old.store.close()
@@ -795,7 +822,7 @@ class CaptionerApp(QObject):
 
     # ------------------------------------------------------------------- quit
     def on_instance_message(self, command: str) -> None:
-        """A second start of the app sent ``command`` ("show", "quit", "toggle" or "pause")."""
+        """A second start of the app sent ``command`` ("show", "quit", "toggle", "pause" or "mark")."""
         if command == "show":
             self.show_captions()
         elif command == "quit":
@@ -804,6 +831,8 @@ class CaptionerApp(QObject):
             self.toggle_captions()
         elif command == "pause":
             self.set_paused(not self.paused)
+        elif command == "mark":
+            self.mark_moment()
 
     def _on_quit_after_timeout(self) -> None:
         logger.info("--quit-after: %.1f s are up", self.options.quit_after)

@@ -173,6 +173,9 @@ class CaptionWorker(QObject):
         self._finished_streams = False
         self._last_level = dict.fromkeys(self._streams, 0.0)
         self._open_failure: str | None = None  # the failure to open last reported (told once)
+        # the audio clock at a wall-clock time: (time.monotonic(), samples), set when the capture
+        # opens and as each block is fed; one tuple, replaced whole, so any thread may read it
+        self._clock_ref: tuple[float, int] | None = None
 
     # -------------------------------------------------------- thread-safe intents
     def request_stop(self) -> None:
@@ -184,12 +187,25 @@ class CaptionWorker(QObject):
         """Pause (stop capturing, sleep) or resume; any thread."""
         self._paused = paused
         if not paused:
+            ref = self._clock_ref  # the clock stood still while paused: it goes on from now
+            self._clock_ref = None if ref is None else (time.monotonic(), ref[1])
             self._wake.set()
 
     @property
     def stopping(self) -> bool:
         """True once a stop was requested."""
         return self._stop.is_set()
+
+    def audio_clock_s(self) -> float:
+        """The session's "now" on its audio clock, seconds: the end of the newest audio fed to the
+        engine (the later source's in "both" mode), and for a real-time capture that is not paused
+        the wall time since (the audio captured while the engine is being readied, or since the
+        last read, is coming); 0 before the capture opens. Any thread."""
+        ref = self._clock_ref
+        if ref is None:
+            return 0.0
+        since = time.monotonic() - ref[0] if self._realtime and not self._paused else 0.0
+        return ref[1] / SAMPLE_RATE + max(0.0, since)
 
     def lag_reports(self) -> dict[Source, LagReport]:
         """The lag of each source's stream so far (max, p95, seconds skipped); any thread."""
@@ -270,6 +286,7 @@ class CaptionWorker(QObject):
         try:
             capture = self._open_capture()
             capture.start()
+            self._clock_ref = (time.monotonic(), self._clock_ref[1] if self._clock_ref else 0)
         except CaptionerError as exc:
             if str(exc) != self._open_failure:
                 self._open_failure = str(exc)
@@ -317,6 +334,8 @@ class CaptionWorker(QObject):
                 logger.debug("block from %s ignored: no stream for it", block.source)
                 continue
             stream.feed(block.samples)
+            if self._clock_ref is None or block.end > self._clock_ref[1]:
+                self._clock_ref = (time.monotonic(), block.end)
             self._emit_level(block)
             if block.source not in fed:
                 fed.append(block.source)

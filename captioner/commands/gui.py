@@ -45,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--toggle", action="store_true",
                    help="show or hide the running captioner's caption bar (bind a desktop shortcut to it)")
     p.add_argument("--pause", action="store_true", help="pause or resume the running captioner")
+    p.add_argument("--mark", action="store_true",
+                   help="mark this moment in the running captioner's session (a bookmark in its transcript)")
     p.set_defaults(func=run)
 
 
@@ -78,10 +80,11 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     qapp.setQuitOnLastWindowClosed(False)
     qapp.setWindowIcon(app_icon())
     name = single_instance.server_name(paths.data)
-    command = "quit" if args.quit else "toggle" if args.toggle else "pause" if args.pause else "show"
+    command = ("quit" if args.quit else "toggle" if args.toggle else "pause" if args.pause
+               else "mark" if args.mark else "show")
     if single_instance.send(name, command):
         said = {"quit": "asked it to quit", "toggle": "showing or hiding its captions",
-                "pause": "pausing or resuming it", "show": "showing it"}
+                "pause": "pausing or resuming it", "mark": "marking this moment", "show": "showing it"}
         print(f"captioner is already running: {said[command]}")
         return 0
     if command != "show":

@@ -48,6 +48,7 @@ SPECULATIVE_ALPHA = 0.55  # opacity of speculative words relative to committed o
 EDGE_PX = 8  # logical px at the left/right edge that resize instead of move
 DEFAULT_WIDTH_FRACTION = 0.6  # of the screen width, when no geometry was saved
 MIN_WIDTH = 160  # logical px
+NOTICE_MS = 2500  # how long a notice stays on the badge
 
 
 class CaptionBar(QWidget):
@@ -81,6 +82,7 @@ class CaptionBar(QWidget):
         self._lag_s = 0.0
         self._lag_state = "ok"
         self._prepared: tuple[int, int] | None = None  # graphs compiled of all, while "preparing"
+        self._notice = ""  # a short message on the badge (a moment marked), while no lag is shown
         self._font = QFont()
         self._metrics = QFontMetricsF(self._font)
         self._text = CaptionText(self._measure)
@@ -103,6 +105,9 @@ class CaptionBar(QWidget):
         self._silence = QTimer(self)
         self._silence.setSingleShot(True)
         self._silence.timeout.connect(self.clear)
+        self._notice_timer = QTimer(self)
+        self._notice_timer.setSingleShot(True)
+        self._notice_timer.timeout.connect(lambda: self.show_notice(""))
 
         self.setAttribute(Qt.WidgetAttribute.WA_TranslucentBackground, True)
         self.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating, True)
@@ -179,6 +184,20 @@ class CaptionBar(QWidget):
         self._lag_s, self._lag_state = lag_s, state
         if shown_before != self.lag_visible or (changed and self.lag_visible):
             self._request_frame()
+
+    def show_notice(self, text: str, ms: int = NOTICE_MS) -> None:
+        """Show ``text`` on the badge for ``ms`` ("★ marked 12:34": a shortcut pressed in another
+        window gets its answer where the eyes are); a lag badge shown meanwhile has priority;
+        ``""`` hides it."""
+        self._notice = text
+        if text:
+            self._notice_timer.start(ms)
+        self._request_frame()
+
+    @property
+    def notice_text(self) -> str:
+        """The notice on the badge now ("" when none or while the lag badge is shown)."""
+        return "" if self.lag_visible else self._notice
 
     def set_preparing(self, done: int, total: int) -> None:
         """``done`` of ``total`` graphs compiled for the NPU: on the "preparing" badge."""
@@ -352,8 +371,8 @@ class CaptionBar(QWidget):
         for i, line in enumerate(self._lines):
             self._draw_line(p, line, pad.x(), top + i * spacing + ascent)
         p.setClipping(False)
-        if self.lag_visible:
-            self._draw_lag(p)
+        if self.lag_visible or self.notice_text:
+            self._draw_badge(p)
         p.end()
 
     def _color_for(self, tok: LinePiece) -> QColor:
@@ -383,15 +402,20 @@ class CaptionBar(QWidget):
             p.fillPath(path, color)
             x += QFontMetricsF(font).horizontalAdvance(tok.text) + space
 
-    def _draw_lag(self, p: QPainter) -> None:
+    def _draw_badge(self, p: QPainter) -> None:
         font = QFont(self._font)
         font.setPointSizeF(max(7.0, self._font.pointSizeF() * 0.45))
-        text = self.lag_text
+        text = self.lag_text or self.notice_text
         fm = QFontMetricsF(font)
         w, h = fm.horizontalAdvance(text) + 10, fm.height() + 4
         box = QRectF(self.width() - w - 6, 4, w, h)
         p.setPen(Qt.PenStyle.NoPen)
-        p.setBrush(QColor(70, 100, 150, 220) if self._lag_state in ("starting", "preparing") else QColor(200, 60, 40, 220))
+        if not self.lag_visible:  # a notice
+            p.setBrush(QColor(60, 120, 70, 220))
+        elif self._lag_state in ("starting", "preparing"):
+            p.setBrush(QColor(70, 100, 150, 220))
+        else:
+            p.setBrush(QColor(200, 60, 40, 220))
         p.drawRoundedRect(box, 4, 4)
         p.setPen(QColor(255, 255, 255))
         p.setFont(font)

@@ -8,7 +8,7 @@ Where the platform allows it:
   Xlib connection read on a thread of its own (with the Caps Lock and Num Lock variants grabbed
   too, so the shortcut works whatever their state).
 * **Wayland, macOS**: an application cannot grab keys there. :meth:`GlobalHotkeys.start` says so;
-  bind a desktop keyboard shortcut to ``captioner --toggle`` or ``captioner --pause`` instead (a
+  bind a desktop keyboard shortcut to ``captioner --toggle``, ``--pause`` or ``--mark`` instead (a
   second start hands those to the running app).
 
 A shortcut another program already holds is reported, not fatal; the app works without them (the
@@ -35,7 +35,7 @@ __all__ = ["DEFAULT_HOTKEYS", "GlobalHotkeys", "parse_hotkey"]
 logger = logging.getLogger(__name__)
 
 # action -> shortcut; the actions are those of the tray / bar menu
-DEFAULT_HOTKEYS: dict[str, str] = {"toggle": "Ctrl+Alt+C", "pause": "Ctrl+Alt+P"}
+DEFAULT_HOTKEYS: dict[str, str] = {"toggle": "Ctrl+Alt+C", "pause": "Ctrl+Alt+P", "mark": "Ctrl+Alt+M"}
 _MODIFIERS = ("ctrl", "alt", "shift", "super")
 
 
@@ -58,7 +58,7 @@ class GlobalHotkeys(QObject):
     """Listens for global shortcuts on a thread of its own and emits :attr:`triggered` with the action.
 
     Signals:
-        triggered(str): the action of the shortcut pressed ("toggle", "pause").
+        triggered(str): the action of the shortcut pressed ("toggle", "pause", "mark").
     """
 
     triggered = Signal(str)
@@ -78,7 +78,7 @@ class GlobalHotkeys(QObject):
             backend = _X11Backend()
         else:
             return ("global shortcuts are not possible here (Wayland or macOS): bind a desktop keyboard "
-                    "shortcut to 'captioner --toggle' or 'captioner --pause' instead")
+                    "shortcut to 'captioner --toggle', 'captioner --pause' or 'captioner --mark' instead")
         parsed = {action: parse_hotkey(text) for action, text in bindings.items()}
         ready = threading.Event()
         problems: list[str] = []

@@ -19,7 +19,7 @@ __all__ = ["CONNECT_TIMEOUT_MS", "SingleInstance", "server_name"]
 logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_MS = 500
-COMMANDS = ("show", "quit", "toggle", "pause")  # what a client may ask; anything else is ignored
+COMMANDS = ("show", "quit", "toggle", "pause", "mark")  # what a client may ask; anything else is ignored
 
 
 def server_name(data_dir: Path) -> str:

@@ -50,7 +50,7 @@ class TrayIcon(QObject):
     Signals (intents; the app decides what they do):
         toggle_captions_requested(), pause_toggled(bool paused), source_chosen(str),
         model_chosen(str), provider_chosen(str), save_requested(str fmt, str path),
-        copy_requested(), open_folder_requested(), history_requested(), settings_requested(),
+        copy_requested(), mark_requested(), open_folder_requested(), history_requested(), settings_requested(),
         dont_save_toggled(bool), click_through_toggled(bool), install_requested(),
         quit_requested(); status_changed(str): the status line changed (the caption bar's tooltip).
     """
@@ -62,6 +62,7 @@ class TrayIcon(QObject):
     provider_chosen = Signal(str)
     save_requested = Signal(str, str)
     copy_requested = Signal()
+    mark_requested = Signal()
     open_folder_requested = Signal()
     history_requested = Signal()
     settings_requested = Signal()
@@ -119,6 +120,7 @@ class TrayIcon(QObject):
         self._add("show", "Show captions", lambda _=False: self.toggle_captions_requested.emit(),
                   checkable=False)
         self._add("pause", "Pause", self.pause_toggled.emit, checkable=True)
+        self._add("mark", "Mark this moment", lambda _=False: self.mark_requested.emit())
         self._add("click_through", "Click-through caption bar", self.click_through_toggled.emit,
                   checkable=True)
 

@@ -435,3 +435,36 @@ def test_copy_transcript_puts_the_words_shown_on_the_clipboard(qtbot, tmp_path):
     app.tray.actions["copy"].trigger()
     assert QGuiApplication.clipboard().text().split() == [w.text for w in shown]
     quit_and_wait(qtbot, app)
+
+
+def test_mark_this_moment_lands_in_the_session_at_the_audio_heard(qtbot, tmp_path):
+    """The tray's (and the bar's) "Mark this moment", the global shortcut's "mark" and a second
+    start's ``--mark`` each store a mark at "now" on the session's audio clock (the audio fed, and
+    the wall time since for a live capture), say so on the bar's badge, and the marks stay with the
+    session when it moves to memory and back ("don't save")."""
+    import time
+
+    from tests.ui.fakes import BLOCK
+
+    app = make_app(qtbot, tmp_path, n_blocks=6)
+    app.tray.actions["mark"].trigger()  # no session yet: nothing stored
+    app.start()
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 5, timeout=10_000)
+    heard = 6 * BLOCK / 16_000  # the fake capture's six blocks, then it idles (a live capture: time goes on)
+    t0 = time.monotonic()
+    app.tray.actions["mark"].trigger()
+    (mark,) = app.store.session_marks(app.session_id)
+    assert heard <= mark.at <= heard + (time.monotonic() - t0) + 10.0 and mark.note == ""
+    assert app.bar.notice_text.startswith("★ marked 0:00:")
+    app._on_hotkey("mark")
+    app.on_instance_message("mark")
+    assert len(app.store.session_marks(app.session_id)) == 3
+    app.tray.actions["dont_save"].trigger()  # to memory and back: the marks go with the words
+    app.tray.actions["dont_save"].trigger()
+    assert len(app.store.session_marks(app.session_id)) == 3
+    sid = app.session_id
+    quit_and_wait(qtbot, app)
+    with SessionStore.open(app.paths.sessions_db) as store:
+        ats = [m.at for m in store.session_marks(sid)]
+        assert ats == sorted(ats) and ats[0] == mark.at and len(ats) == 3
+        assert store.session_words(sid)

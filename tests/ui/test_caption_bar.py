@@ -144,6 +144,21 @@ def test_lag_badge_follows_the_workers_lag_state(qtbot):
     assert bar.lag_visible and bar.lag_text == "starting…"
 
 
+def test_a_notice_shows_on_the_badge_for_a_while_and_gives_way_to_the_lag(qtbot):
+    bar = make_bar(qtbot)
+    bar.show()
+    bar.show_notice("★ marked 0:12:34", ms=300)
+    assert bar.notice_text == "★ marked 0:12:34" and not bar.lag_visible
+    painted = bar.grab().toImage()
+    badge = painted.pixelColor(painted.width() - 8, 10)  # the badge's right padding, top right
+    assert badge.green() > badge.red() + 30 and badge.green() > badge.blue() + 30  # its green, not the bar's black
+    bar.set_lag(3.2, "behind")  # the lag is the more important news
+    assert bar.notice_text == "" and bar.lag_text == "behind 3.2 s"
+    bar.set_lag(1.0, "ok")
+    assert bar.notice_text == "★ marked 0:12:34"
+    qtbot.waitUntil(lambda: bar.notice_text == "", timeout=5000)  # gone after its time
+
+
 def test_a_gap_shows_a_mark_in_the_captions(qtbot):
     bar = make_bar(qtbot)
     bar.apply_update(EngineUpdate(0, ws("before the")))

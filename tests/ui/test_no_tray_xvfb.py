@@ -64,7 +64,8 @@ def test_without_a_tray_the_bar_has_the_menu_and_shortcuts_show_and_hide_it(bare
         wait(lambda: logged("recording session"), "the session")
         text = log.read_text()
         assert "this desktop has no system tray: right-click the caption bar for the menu" in text, text
-        assert "global shortcuts: Ctrl+Alt+C shows/hides the captions, Ctrl+Alt+P pauses/resumes" in text, text
+        assert ("global shortcuts: Ctrl+Alt+C shows/hides the captions, Ctrl+Alt+P pauses/resumes, "
+                "Ctrl+Alt+M marks this moment") in text, text
         wait(bar_visible, "the caption bar")
         (bar,) = x("xdotool", "search", "--onlyvisible", "--name", "^captioner$").split()
 
@@ -72,6 +73,12 @@ def test_without_a_tray_the_bar_has_the_menu_and_shortcuts_show_and_hide_it(bare
         wait(lambda: not bar_visible(), "the shortcut to hide the bar", 10)
         x("xdotool", "key", "ctrl+alt+c")
         wait(bar_visible, "the shortcut to show the bar", 10)
+        x("xdotool", "key", "ctrl+alt+m")  # mark this moment, from any window
+        wait(lambda: log.read_text().count(": marked ") == 1, "the shortcut to mark this moment", 10)
+        second = subprocess.run([sys.executable, "-m", "captioner", "--mark"], env=env, capture_output=True,
+                                text=True, timeout=60)
+        assert "already running: marking this moment" in second.stdout, second.stderr
+        wait(lambda: log.read_text().count(": marked ") == 2, "captioner --mark", 10)
 
         windows = len(x("xwininfo", "-root", "-tree").splitlines())
         x("xdotool", "mousemove", "--window", bar, "60", "20", "click", "3")  # right click on the bar
@@ -98,6 +105,8 @@ def test_without_a_tray_the_bar_has_the_menu_and_shortcuts_show_and_hide_it(bare
         (info,) = store.list_sessions()
         assert info.title == clip.name and info.language == "en" and info.ended_at is not None
         assert store.session_words(info.id)
+        marks = store.session_marks(info.id)
+        assert len(marks) == 2 and 0 < marks[0].at <= marks[1].at  # on the session's audio clock
 
 
 def test_without_a_tray_an_error_is_a_dialog_not_a_message_nobody_sees(bare_xserver, tmp_path) -> None:

@@ -29,6 +29,7 @@ def test_simple_items_emit_their_intents(qtbot):
     for name, signal in [
         ("show", tray.toggle_captions_requested),
         ("copy", tray.copy_requested),
+        ("mark", tray.mark_requested),
         ("open_folder", tray.open_folder_requested),
         ("history", tray.history_requested),
         ("settings", tray.settings_requested),

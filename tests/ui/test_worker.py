@@ -288,3 +288,25 @@ def test_an_engine_that_cannot_be_readied_is_an_error_and_the_capture_closes(qtb
         h.start()
     assert isinstance(h.errors[0], ProviderError) and capture.stopped == 1
     assert h.statuses == ["starting", "stopped"]
+
+
+def test_the_audio_clock_is_the_audio_fed_and_for_a_live_capture_the_time_since(qtbot):
+    """``audio_clock_s`` ("now" for a marked moment): 0 before the capture opens; the end of the
+    audio fed, plus the wall time since while a live capture runs; standing still while paused."""
+    from tests.ui.fakes import BLOCK
+
+    h = Harness(qtbot, FakeCapture(n_blocks=5, finite=False), {"system": FakeStream()})
+    assert h.worker.audio_clock_s() == 0.0
+    h.start()
+    qtbot.waitUntil(lambda: len(h.updates) >= 5, timeout=5000)
+    fed = 5 * BLOCK / 16_000
+    first = h.worker.audio_clock_s()
+    time.sleep(0.3)
+    later = h.worker.audio_clock_s()
+    assert fed <= first < later and later - first >= 0.29  # the capture idles: time goes on
+    h.worker.set_paused(True)
+    qtbot.waitUntil(lambda: h.capture.stopped >= 1, timeout=5000)
+    assert h.worker.audio_clock_s() == fed  # paused: the audio fed, standing still
+    time.sleep(0.1)
+    assert h.worker.audio_clock_s() == fed
+    h.stop()
