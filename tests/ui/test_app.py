@@ -444,6 +444,8 @@ def test_mark_this_moment_lands_in_the_session_at_the_audio_heard(qtbot, tmp_pat
     session when it moves to memory and back ("don't save")."""
     import time
 
+    from captioner.core import EngineUpdate
+    from captioner.transcript.cues import Gap
     from tests.ui.fakes import BLOCK
 
     app = make_app(qtbot, tmp_path, n_blocks=6)
@@ -459,9 +461,13 @@ def test_mark_this_moment_lands_in_the_session_at_the_audio_heard(qtbot, tmp_pat
     app._on_hotkey("mark")
     app.on_instance_message("mark")
     assert len(app.store.session_marks(app.session_id)) == 3
-    app.tray.actions["dont_save"].trigger()  # to memory and back: the marks go with the words
+    app.store.set_title(app.session_id, "Weekly sync")
+    app.recorder.apply(EngineUpdate(0, (), gap=(0.1, 0.2)))  # audio the engine skipped
+    app.tray.actions["dont_save"].trigger()  # to memory and back: marks, gaps, title go with the words
     app.tray.actions["dont_save"].trigger()
     assert len(app.store.session_marks(app.session_id)) == 3
+    assert app.store.session_gaps(app.session_id) == [Gap(0.1, 0.2)]
+    assert app.store.get_session(app.session_id).title == "Weekly sync"
     sid = app.session_id
     quit_and_wait(qtbot, app)
     with SessionStore.open(app.paths.sessions_db) as store:
