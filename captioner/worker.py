@@ -176,6 +176,7 @@ class CaptionWorker(QObject):
         # the audio clock at a wall-clock time: (time.monotonic(), samples), set when the capture
         # opens and as each block is fed; one tuple, replaced whole, so any thread may read it
         self._clock_ref: tuple[float, int] | None = None
+        self._ended = False  # a file source ran out
 
     # -------------------------------------------------------- thread-safe intents
     def request_stop(self) -> None:
@@ -199,12 +200,12 @@ class CaptionWorker(QObject):
     def audio_clock_s(self) -> float:
         """The session's "now" on its audio clock, seconds: the end of the newest audio fed to the
         engine (the later source's in "both" mode), and for a real-time capture that is not paused
-        the wall time since (the audio captured while the engine is being readied, or since the
-        last read, is coming); 0 before the capture opens. Any thread."""
+        or ended the wall time since (the audio captured while the engine is being readied, or since
+        the last read, is coming); 0 before the capture opens. Any thread."""
         ref = self._clock_ref
         if ref is None:
             return 0.0
-        since = time.monotonic() - ref[0] if self._realtime and not self._paused else 0.0
+        since = time.monotonic() - ref[0] if self._realtime and not (self._paused or self._ended) else 0.0
         return ref[1] / SAMPLE_RATE + max(0.0, since)
 
     def lag_reports(self) -> dict[Source, LagReport]:
@@ -242,6 +243,7 @@ class CaptionWorker(QObject):
                 if outcome == "failed":
                     capture = None  # closed by _pump; reopened on the next turn
                 elif outcome == "ended":
+                    self._ended = True  # the audio clock stands at the file's end from now
                     self._flush()
                     self.status.emit("ended")
                     self._close(capture)

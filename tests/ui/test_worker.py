@@ -310,3 +310,13 @@ def test_the_audio_clock_is_the_audio_fed_and_for_a_live_capture_the_time_since(
     time.sleep(0.1)
     assert h.worker.audio_clock_s() == fed
     h.stop()
+
+
+def test_the_audio_clock_stands_at_the_end_of_a_file_that_ran_out(qtbot):
+    from tests.ui.fakes import BLOCK
+
+    h = Harness(qtbot, FakeCapture(n_blocks=4, finite=True), {"system": FakeStream()}).start()
+    qtbot.waitUntil(lambda: "ended" in h.statuses, timeout=5000)
+    time.sleep(0.2)
+    assert h.worker.audio_clock_s() == 4 * BLOCK / 16_000  # not the wall time since
+    h.stop()
