@@ -3,12 +3,12 @@ export, delete.
 
 A search lists the sessions whose title says it, then those where the words were said, each with
 the time and words of its first place; the transcript of the one opened has every place
-highlighted and is scrolled to the first, and Enter again (or F3) goes to the next. The transcript
-of a session this app is recording follows it, and a session begun meanwhile is listed (every
-:data:`FOLLOW_MS`; the transcript kept at the bottom where the reader is at the bottom, left alone
-while text is selected). Everything works from the keyboard:
-Ctrl+F searches, Escape clears the search, F2 renames, Delete deletes (after asking), and each part
-has a name a screen reader says.
+highlighted and is scrolled to the first, and Enter again (or F3) goes to the next; Next mark
+(Ctrl+M) does the same with the moments marked. The transcript of a session this app is
+recording follows it, and a session begun meanwhile is listed (every :data:`FOLLOW_MS`; the
+transcript kept at the bottom where the reader is at the bottom, left alone while text is
+selected). Everything works from the keyboard: Ctrl+F searches, Escape clears the search, F2
+renames, Delete deletes (after asking), and each part has a name a screen reader says.
 
 It reads the :class:`~captioner.transcript.store.SessionStore` directly (the store is safe to
 share between threads and every query is small) and writes exports with
@@ -62,7 +62,7 @@ from captioner.transcript.store import (
 )
 from captioner.ui.tray import ask_save_path_dialog
 
-__all__ = ["FIRST_WORDS", "HistoryWindow", "found_spans"]
+__all__ = ["FIRST_WORDS", "HistoryWindow", "found_spans", "mark_spans"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,19 @@ def found_spans(text: str, query: str, labels: Sequence[str] = ()) -> list[tuple
     for words in runs:
         said = [w for w, _, _ in words]
         spans += [(words[i][1], words[i + len(terms) - 1][2]) for i in range(len(words)) if phrase_at(said, i, terms)]
+    return spans
+
+
+def mark_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of the marked moments' lines (``[00:12:34] ★ Marked…``) in a transcript as
+    :func:`~captioner.transcript.export.render_txt` writes it with timestamps."""
+    spans = []
+    pos = 0
+    for line in text.split("\n"):
+        stamp = _STAMP.match(line)
+        if line[stamp.end() if stamp else 0:].startswith(MARK_TEXT):
+            spans.append((pos, pos + len(line)))
+        pos += len(line) + 1
     return spans
 
 
@@ -172,6 +185,7 @@ class HistoryWindow(QWidget):
         self._searched = ""  # the query the list shows the sessions of
         self._found: list[tuple[int, int]] = []  # places of it in the open transcript
         self._at = -1  # the place the transcript shows
+        self._kind = "places"  # what the highlighted spans are: a search's "places" or the "marks"
         QShortcut(QKeySequence(QKeySequence.StandardKey.FindNext), self, self.next_found)
         self.list = QTreeWidget(self)
         self.list.setHeaderLabels(list(COLUMNS))
@@ -198,6 +212,13 @@ class HistoryWindow(QWidget):
         row.addStretch(1)
         row.addWidget(self.found_label)
         row.addStretch(1)
+        marks = QPushButton("Next mark", self)
+        marks.setToolTip("Go to the moments marked in this session (Ctrl+M)")
+        marks.setEnabled(False)
+        marks.clicked.connect(self.next_mark)
+        row.addWidget(marks)
+        self.buttons["marks"] = marks
+        QShortcut(QKeySequence("Ctrl+M"), self, self.next_mark)
         rename = QPushButton("Rename…", self)
         rename.setToolTip("Give the session a title (F2)")
         rename.clicked.connect(self.rename_current)
@@ -294,14 +315,17 @@ class HistoryWindow(QWidget):
         self._shown = None
         if sid is None:
             self.text.setPlainText("")
+            self.buttons["marks"].setEnabled(False)
             self._mark([])
             return
         words = self._store.session_words(sid)
         labels = None
         if len({w.source for w in words}) > 1:
             labels = {"mic": self._cues.label_mic, "system": self._cues.label_system}
+        marks = self._store.session_marks(sid)
         self.text.setPlainText(render_txt(words, timestamps=True, labels=labels, gaps=self._store.session_gaps(sid),
-                                          marks=self._store.session_marks(sid)))
+                                          marks=marks))
+        self.buttons["marks"].setEnabled(bool(marks))
         self._shown = (sid, len(words))
         query = self._searched
         self._mark(found_spans(self.text.toPlainText(), query, list((labels or {}).values())) if query else [])
@@ -336,9 +360,9 @@ class HistoryWindow(QWidget):
         self._follow.stop()
         super().hideEvent(event)
 
-    def _mark(self, spans: list[tuple[int, int]]) -> None:
-        """Highlight the places ``spans`` in the transcript and go to the first."""
-        self._found, self._at = spans, -1
+    def _mark(self, spans: list[tuple[int, int]], kind: str = "places") -> None:
+        """Highlight ``spans`` in the transcript (a search's places, or the marks) and go to the first."""
+        self._found, self._at, self._kind = spans, -1, kind
         marks = []
         for start, end in spans:
             mark = QTextEdit.ExtraSelection()
@@ -367,8 +391,17 @@ class HistoryWindow(QWidget):
         self.text.setTextCursor(self._cursor(*self._found[self._at]))
         self.text.centerCursor()
         n = len(self._found)
-        self.found_label.setText(f"{self._at + 1} of {n} places in this session" if n > 1
-                                 else "1 place in this session")
+        what = {"places": ("place", "places"), "marks": ("mark", "marks")}[self._kind]
+        self.found_label.setText(f"{self._at + 1} of {n} {what[1]} in this session" if n > 1
+                                 else f"1 {what[0]} in this session")
+
+    def next_mark(self) -> None:
+        """Highlight the open session's marked moments and go to the next (the first, coming from
+        a search's places)."""
+        if self._kind == "marks" and self._found:
+            self.next_found()
+        else:
+            self._mark(mark_spans(self.text.toPlainText()), kind="marks")
 
     def _focus_search(self) -> None:
         self.search_box.setFocus(Qt.FocusReason.ShortcutFocusReason)
@@ -376,7 +409,7 @@ class HistoryWindow(QWidget):
 
     def _search_or_next(self) -> None:
         """Enter in the search box: search, or with the query searched already, the next place."""
-        if self.search_box.text().strip() == self._searched and self._found:
+        if self.search_box.text().strip() == self._searched and self._found and self._kind == "places":
             self.next_found()
         else:
             self.refresh()

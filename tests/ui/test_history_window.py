@@ -9,7 +9,7 @@ from captioner.core import EngineUpdate, Word
 from captioner.transcript.cues import Gap
 from captioner.transcript.export import render_txt
 from captioner.transcript.store import SessionStore
-from captioner.ui.history_window import HistoryWindow, found_spans
+from captioner.ui.history_window import HistoryWindow, found_spans, mark_spans
 
 
 def record(store: SessionStore, text: str, sources=("system",), started_at=None) -> int:
@@ -279,3 +279,31 @@ def test_the_history_works_from_the_keyboard_and_names_its_parts(qtbot, tmp_path
     win.select_session(a)
     qtbot.keyClick(win.list, Qt.Key.Key_Delete)
     assert asked == [a] and win.session_ids() == [b]
+
+
+def test_next_mark_goes_through_the_moments_marked(qtbot, tmp_path):
+    """Next mark (or Ctrl+M) highlights the marked moments' lines and goes to each in turn; it is
+    enabled only for a session with marks; after it, Enter in the search box searches again."""
+    store, a, b = make_store(tmp_path)
+    store.add_mark(b, 0.7)
+    store.add_mark(b, 2.6, "krill")
+    win = HistoryWindow(store)
+    qtbot.addWidget(win)
+    win.show()
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow)
+    win.select_session(a)
+    assert not win.buttons["marks"].isEnabled()
+    win.select_session(b)
+    assert win.buttons["marks"].isEnabled()
+    text = win.text.toPlainText()
+    assert [text[x:y] for x, y in mark_spans(text)] == ["[00:00:00] ★ Marked", "[00:00:02] ★ Marked: krill"]
+    win.buttons["marks"].click()
+    assert win.found_label.text() == "1 of 2 marks in this session"
+    assert win.text.textCursor().selectedText() == "[00:00:00] ★ Marked"
+    qtbot.keyClick(win.text, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier)
+    assert win.found_label.text() == "2 of 2 marks in this session"
+    assert win.text.textCursor().selectedText() == "[00:00:02] ★ Marked: krill"
+    win.search_box.setText("whales")
+    qtbot.keyClick(win.search_box, Qt.Key.Key_Return)
+    assert win.found_label.text() == "1 place in this session"  # the words, not the mark's note
