@@ -277,8 +277,7 @@ class HistoryWindow(QWidget):
             self._fit_column(c)
         top = self.list.topLevelItem(0)
         if top is not None:
-            self.list.setCurrentItem(top)
-            self._show_current()  # also where the same session stays current: the places are the new query's
+            self.list.setCurrentItem(top)  # a new item after clear(): shows it, with the new query's places
         else:
             self.text.setPlainText("")
             self._mark([])
@@ -345,7 +344,7 @@ class HistoryWindow(QWidget):
         sid = self.current_session()
         if sid is None or not self._store.recording(sid) or self.text.textCursor().hasSelection():
             return
-        if self._shown == (sid, len(self._store.session_words(sid))):
+        if self._shown == (sid, self._store.get_session(sid).word_count):  # a count, not the words
             return
         bar = self.text.verticalScrollBar()
         at_bottom, value = bar.value() >= bar.maximum(), bar.value()
