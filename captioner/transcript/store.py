@@ -486,7 +486,8 @@ class SessionStore:
             raise StorageError(f"there is no session {session_id} (see `captioner sessions list`)")
         return self._info(rows[0])
 
-    def session_words(self, session_id: int, *, include_speculative: bool | None = None) -> list[Word]:
+    def session_words(self, session_id: int, *, include_speculative: bool | None = None,
+                      limit: int | None = None) -> list[Word]:
         """The session's words: each source in emission order, sources interleaved by start time.
 
         Times are the stored integer milliseconds as seconds. ``include_speculative``: True, every
@@ -497,19 +498,25 @@ class SessionStore:
         words as final: the words the captions showed last. Those are a closed sentence's words
         that a later decode might still have read again, and the open sentence's drafts; left out,
         a crash would lose the last sentence from every export.
+
+        ``limit``: only the first this many (the history's list shows a session's first words; an
+        hour is ten thousand of them, and reading them all for every listed session took seconds):
+        at most ``limit`` of each source are read, through the ``(session_id, source, seq)`` index.
         """
-        rows = self._query(
-            "SELECT text, start_ms, end_ms, emitted_at_ms, source, speculative FROM words"
-            " WHERE session_id = ? ORDER BY source, seq",
-            (session_id,),
-        )
         settle = include_speculative is None and not self.recording(session_id) and self._unended(session_id)
+        final_only = "" if include_speculative or settle else " AND speculative = 0"
+        select = ("SELECT text, start_ms, end_ms, emitted_at_ms, source, speculative FROM words"
+                  f" WHERE session_id = ?{final_only}")
+        if limit is None:
+            rows = self._query(f"{select} ORDER BY source, seq", (session_id,))
+        else:
+            rows = [row for source in SOURCES
+                    for row in self._query(f"{select} AND source = ? ORDER BY seq LIMIT ?", (session_id, source, limit))]
         words = [
             Word(text, start / 1000, end / 1000, emitted / 1000, source, bool(spec) and not settle)
             for text, start, end, emitted, source, spec in rows
-            if include_speculative or settle or not spec
         ]
-        return merge_sources(words)
+        return merge_sources(words)[:limit]
 
     def _unended(self, session_id: int) -> bool:
         """True when the session exists and was never ended (``end_session``)."""

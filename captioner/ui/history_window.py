@@ -266,7 +266,7 @@ class HistoryWindow(QWidget):
             elif query:
                 last = "(the title)"
             else:
-                words = self._store.session_words(info.id)[:FIRST_WORDS]
+                words = self._store.session_words(info.id, limit=FIRST_WORDS)
                 last = " ".join(w.text for w in words) or "(no words)"
             item = QTreeWidgetItem([_date(info.started_at), _duration(info.duration_ms, info.ended_at is not None, self._store.recording(info.id)),
                                     ", ".join(info.sources), info.title, last])

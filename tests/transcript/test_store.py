@@ -77,6 +77,7 @@ def test_a_session_that_never_ended_keeps_the_words_shown_last(tmp_path: Path) -
         recording.end_session(ended)
     with SessionStore.open(db) as later:  # the recording process is gone
         assert later.session_words(sid) == [dataclasses.replace(w, speculative=False) for w in words]
+        assert later.session_words(sid, limit=3) == later.session_words(sid)[:3]
         assert [w.speculative for w in later.session_words(sid, include_speculative=True)] == [False, False, True, True]
         assert [w.text for w in later.session_words(sid, include_speculative=False)] == ["Closed", "sentence."]
         assert [w.text for w in later.session_words(ended)] == ["Closed", "sentence."]
@@ -103,6 +104,8 @@ def test_store_equals_apply_update(tmp_path: Path, seed: int, n: int, two: bool)
             store.apply(sid, update)
         expected = merge_sources(w for ws in replay(updates).values() for w in ws)
         assert store.session_words(sid, include_speculative=True) == expected
+        for spec, k in itertools.product((True, False, None), (0, 1, 5, 12)):  # the history's first words
+            assert store.session_words(sid, include_speculative=spec, limit=k) == store.session_words(sid, include_speculative=spec)[:k]
 
 
 def test_sessions_list_get_end_title_delete(store: SessionStore) -> None:
