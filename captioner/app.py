@@ -598,11 +598,13 @@ class CaptionerApp(QObject):
         self.tray.set_status(state=f"{_PREPARING}: {done} of {total} graphs")
 
     def _on_worker_lag(self, lag_s: float, state: str) -> None:
-        """The worker's lag after a round and its state ("ok", "behind", "skipping": the bounded-lag
-        rule of ``engine/overload.py``): on the bar's badge and in the tray; the first skip of a
-        session also gets a tray message (the transcript marks each skipped span)."""
+        """The worker's lag after a round and its state ("ok", "slower", "behind", "skipping": the
+        bounded-lag rule of ``engine/overload.py``): on the bar's badge and in the tray (with the
+        step in force); the first skip of a session also gets a tray message (the transcript marks
+        each skipped span)."""
         self.bar.set_lag(lag_s, state)
-        self.tray.set_status(lag_s=lag_s, lag_state=state)
+        step = self._worker.step_s if self._worker is not None else None
+        self.tray.set_status(lag_s=lag_s, lag_state=state, step_s=step)
         if state == "skipping" and not self._skip_told:
             self._skip_told = True
             self.tray.show_info("Captions are behind — skipping",

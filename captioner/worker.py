@@ -42,7 +42,7 @@ READ_TIMEOUT_S = 0.25  # longest wait for audio before checking the stop/pause f
 LEVEL_INTERVAL_S = 0.1  # level signals at most 10 per second per source
 REOPEN_WAIT_S = 2.0  # pause before reopening a capture whose device failed
 MAX_DRAIN_BLOCKS = 10_000  # blocks read per turn at most: more than a full capture ring (a turn still checks the stop flag)
-_LAG_ORDER: dict[LagState, int] = {"ok": 0, "behind": 1, "skipping": 2}
+_LAG_ORDER: dict[LagState, int] = {"ok": 0, "slower": 1, "behind": 2, "skipping": 3}
 
 
 class _StopWhilePreparing(BaseException):
@@ -74,8 +74,8 @@ class CaptureLike(Protocol):
 class StreamLike(Protocol):
     """The engine's streaming session for one source (``captioner.engine`` ``Stream``).
 
-    ``config.step_s`` and ``lag_s`` (fed but not yet processed, seconds), ``hurry`` and ``skip``
-    serve the bounded-lag rule (:mod:`captioner.engine.overload`).
+    ``config.step_s`` and ``lag_s`` (fed but not yet processed, seconds), ``hurry``, ``skip`` and
+    ``set_step`` serve the bounded-lag rule (:mod:`captioner.engine.overload`).
     """
 
     hurry: bool
@@ -91,6 +91,8 @@ class StreamLike(Protocol):
     def step(self) -> EngineUpdate | None: ...
 
     def skip(self, keep_s: float) -> EngineUpdate: ...
+
+    def set_step(self, step_s: float) -> None: ...
 
     def finish(self) -> EngineUpdate: ...
 
@@ -121,12 +123,15 @@ class CaptionWorker(QObject):
         prepare_first: ``prepare`` compiles (``Runtime.compile_pending``: minutes on a first NPU
             start, more than the capture's ring holds): it runs before the capture opens, with
             the status "preparing" and ``progress`` signals, and nothing is captured meanwhile.
+        adapt_step: the lag rule lengthens a stream's step while the engine cannot keep up
+            (False: the caller's step throughout, the skip rule alone).
 
     Signals:
         started(); update(EngineUpdate); level(str source, float rms 0..1);
         lag(float seconds, str state) after every round: the round's lag (audio that waited when
-        it started plus its compute; the worst source in "both" mode) and "ok", "behind" or
-        "skipping" (:class:`~captioner.engine.overload.LagGovernor`);
+        it started plus its compute; the worst source in "both" mode) and "ok", "slower" (the
+        step lengthened to keep up), "behind" or "skipping"
+        (:class:`~captioner.engine.overload.LagGovernor`);
         audio_event(AudioEvent); error(CaptionerError) (a capture that cannot be opened is
         retried every ``reopen_wait_s`` and reported once until it opens or fails otherwise: a
         missing sound server is one tray message, not one per retry); status(str) with
@@ -156,6 +161,7 @@ class CaptionWorker(QObject):
         realtime: bool = True,
         prepare: Callable[[Callable[[int, int], None]], None] | None = None,
         prepare_first: bool = False,
+        adapt_step: bool = True,
     ) -> None:
         super().__init__()
         self._open_capture = open_capture
@@ -164,7 +170,8 @@ class CaptionWorker(QObject):
         self._catch_up = False  # the next rounds decode the audio captured while the engine was readied
         self._streams = dict(streams)
         self._realtime = realtime
-        self._governors = {s: LagGovernor(stream.config.step_s, bounded=realtime) for s, stream in self._streams.items()}
+        self._governors = {s: LagGovernor(stream.config.step_s, bounded=realtime, adapt_step=adapt_step)
+                           for s, stream in self._streams.items()}
         self._timeout = read_timeout_s
         self._reopen_wait = reopen_wait_s
         self._stop = threading.Event()
@@ -207,6 +214,12 @@ class CaptionWorker(QObject):
             return 0.0
         since = time.monotonic() - ref[0] if self._realtime and not (self._paused or self._ended) else 0.0
         return ref[1] / SAMPLE_RATE + max(0.0, since)
+
+    @property
+    def step_s(self) -> float:
+        """The step in force, seconds (the longest of the sources'): the caller's, or longer while
+        the lag rule keeps up by lengthening it; any thread."""
+        return max(g.step_s for g in self._governors.values())
 
     def lag_reports(self) -> dict[Source, LagReport]:
         """The lag of each source's stream so far (max, p95, seconds skipped); any thread."""

@@ -47,6 +47,7 @@ from captioner.commands._engine import (
 from captioner.commands._printer import Console, TerminalLines, TextOut, WordPrinter
 from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
 from captioner.engine import TranscriptionInfo
+from captioner.engine.overload import LagReport
 from captioner.errors import AudioFileError, StorageError
 from captioner.storage.paths import AppPaths
 from captioner.transcript.cues import Gap
@@ -145,8 +146,7 @@ def _print_summary(stats: dict, rounds: Sequence[RoundStats], words: int, verbos
         err.write(f"provider: {stats['provider_detail']}\n")
     lag = stats.get("lag")
     if lag is not None:  # --realtime: the bounded-lag rule's record (engine/overload.py)
-        err.write(f"lag max {lag['max_s']:.2f} s, p95 {lag['p95_s']:.2f} s over {lag['rounds']} rounds; "
-                  f"skipped {lag['skipped_s']:.1f} s of audio in {lag['skips']} skips (behind real time)\n")
+        err.write(LagReport(**lag).summary() + "\n")
 
 
 def _targets(args: argparse.Namespace) -> list[tuple[ExportFormat, Path]]:

@@ -642,6 +642,21 @@ class Stream:
             update = _merge(update, EngineUpdate(retract, words, update.stats, self.source))
         return update
 
+    def set_step(self, step_s: float) -> None:
+        """Change the step from the next round on (the lag rule of ``engine/overload.py``
+        lengthens it while the engine cannot keep up, and shortens it back). Only how much new audio
+        a round waits for and the carry's cap (2 × step) change; the open utterance, its drafts
+        and the audio pending stay as they are.
+
+        Raises:
+            CaptionerError: the step is outside 0.5–3.0 s or the longest input cannot hold two of it.
+        """
+        config = replace(self.config, step_s=step_s)  # validated as any StreamConfig
+        self.config = config
+        self._step_n = round(config.step_s * SAMPLE_RATE)
+        self._cap_n = _frames(round(2 * config.step_s * SAMPLE_RATE))
+        self._policy = RoundPolicy.from_config(config)
+
     def skip(self, keep_s: float) -> EngineUpdate:
         """Overload: drop the pending audio but its last ``keep_s`` seconds, undecoded.
 

@@ -176,7 +176,8 @@ class CaptionBar(QWidget):
         :class:`~captioner.engine.overload.LagGovernor`), "starting" while the worker readies the
         engine (seconds: the captions are coming, the audio is being kept) or "preparing" while it
         compiles the model for the NPU before listening (minutes on a first start with a model,
-        :meth:`set_preparing`); "ok" hides it."""
+        :meth:`set_preparing`); "ok" and "slower" (the engine keeps up with a longer step: the
+        captions come in larger pieces, nothing is missed) hide it."""
         if state != "preparing":
             self._prepared = None
         shown_before = self.lag_visible

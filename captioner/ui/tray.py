@@ -93,6 +93,7 @@ class TrayIcon(QObject):
         self._provider = ""
         self._lag_s = 0.0
         self._lag_state = "ok"
+        self._step_s = 0.0
         self._language = ""
         self.tray = QSystemTrayIcon(icon, self)
         self.menu = QMenu()
@@ -246,10 +247,12 @@ class TrayIcon(QObject):
         return QSystemTrayIcon.isSystemTrayAvailable()
 
     def set_status(self, state: str | None = None, provider: str | None = None, lag_s: float | None = None,
-                   lag_state: str | None = None, language: str | None = None) -> None:
+                   lag_state: str | None = None, language: str | None = None, step_s: float | None = None) -> None:
         """Update the tooltip and the status line (state such as "listening", provider, language
-        such as "de (detected)", lag and the lag state "ok", "behind" or "skipping" of the worker's
-        lag rule)."""
+        such as "de (detected)", lag and the lag state "ok", "slower", "behind" or "skipping" of
+        the worker's lag rule, and the step in force, said while "slower")."""
+        if step_s is not None:
+            self._step_s = step_s
         if language is not None:
             self._language = language
         if state is not None:
@@ -273,6 +276,8 @@ class TrayIcon(QObject):
             parts.append(f"behind — skipping, lag {self._lag_s:.1f} s")
         elif self._lag_state == "behind":
             parts.append(f"behind, lag {self._lag_s:.1f} s")
+        elif self._lag_state == "slower":
+            parts.append(f"captions every {self._step_s:g} s to keep up, lag {self._lag_s:.1f} s")
         else:
             parts.append(f"lag {self._lag_s:.1f} s")
         return " · ".join(parts)

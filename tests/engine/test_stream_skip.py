@@ -1,4 +1,4 @@
-"""``Stream.skip``: the overload mechanism the worker's lag rule uses (captioner/worker.py).
+"""``Stream.skip`` and ``Stream.set_step``: the overload mechanisms the lag rule uses (engine/overload.py).
 
 On the scripted oracle: skipped audio yields no words and one gap, the words before the gap stay
 (final), the words after it are the script's words heard after the gap, and times stay on the
@@ -7,11 +7,15 @@ audio clock (they do not shift by the skipped seconds).
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
+import pytest
 from oracle import SR, make_vocab, random_script
-from test_stream_oracle import stream_of
+from test_stream_oracle import check_words, stream_of
 
 from captioner.core import apply_update
+from captioner.errors import CaptionerError
 
 V = make_vocab()
 
@@ -71,3 +75,30 @@ def test_skip_with_little_pending_does_nothing():
     stream.feed(np.zeros(SR // 2, np.float32))
     assert stream.skip(1.0).is_empty
     assert stream.lag_s == 0.5
+
+
+def test_a_step_changed_mid_stream_sets_when_the_next_rounds_run_and_loses_no_word():
+    """The lag rule lengthens the step between rounds (and shortens it back): a round then waits
+    for the new step's audio, the open utterance goes on, and every scripted word is transcribed."""
+    script = _script(seed=4)
+    stream, _model, clock = stream_of(script, step_s=1.0)
+    audio, block = script.audio, SR // 10
+    words: list = []
+    rounds: list[tuple[float, float]] = []  # (audio fed, the step in force) at each round
+    steps = {6 * SR: 2.0, 12 * SR: 3.0, 20 * SR: 0.5}  # set when this much audio has been fed
+    for pos in range(0, audio.size, block):
+        if pos in steps:
+            stream.set_step(steps[pos])
+        stream.feed(audio[pos : pos + block])
+        clock.now += 0.1
+        if (upd := stream.step()) is not None:
+            rounds.append((stream.audio_s, stream.config.step_s))
+            apply_update(words, upd)
+    apply_update(words, stream.finish())
+    check_words(words, script)
+    for (fed_a, _), (fed_b, step) in itertools.pairwise(rounds):
+        assert fed_b - fed_a >= step - 1e-6  # a round waits for its step's audio
+    assert {step for _, step in rounds} == {1.0, 2.0, 3.0, 0.5}
+    with pytest.raises(CaptionerError, match="step must be between"):
+        stream.set_step(3.5)
+    assert stream.config.step_s == 0.5  # a refused step changes nothing

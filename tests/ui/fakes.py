@@ -97,6 +97,10 @@ class FakeStream:
         stats = RoundStats(provider=self.provider, stop_reason="skipped", skipped_s=drop * 0.1)
         return EngineUpdate(retract, words, stats, source=self.source, gap=(start, self.rounds * 0.1))
 
+    def set_step(self, step_s) -> None:
+        """Like Stream.set_step: the lag rule's new step (the fake's rounds stay one block each)."""
+        self.config = SimpleNamespace(step_s=step_s)
+
     def feed(self, samples) -> None:
         self.fed += len(samples)
 

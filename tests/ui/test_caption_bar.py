@@ -138,6 +138,8 @@ def test_lag_badge_follows_the_workers_lag_state(qtbot):
     assert bar.lag_visible and bar.lag_text == "behind 3.2 s"
     bar.set_lag(4.1, "skipping")
     assert bar.lag_visible and bar.lag_text == "behind — skipping · 4.1 s"
+    bar.set_lag(2.1, "slower")  # keeping up with a longer step: nothing is missed, no badge
+    assert not bar.lag_visible
     bar.set_lag(2.1, "ok")  # caught up: the badge clears
     assert not bar.lag_visible
     bar.set_lag(0.0, "starting")  # the worker readies the engine: captions are coming

@@ -102,8 +102,11 @@ def test_tooltip_shows_state_provider_and_lag():
     tray.set_status(lag_s=4.2, lag_state="skipping")
     assert "behind — skipping, lag 4.2 s" in tray.tray.toolTip()
     assert tray.actions["status"].text() == tray.status_text()
+    tray.set_status(lag_s=2.3, lag_state="slower", step_s=2.0)  # keeping up with a longer step
+    assert "captions every 2 s to keep up, lag 2.3 s" in tray.tray.toolTip()
     tray.set_status(lag_s=2.3, lag_state="ok")  # caught up
-    assert "behind" not in tray.tray.toolTip() and "lag 2.3 s" in tray.tray.toolTip()
+    assert "behind" not in tray.tray.toolTip() and "every" not in tray.tray.toolTip()
+    assert "lag 2.3 s" in tray.tray.toolTip()
 
 
 def test_left_click_toggles_captions(qtbot):

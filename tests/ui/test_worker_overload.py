@@ -33,13 +33,15 @@ SLACK_S = 0.1 + 0.4  # a capture block (0.1 s) + scheduling on a busy 2-core mac
 
 
 class SlowModel:
-    """The oracle, slowed down per encoder dispatch while ``slow`` is set."""
+    """The oracle, slowed down per encoder dispatch while ``slow`` is set: by ``rtf`` × its audio,
+    or by ``fixed_s`` whatever its audio (a busy machine whose every round costs about the same)."""
 
-    def __init__(self, inner: OracleModel) -> None:
+    def __init__(self, inner: OracleModel, rtf: float = SLOW_RTF, fixed_s: float = 0.0) -> None:
         self.inner = inner
         self.vocab = inner.vocab
         self.buckets = inner.buckets
         self.provider = "oracle-slow"
+        self.rtf, self.fixed_s = rtf, fixed_s
         self.slow = threading.Event()
         self.slow.set()
 
@@ -48,7 +50,7 @@ class SlowModel:
 
     def encode(self, audio, *, native_30s=False):
         if self.slow.is_set():
-            time.sleep(SLOW_RTF * audio.size / SR)
+            time.sleep(self.fixed_s + self.rtf * audio.size / SR)
         return self.inner.encode(audio, native_30s=native_30s)
 
     def decoder(self, encoding):
@@ -64,6 +66,7 @@ class MeasuredStream:
         self.config = stream.config
         self._due = due
         self.backlogs: list[tuple[float, float]] = []  # (seconds since the replay began, backlog s)
+        self.steps: list[tuple[float, float]] = []  # (seconds since the replay began, the step set)
 
     @property
     def lag_s(self) -> float:
@@ -74,6 +77,11 @@ class MeasuredStream:
 
     def skip(self, keep_s):
         return self.stream.skip(keep_s)
+
+    def set_step(self, step_s) -> None:
+        self.stream.set_step(step_s)
+        self.config = self.stream.config
+        self.steps.append((self._due()[0], step_s))
 
     def step(self):
         t, due = self._due()
@@ -87,7 +95,13 @@ class MeasuredStream:
         return self.stream.finish()
 
 
-def test_slow_engine_skips_with_gaps_keeps_lag_bounded_and_recovers(qtbot, tmp_path):
+def _replay(qtbot, tmp_path, *, slow_for_s: float | None, adapt_step: bool, **slowness):
+    """The oracle's script replayed at real pace through a real CaptionWorker and Stream, the
+    model slowed down for the first ``slow_for_s`` wall seconds (None: throughout).
+
+    Returns:
+        (duration s, the measured stream, updates, lags as (t, lag s, state), the worker).
+    """
     v = make_vocab()
     script = random_script(v, random.Random(5), n_words=19, rate=1.0, pauses=0.05)
     duration = script.audio.size / SR
@@ -95,7 +109,7 @@ def test_slow_engine_skips_with_gaps_keeps_lag_bounded_and_recovers(qtbot, tmp_p
     wav = tmp_path / "speech.wav"
     with WavWriter(wav) as w:
         w.write(script.audio)
-    model = SlowModel(OracleModel(script, v))
+    model = SlowModel(OracleModel(script, v), **slowness)
     stream = Stream(model, StreamConfig(step_s=STEP_S, vad=False, closing_context_s=0.0))
     t0: list[float] = []
 
@@ -107,10 +121,13 @@ def test_slow_engine_skips_with_gaps_keeps_lag_bounded_and_recovers(qtbot, tmp_p
 
     def open_capture():
         t0.append(time.monotonic())  # before FileSource.start(): "due" is never underestimated
-        threading.Timer(SLOW_S, model.slow.clear).start()
+        if slow_for_s is not None:
+            timer = threading.Timer(slow_for_s, model.slow.clear)
+            timer.daemon = True
+            timer.start()
         return FileSource(wav, realtime=True)
 
-    worker = CaptionWorker(open_capture, {"system": measured}, read_timeout_s=0.05)
+    worker = CaptionWorker(open_capture, {"system": measured}, read_timeout_s=0.05, adapt_step=adapt_step)
     thread = QThread()
     worker.moveToThread(thread)
     thread.started.connect(worker.run)
@@ -125,6 +142,12 @@ def test_slow_engine_skips_with_gaps_keeps_lag_bounded_and_recovers(qtbot, tmp_p
     finally:
         with qtbot.waitSignal(thread.finished, timeout=10_000):
             worker.request_stop()
+    return duration, measured, updates, lags, worker
+
+
+def test_slow_engine_skips_with_gaps_keeps_lag_bounded_and_recovers(qtbot, tmp_path):
+    """The skip rule alone (the caller's step throughout)."""
+    duration, measured, updates, lags, worker = _replay(qtbot, tmp_path, slow_for_s=SLOW_S, adapt_step=False)
 
     # the overload was real: the engine skipped, and every skip reached the transcript as a gap
     gaps = [u for u in updates if u.gap is not None]
@@ -157,3 +180,26 @@ def test_slow_engine_skips_with_gaps_keeps_lag_bounded_and_recovers(qtbot, tmp_p
     assert starts == sorted(starts)
     for a, b in spans:  # nothing was decoded inside a skipped span
         assert not any(a + 1e-6 < w.start < b - 1e-6 for w in words)
+
+
+def test_an_engine_too_slow_for_the_step_gets_a_longer_one_and_stops_skipping(qtbot, tmp_path):
+    """Every encoder dispatch costs 0.85 s throughout (a busy machine), the step is 0.5 s: the rule
+    lengthens the step (0.5 → 1 s, where 0.85 s rounds keep up) on the real Stream, the skips
+    stop once it has, the words go on, and the state says "slower" to the end."""
+    _duration, measured, updates, lags, worker = _replay(qtbot, tmp_path, slow_for_s=None,
+                                                        adapt_step=True, rtf=0.0, fixed_s=0.85)
+    report = worker.lag_reports()["system"]
+    assert measured.steps and report.longest_step_s >= 1.0 and report.step_s >= 1.0
+    assert measured.config.step_s == report.step_s  # the real Stream runs at the step the rule set
+    settled = measured.steps[-1][0]
+    gaps = [u.gap for u in updates if u.gap is not None]
+    assert report.skips == len(gaps) and all(a <= settled + 1.0 for a, _ in gaps)
+    assert lags[-1][2] == "slower"
+    words: list = []
+    for u in updates:
+        apply_update(words, u)
+    assert [w for w in words if w.start > settled + 2.0], "words go on after the step was lengthened"
+    rounds_after = [t for t, _ in measured.backlogs if t > settled + 1.0]
+    spacing = [b - a for a, b in itertools.pairwise(rounds_after)]
+    assert spacing and min(spacing) >= 0.9 * report.step_s  # rounds come a longer step apart
+
