@@ -24,17 +24,17 @@ worker, ``captioner listen`` and ``captioner transcribe --realtime``:
   user's step, then twice it, and so on up to :data:`MAX_STEP_S`). Rounds then come less often,
   so each round's compute has a longer step to fit in and the skip bound (two steps) is further
   away: captions update less often instead of losing words; only an engine too slow even at
-  :data:`MAX_STEP_S` skips. The shorter step is tried again once
-  :data:`SHORTEN_HOLD_S` of wall time has passed at the longer one and the rounds that heard
-  speech in the last such span would have kept up at it (at least :data:`SHORTEN_MIN_ROUNDS`, none slower
-  than the "behind" bound of the shorter step, their mean compute within
-  :data:`SHORTEN_MEAN_SHARE` of it); each time the step must be lengthened again after that, the
-  hold doubles (up to :data:`MAX_SHORTEN_HOLD_S`), so a machine that is only sometimes fast
-  enough settles on the step it can hold instead of swinging between the two.
+  :data:`MAX_STEP_S` skips. The shorter step is tried again once :data:`SHORTEN_HOLD_S` of wall
+  time has passed at the longer one and the rounds that heard speech in the last such span would
+  have kept up at it (at least :data:`SHORTEN_MIN_ROUNDS`, none slower than the "behind" bound of
+  the shorter step, their mean compute within :data:`SHORTEN_MEAN_SHARE` of it; silence costs
+  nothing to decode, so it is no evidence); each time the step must be lengthened again after
+  that, the hold doubles (up to :data:`MAX_SHORTEN_HOLD_S`), so a machine that is only sometimes
+  fast enough settles on the step it can hold instead of swinging between the two.
 
-So a round never starts with more than ``MAX_LAG_STEPS × step`` seconds waiting (the step in force), and the words
-of a round appear at most ``MAX_LAG_STEPS × step`` plus that round's compute after the oldest
-audio they cover was captured (the lag bound of issue 16). Why these numbers: a machine that keeps
+So a round never starts with more than ``MAX_LAG_STEPS × step`` seconds waiting (the step in
+force), and the words of a round appear at most ``MAX_LAG_STEPS × step`` plus that round's
+compute after the oldest audio they cover was captured (the lag bound of issue 16). Why these numbers: a machine that keeps
 up starts each round with about one step waiting (plus the last round's compute, under one step),
 so twice the step leaves room for jitter and never skips there; keeping one step means the round
 after a skip is an ordinary one (it needs no more than ``step_s`` to run) and the engine has
@@ -239,7 +239,7 @@ class LagGovernor:
             self._lags.append(self.last_lag_s)
             if not catch_up:  # the readying's backlog says nothing of the engine's speed
                 self._behind_run = self._behind_run + 1 if behind else 0
-                if update.words:
+                if update.words and self._rung:  # evidence for a shorter step
                     self._speech_costs.append((self._clock(), compute))
                 self._adapt(stream)
             waiting = stream.lag_s
