@@ -824,7 +824,9 @@ class CaptionerApp(QObject):
 
     # ------------------------------------------------------------------- quit
     def on_instance_message(self, command: str) -> None:
-        """A second start of the app sent ``command`` ("show", "quit", "toggle", "pause" or "mark")."""
+        """A second start of the app sent ``command`` ("show", "quit", "toggle", "pause" or "mark",
+        the last with an optional note after a space: ``captioner --mark "decision"``)."""
+        command, _, note = command.partition(" ")
         if command == "show":
             self.show_captions()
         elif command == "quit":
@@ -834,7 +836,7 @@ class CaptionerApp(QObject):
         elif command == "pause":
             self.set_paused(not self.paused)
         elif command == "mark":
-            self.mark_moment()
+            self.mark_moment(note)
 
     def _on_quit_after_timeout(self) -> None:
         logger.info("--quit-after: %.1f s are up", self.options.quit_after)

@@ -21,6 +21,7 @@ from captioner.core import PROVIDERS, Source, stream_sources
 from captioner.errors import CaptionerError, ModelError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import Settings
+from captioner.transcript.store import mark_note
 
 __all__ = ["register"]
 
@@ -45,8 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--toggle", action="store_true",
                    help="show or hide the running captioner's caption bar (bind a desktop shortcut to it)")
     p.add_argument("--pause", action="store_true", help="pause or resume the running captioner")
-    p.add_argument("--mark", action="store_true",
-                   help="mark this moment in the running captioner's session (a bookmark in its transcript)")
+    p.add_argument("--mark", nargs="?", const="", default=None, metavar="NOTE",
+                   help="mark this moment in the running captioner's session (a bookmark in its transcript), "
+                        "with a note if given, e.g. --mark \"decision\"")
     p.set_defaults(func=run)
 
 
@@ -70,6 +72,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     from captioner.ui import single_instance
     from captioner.ui.icons import app_icon
 
+    note = mark_note(args.mark or "")  # --mark's note: one line, not too long, refused before anything starts
     if args.source_file is not None and not args.source_file.is_file():
         raise CaptionerError(f"--source-file {args.source_file}: no such file")
     problem = display_problem(sys.platform, os.environ)
@@ -81,8 +84,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     qapp.setWindowIcon(app_icon())
     name = single_instance.server_name(paths.data)
     command = ("quit" if args.quit else "toggle" if args.toggle else "pause" if args.pause
-               else "mark" if args.mark else "show")
-    if single_instance.send(name, command):
+               else "mark" if args.mark is not None else "show")
+    if single_instance.send(name, f"{command} {note}" if note else command):
         said = {"quit": "asked it to quit", "toggle": "showing or hiding its captions",
                 "pause": "pausing or resuming it", "mark": "marking this moment", "show": "showing it"}
         print(f"captioner is already running: {said[command]}")

@@ -50,11 +50,13 @@ from captioner.errors import StorageError
 from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
 from captioner.transcript.cues import Gap, Mark, merge_sources, normalize_text
 
-__all__ = ["MAX_TITLE", "SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "phrase_at", "search_terms", "session_title"]
+__all__ = ["MAX_NOTE", "MAX_TITLE", "SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "mark_note", "phrase_at",
+           "search_terms", "session_title"]
 
 logger = logging.getLogger(__name__)
 
 MAX_TITLE = 200  # characters of a session's title
+MAX_NOTE = 500  # characters of a marked moment's note
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,18 @@ def session_title(text: str, *, cut: bool = False) -> str:
     if len(title) > MAX_TITLE:
         raise StorageError(f"a session's title is at most {MAX_TITLE} characters; this one has {len(title)}")
     return title
+
+
+def mark_note(text: str) -> str:
+    """A marked moment's note as stored: one line, spaces collapsed.
+
+    Raises:
+        StorageError: it is longer than :data:`MAX_NOTE` characters.
+    """
+    note = " ".join(text.split())
+    if len(note) > MAX_NOTE:
+        raise StorageError(f"a mark's note is at most {MAX_NOTE} characters; this one has {len(note)}")
+    return note
 
 
 def search_terms(text: str) -> list[str]:
@@ -529,12 +543,30 @@ class SessionStore:
             StorageError: there is no session with this id, or the disk refuses the write.
         """
         self.get_session(session_id)
-        mark = Mark(_ms(at_s) / 1000, " ".join(note.split()))
+        mark = Mark(_ms(at_s) / 1000, mark_note(note))
         with self._transaction() as conn:
             conn.execute("INSERT INTO marks (session_id, at_ms, note) VALUES (?, ?, ?)",
                          (session_id, _ms(at_s), mark.note))
         logger.info("session %d: marked %.1f s", session_id, mark.at)
         return mark
+
+    def set_mark_note(self, session_id: int, index: int, note: str) -> Mark:
+        """Write the note of the session's ``index``-th marked moment (0: the first in time order,
+        as :meth:`session_marks` gives them; ``""``: no note); returns the mark as stored.
+
+        Raises:
+            StorageError: there is no such session or mark, the note is longer than
+                :data:`MAX_NOTE` characters, or the disk refuses the write.
+        """
+        note = mark_note(note)
+        self.get_session(session_id)
+        rows = self._query("SELECT id, at_ms FROM marks WHERE session_id = ? ORDER BY at_ms, id", (session_id,))
+        if not 0 <= index < len(rows):
+            raise StorageError(f"session {session_id} has {len(rows)} marked moments; there is no mark {index + 1}")
+        mark_id, at_ms = rows[index]
+        with self._transaction() as conn:
+            conn.execute("UPDATE marks SET note = ? WHERE id = ?", (note, mark_id))
+        return Mark(at_ms / 1000, note)
 
     def session_marks(self, session_id: int) -> list[Mark]:
         """The moments marked in the session, in time order."""

@@ -4,7 +4,8 @@ export, delete.
 A search lists the sessions whose title says it, then those where the words were said, each with
 the time and words of its first place; the transcript of the one opened has every place
 highlighted and is scrolled to the first, and Enter again (or F3) goes to the next; Next mark
-(Ctrl+M) does the same with the moments marked. The transcript of a session this app is
+(Ctrl+M) does the same with the moments marked, and Note… (Ctrl+Shift+M) writes what the selected
+one was (a shortcut pressed mid-meeting leaves none). The transcript of a session this app is
 recording follows it, and a session begun meanwhile is listed (every :data:`FOLLOW_MS`; the
 transcript kept at the bottom where the reader is at the bottom, left alone while text is
 selected). Everything works from the keyboard: Ctrl+F searches, Escape clears the search, F2
@@ -53,6 +54,7 @@ from captioner.errors import CaptionerError
 from captioner.transcript.cues import CueOptions
 from captioner.transcript.export import MARK_TEXT, export_session, length_text, render_txt
 from captioner.transcript.store import (
+    MAX_NOTE,
     MAX_TITLE,
     SearchHit,
     SessionInfo,
@@ -148,6 +150,7 @@ class HistoryWindow(QWidget):
         ask_save_path: asks where to export (``(fmt, suggested) -> path | None``).
         confirm_delete: asks before deleting (``(SessionInfo) -> bool``); default a message box.
         ask_title: asks for a session's new title (``(current) -> title | None``); default a dialog.
+        ask_note: asks for a marked moment's note (``(current) -> note | None``); default a dialog.
         export_dir: folder the save dialog suggests.
 
     Signals:
@@ -164,6 +167,7 @@ class HistoryWindow(QWidget):
         ask_save_path: Callable[[str, str], str | None] = ask_save_path_dialog,
         confirm_delete: Callable[[SessionInfo], bool] | None = None,
         ask_title: Callable[[str], str | None] | None = None,
+        ask_note: Callable[[str], str | None] | None = None,
         export_dir: Path | str = "",
         parent: QWidget | None = None,
     ) -> None:
@@ -175,6 +179,7 @@ class HistoryWindow(QWidget):
         self._ask = ask_save_path
         self._confirm = confirm_delete or self._confirm_dialog
         self._ask_title = ask_title or self._title_dialog
+        self._ask_note = ask_note or self._note_dialog
         self._export_dir = Path(export_dir) if export_dir else Path.home()
         self.search_box = QLineEdit(self)
         self.search_box.setPlaceholderText("Search all sessions…")
@@ -219,6 +224,13 @@ class HistoryWindow(QWidget):
         row.addWidget(marks)
         self.buttons["marks"] = marks
         QShortcut(QKeySequence("Ctrl+M"), self, self.next_mark)
+        note = QPushButton("Note…", self)
+        note.setToolTip("Write what the selected mark was (Ctrl+Shift+M)")
+        note.setEnabled(False)
+        note.clicked.connect(self.note_current_mark)
+        row.addWidget(note)
+        self.buttons["note"] = note
+        QShortcut(QKeySequence("Ctrl+Shift+M"), self, self.note_current_mark)
         rename = QPushButton("Rename…", self)
         rename.setToolTip("Give the session a title (F2)")
         rename.clicked.connect(self.rename_current)
@@ -314,7 +326,8 @@ class HistoryWindow(QWidget):
         self._shown = None
         if sid is None:
             self.text.setPlainText("")
-            self.buttons["marks"].setEnabled(False)
+            for name in ("marks", "note"):
+                self.buttons[name].setEnabled(False)
             self._mark([])
             return
         words = self._store.session_words(sid)
@@ -324,7 +337,8 @@ class HistoryWindow(QWidget):
         marks = self._store.session_marks(sid)
         self.text.setPlainText(render_txt(words, timestamps=True, labels=labels, gaps=self._store.session_gaps(sid),
                                           marks=marks))
-        self.buttons["marks"].setEnabled(bool(marks))
+        for name in ("marks", "note"):
+            self.buttons[name].setEnabled(bool(marks))
         self._shown = (sid, len(words))
         query = self._searched
         self._mark(found_spans(self.text.toPlainText(), query, list((labels or {}).values())) if query else [])
@@ -401,6 +415,39 @@ class HistoryWindow(QWidget):
             self.next_found()
         else:
             self._mark(mark_spans(self.text.toPlainText()), kind="marks")
+
+    def note_current_mark(self) -> str | None:
+        """Ask for the note of the marked moment selected (by Next mark; with none selected, the
+        first), store it and show it on the mark's line, which stays selected; returns the note
+        stored (``""``: none)."""
+        sid = self.current_session()
+        if sid is None or not self.buttons["note"].isEnabled():
+            return None
+        if not (self._kind == "marks" and self._found):
+            self.next_mark()
+        index = self._at
+        marks = self._store.session_marks(sid)
+        if not 0 <= index < len(marks):
+            return None
+        note = self._ask_note(marks[index].note)
+        if note is None:
+            return None
+        try:
+            stored = self._store.set_mark_note(sid, index, note)
+        except CaptionerError as exc:
+            self.error.emit(exc)
+            return None
+        self._show_current()
+        self._mark(mark_spans(self.text.toPlainText()), kind="marks")
+        for _ in range(index):
+            self.next_found()
+        return stored.note
+
+    def _note_dialog(self, current: str) -> str | None:
+        note, ok = QInputDialog.getText(self, "Note on the mark",
+                                        f"What this moment was (at most {MAX_NOTE} characters; empty for none):",
+                                        text=current)
+        return note if ok else None
 
     def _focus_search(self) -> None:
         self.search_box.setFocus(Qt.FocusReason.ShortcutFocusReason)

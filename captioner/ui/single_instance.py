@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_MS = 500
 COMMANDS = ("show", "quit", "toggle", "pause", "mark")  # what a client may ask; anything else is ignored
+# a command is one line: its word, then for "mark" an optional note ("mark decision taken")
 
 
 def server_name(data_dir: Path) -> str:
@@ -45,7 +46,7 @@ class SingleInstance(QObject):
     """The running instance's end: listens and emits each command it receives.
 
     Signals:
-        message(str): a command from another start (``"show"`` or ``"quit"``).
+        message(str): a command from another start (``"show"``, ``"quit"``, ``"mark a note"``…).
     """
 
     message = Signal(str)
@@ -81,7 +82,7 @@ class SingleInstance(QObject):
     def _on_socket_ready(self, sock: QLocalSocket) -> None:
         while sock.canReadLine():
             command = bytes(sock.readLine().data()).decode(errors="replace").strip()
-            if command in COMMANDS:
+            if command.partition(" ")[0] in COMMANDS:
                 self.message.emit(command)
             else:
                 logger.debug("single-instance: ignored %r", command)

@@ -47,6 +47,30 @@ def test_the_store_keeps_marks_in_time_order_and_deletes_them_with_their_session
     store.close()
 
 
+def test_a_marks_note_is_written_afterwards_one_line_and_not_too_long(tmp_path: Path) -> None:
+    """A shortcut pressed mid-meeting leaves no note: it is written later (the History window's
+    Note…), on the mark picked by its place in time order, and read back by a new store."""
+    db = tmp_path / "sessions.sqlite3"
+    with SessionStore.open(db) as store:
+        sid = recorded(store)
+        store.add_mark(sid, 9.0)
+        store.add_mark(sid, 4.6)
+        store.add_mark(sid, 4.6)  # two at one moment: each its own
+        assert store.set_mark_note(sid, 0, "  send the\nbudget ") == Mark(4.6, "send the budget")
+        assert store.set_mark_note(sid, 1, "x" * 500) == Mark(4.6, "x" * 500)
+        with pytest.raises(StorageError, match="at most 500 characters; this one has 501"):
+            store.set_mark_note(sid, 2, "x" * 501)
+        with pytest.raises(StorageError, match="has 3 marked moments; there is no mark 4"):
+            store.set_mark_note(sid, 3, "late")
+        with pytest.raises(StorageError, match="there is no session 99"):
+            store.set_mark_note(99, 0, "late")
+        with pytest.raises(StorageError, match="at most 500"):
+            store.add_mark(sid, 1.0, "y" * 501)
+    with SessionStore.open(db) as store:
+        assert store.session_marks(sid) == [Mark(4.6, "send the budget"), Mark(4.6, "x" * 500), Mark(9.0)]
+        assert store.set_mark_note(sid, 0, "") == Mark(4.6)  # no note again
+
+
 def test_a_schema_2_store_is_upgraded_without_touching_its_words_or_gaps(tmp_path: Path) -> None:
     db = tmp_path / "sessions.sqlite3"
     conn = sqlite3.connect(db, isolation_level=None)

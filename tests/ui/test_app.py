@@ -459,8 +459,8 @@ def test_mark_this_moment_lands_in_the_session_at_the_audio_heard(qtbot, tmp_pat
     assert heard <= mark.at <= heard + (time.monotonic() - t0) + 10.0 and mark.note == ""
     assert app.bar.notice_text.startswith("★ marked 0:00:")
     app._on_hotkey("mark")
-    app.on_instance_message("mark")
-    assert len(app.store.session_marks(app.session_id)) == 3
+    app.on_instance_message("mark decision: ship it")  # captioner --mark "decision: ship it"
+    assert [m.note for m in app.store.session_marks(app.session_id)] == ["", "", "decision: ship it"]
     app.store.set_title(app.session_id, "Weekly sync")
     app.recorder.apply(EngineUpdate(0, (), gap=(0.1, 0.2)))  # audio the engine skipped
     app.tray.actions["dont_save"].trigger()  # to memory and back: marks, gaps, title go with the words

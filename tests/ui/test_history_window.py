@@ -307,3 +307,40 @@ def test_next_mark_goes_through_the_moments_marked(qtbot, tmp_path):
     win.search_box.setText("whales")
     qtbot.keyClick(win.search_box, Qt.Key.Key_Return)
     assert win.found_label.text() == "1 place in this session"  # the words, not the mark's note
+
+
+def test_note_writes_what_the_selected_mark_was(qtbot, tmp_path):
+    """Note… (or Ctrl+Shift+M) on the mark Next mark selected asks with its note, stores the new
+    one and shows it on the mark's line, which stays selected; with no mark selected it is the
+    first; a note too long is refused (the error signal) and the old one kept; enabled only where
+    there are marks."""
+    store, a, b = make_store(tmp_path)
+    store.add_mark(b, 0.7)
+    store.add_mark(b, 2.6, "krill")
+    answers, asked = ["whales first", "the krill part", "x" * 501], []
+
+    def ask(current):
+        asked.append(current)
+        return answers.pop(0)
+
+    win = HistoryWindow(store, ask_note=ask)
+    qtbot.addWidget(win)
+    win.show()
+    win.activateWindow()
+    qtbot.waitUntil(win.isActiveWindow)
+    win.select_session(a)
+    assert not win.buttons["note"].isEnabled() and win.note_current_mark() is None
+    win.select_session(b)
+    assert win.buttons["note"].isEnabled()
+    win.buttons["note"].click()  # nothing selected yet: the first mark
+    assert asked == [""] and store.session_marks(b)[0].note == "whales first"
+    assert win.text.textCursor().selectedText() == "[00:00:00] ★ Marked: whales first"
+    win.next_mark()
+    qtbot.keyClick(win.text, Qt.Key.Key_M, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    assert asked[-1] == "krill" and store.session_marks(b)[1].note == "the krill part"
+    assert win.text.textCursor().selectedText() == "[00:00:02] ★ Marked: the krill part"
+    assert win.found_label.text() == "2 of 2 marks in this session"
+    with qtbot.waitSignal(win.error) as refused:
+        assert win.note_current_mark() is None
+    assert "at most 500 characters" in str(refused.args[0])
+    assert store.session_marks(b)[1].note == "the krill part"

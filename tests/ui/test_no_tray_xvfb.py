@@ -75,8 +75,8 @@ def test_without_a_tray_the_bar_has_the_menu_and_shortcuts_show_and_hide_it(bare
         wait(bar_visible, "the shortcut to show the bar", 10)
         x("xdotool", "key", "ctrl+alt+m")  # mark this moment, from any window
         wait(lambda: log.read_text().count(": marked ") == 1, "the shortcut to mark this moment", 10)
-        second = subprocess.run([sys.executable, "-m", "captioner", "--mark"], env=env, capture_output=True,
-                                text=True, timeout=60)
+        second = subprocess.run([sys.executable, "-m", "captioner", "--mark", "action  item"], env=env,
+                                capture_output=True, text=True, timeout=60)
         assert "already running: marking this moment" in second.stdout, second.stderr
         wait(lambda: log.read_text().count(": marked ") == 2, "captioner --mark", 10)
 
@@ -107,6 +107,7 @@ def test_without_a_tray_the_bar_has_the_menu_and_shortcuts_show_and_hide_it(bare
         assert store.session_words(info.id)
         marks = store.session_marks(info.id)
         assert len(marks) == 2 and 0 < marks[0].at <= marks[1].at  # on the session's audio clock
+        assert [m.note for m in marks] == ["", "action item"]  # --mark's note, one line
 
 
 def test_without_a_tray_an_error_is_a_dialog_not_a_message_nobody_sees(bare_xserver, tmp_path) -> None:
