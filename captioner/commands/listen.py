@@ -11,6 +11,9 @@ rule (:mod:`captioner.engine.overload`, as in the app) sees the whole backlog an
 machine cannot keep up with (the transcript marks the gap). The lag (max, p95) and the seconds
 skipped are printed at the end.
 
+Enter in the terminal marks this moment in the session (a note typed before it goes with it; the
+app's Ctrl+Alt+M): :class:`~captioner.commands._keys.MarkKeys`.
+
 ``--seconds N`` counts seconds of audio: a device that is lost and reopened keeps its clock (the
 outage is silence), so the listen still ends after about N seconds. A device that never comes back
 would hold it forever; so once N seconds plus :data:`LATE_S` have passed on the wall clock and no
@@ -37,12 +40,15 @@ from captioner.commands._engine import (
     open_engine,
     spoken_languages,
 )
+from captioner.commands._keys import MarkKeys
 from captioner.commands._printer import Console, TerminalLines, WordPrinter
 from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, RoundStats, Source
 from captioner.engine.overload import LagGovernor
-from captioner.errors import AudioDeviceError, ModelError
+from captioner.errors import AudioDeviceError, CaptionerError, ModelError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
+from captioner.transcript.cues import Mark
+from captioner.transcript.export import MARK_TEXT, length_text
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore, session_title
 
@@ -213,6 +219,19 @@ class _Captioner:
             start = event.at / SAMPLE_RATE
             self._handle(EngineUpdate(source=event.source, gap=(start, start + event.seconds)))
 
+    def mark(self, at_s: float, note: str) -> Mark | None:
+        """Mark a moment of the session (its audio clock, seconds), said on the console; None when
+        nothing is saved or the mark is refused (said, and listening goes on)."""
+        if self.recorder is None:
+            return None
+        try:
+            mark = self.recorder.store.add_mark(self.recorder.session_id, at_s, note)
+        except CaptionerError as exc:
+            self.console.note(f"not marked: {exc}")
+            return None
+        self.console.note(f"{MARK_TEXT.lower()} {length_text(round(mark.at * 1000))}" + (f": {mark.note}" if mark.note else ""))
+        return mark
+
     def run_rounds(self) -> None:
         """The bounded-lag rule, then the due rounds, of every source fed since the last call."""
         for source in sorted(self._fed):
@@ -289,9 +308,13 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     console = Console(sys.stdout, sys.stdout.isatty(), status_out=sys.stderr, note_out=sys.stderr)
     captioner = _open_captioner(args, paths, capture.sources, console)
     clock = {s: 0 for s in capture.sources}
+    heard_at = [started]  # when the newest audio arrived (monotonic)
     levels: dict[Source, str] = {}
+    keys = MarkKeys(sys.stdin) if captioner is not None and captioner.recorder is not None else None
 
     def on_block(block: AudioBlock) -> None:
+        if block.end >= max(clock.values()):
+            heard_at[0] = time.monotonic()
         clock[block.source] = block.end
         if block.source in writers:
             writers[block.source].write(block.samples)
@@ -315,6 +338,15 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     def on_batch() -> None:
         if captioner is not None:
             captioner.run_rounds()
+            take_marks()
+
+    def take_marks() -> None:
+        """Each Enter typed is a mark at "now" on the audio clock: the newest audio, plus the wall
+        time between its arrival and the Enter."""
+        if keys is None or captioner is None:
+            return
+        for pressed, note in keys.take():
+            captioner.mark(max(clock.values()) / SAMPLE_RATE + max(0.0, pressed - heard_at[0]), note)
 
     def on_event(ev: AudioEvent) -> None:
         if captioner is not None and ev.kind == "overflow":
@@ -324,7 +356,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     try:
         with capture:
             names = ", ".join(f"{s} ← {n}" for s, n in capture.device_names.items())
-            console.note(f"listening: {names} (Ctrl-C to stop)")
+            hint = "; Enter marks this moment, after a note if you like" if keys is not None and keys.active else ""
+            console.note(f"listening: {names} (Ctrl-C to stop{hint})")
             if args.record is not None:
                 for src, path in record_paths(args.record, capture.sources).items():
                     writers[src] = WavWriter(path)
@@ -333,6 +366,9 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             except KeyboardInterrupt:
                 console.note("stopping")
     except BaseException:
+        take_marks()
+        if keys is not None:
+            keys.close()
         console.close()
         if captioner is not None and not any(clock.values()):
             captioner.abandon()  # the capture never started: no empty session is left behind
@@ -341,6 +377,9 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         raise
     if args.seconds is None:  # Ctrl-C: keep the tail the stop flushed
         capture_loop(capture, on_block, None, on_event, on_batch)
+    take_marks()
+    if keys is not None:
+        keys.close()
     console.close()
     if captioner is not None:
         captioner.finish(max(clock.values(), default=0) / SAMPLE_RATE)

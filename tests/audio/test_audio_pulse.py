@@ -12,6 +12,7 @@ independent resampler, from the file that was played):
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -107,9 +108,9 @@ def _play(server: PulseServer, *items: tuple[str, Path]) -> Callable[[], None]:
 
 
 def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[], None],
-            returncode: int = 0) -> list[tuple[float, str]]:
-    """Run ``captioner listen ARGS``; once it prints its first level line, run ``action``; check
-    that it exits with ``returncode``.
+            returncode: int = 0, stdin: int | None = None) -> list[tuple[float, str]]:
+    """Run ``captioner listen ARGS`` (``stdin``: a file descriptor, e.g. a pseudo-terminal); once it
+    prints its first level line, run ``action``; check that it exits with ``returncode``.
 
     A listen that has not ended ``LISTEN_TIMEOUT_S`` after the action fails the test with its output
     and every thread's stack (``faulthandler`` on SIGABRT), so that a rare hang says where it was.
@@ -119,7 +120,8 @@ def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[]
     """
     proc = subprocess.Popen(
         [sys.executable, "-m", "captioner", "listen", *args],
-        env=dict(_cli_env(server), PYTHONFAULTHANDLER="1"), cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=dict(_cli_env(server), PYTHONFAULTHANDLER="1"), cwd=tmp, stdin=stdin, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[tuple[float, str]] = []
     first_level = threading.Event()
@@ -275,14 +277,35 @@ def test_listen_ends_when_the_sound_server_never_comes_back(private_pulse, tmp_p
 
 def test_listen_captions_system_audio_with_the_engine(pulse_server: PulseServer, signals: dict[str, Path],
                                                        tiny_pack, tmp_path: Path) -> None:
-    """The live path end to end: monitor capture → engine (tiny random pack, CPU) → words → store."""
+    """The live path end to end: monitor capture → engine (tiny random pack, CPU) → words → store;
+    on a terminal, Enter marks the moment (twice: alone, and after a note)."""
+    import pty
+
     home = tmp_path / "home"
     env = dict(_cli_env(pulse_server), CAPTIONER_HOME=str(home))
     server = PulseServer(env, pulse_server.runtime, pulse_server.log)
-    lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "8", "--model", str(tiny_pack.root),
-                                       "--provider", "cpu", "--step", "1", "--title", "Team call"],
-                    _play(pulse_server, ("testsink", signals["speech"])))  # fmt: skip
+    master, slave = pty.openpty()  # stdin is a terminal: Enter marks
+
+    def play_and_mark() -> None:
+        player = threading.Thread(target=_play(pulse_server, ("testsink", signals["speech"])))
+        player.start()
+        time.sleep(1.0)
+        os.write(master, b"\n")
+        time.sleep(1.0)
+        os.write(master, b"decision taken\n")
+        player.join()
+
+    try:
+        lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "8", "--model", str(tiny_pack.root),
+                                           "--provider", "cpu", "--step", "1", "--title", "Team call"],
+                        play_and_mark, stdin=slave)  # fmt: skip
+    finally:
+        os.close(slave)
+        os.close(master)
     out = _text(lines)
+    assert "Enter marks this moment" in out, out
+    marked = [line for _, line in lines if line.startswith("★ marked 0:00:0")]
+    assert len(marked) == 2 and marked[1].rstrip().endswith(": decision taken"), out
     assert "Traceback" not in out
     printed = [line for _, line in lines if line.startswith("[")]  # "[00:01.20] words ..." from the engine
     assert printed, out
@@ -291,5 +314,6 @@ def test_listen_captions_system_audio_with_the_engine(pulse_server: PulseServer,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("session 1: Team call\n"), done.stdout
+    assert done.stdout.count("★ Marked") == 2 and "★ Marked: decision taken" in done.stdout, done.stdout
     first_words = printed[0].split("] ", 1)[1].split()[:2]
     assert " ".join(first_words) in done.stdout.replace("\n", " "), (printed[0], done.stdout)
