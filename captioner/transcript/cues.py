@@ -46,14 +46,43 @@ CLOSING = "\"')]}»”’」』"  # closing quotes/brackets after the punctuatio
 MIN_BREAK_SHARE = 1 / 3  # a clause end or pause splits a full cue where at least this share of its text is before it
 MIN_PHRASE_SHARE = 1 / 2  # the same for a break before a word that opens a phrase
 CARRY_WORDS = 3  # words (the one that did not fit included) a break before a phrase carries over, if it can
-# English words that open a phrase (conjunctions, prepositions, articles, determiners, relative
-# words): a cue that must break where no clause ends breaks before one of them, not after it
-PHRASE_WORDS = frozenset({"and", "but", "or", "nor", "so", "yet", "because", "although", "though", "while",
+# Words that open a phrase (conjunctions, prepositions, articles, determiners, relative words): a
+# cue or a line that must break where no clause ends breaks before one of them, not after it. English,
+# and the same words of German, French, Spanish, Italian, Portuguese and Dutch (one set for every
+# language: a session may mix them, and its language is not known where text is wrapped), less the
+# ones that are common English words of another kind ("was", "am", "want", "door", "met", "do", "no",
+# "son", "car", "pour", "par", "sin", "con", "ai", "i"; a word another language above has is not repeated): "über das | neue Budget" and a cue ending "… und dann die" read as badly as "of the |".
+PHRASE_WORDS = frozenset({
+    # English
+    "and", "but", "or", "nor", "so", "yet", "because", "although", "though", "while",
     "when", "where", "whether", "if", "unless", "until", "since", "than", "that", "which", "who", "whom",
     "whose", "what", "as", "of", "to", "in", "on", "at", "for", "from", "with", "by", "about", "into",
     "onto", "over", "under", "after", "before", "between", "through", "during", "without", "within", "upon",
     "against", "among", "around", "toward", "towards", "like", "the", "a", "an", "this", "these", "those",
-    "his", "her", "its", "their", "my", "your", "our"})
+    "his", "her", "its", "their", "my", "your", "our",
+    # German
+    "und", "oder", "aber", "denn", "sondern", "weil", "dass", "wenn", "als", "ob", "obwohl", "damit",
+    "der", "die", "das", "den", "dem", "des", "ein", "eine", "einen", "einem", "einer", "eines",
+    "mit", "von", "zu", "zum", "zur", "bei", "nach", "aus", "für", "über", "unter", "vor", "durch",
+    "ohne", "gegen", "auf", "im", "vom", "beim", "ins", "seit", "bis", "zwischen", "während",
+    # French
+    "et", "ou", "mais", "donc", "que", "qui", "dont", "quand", "parce", "le", "la", "les", "un",
+    "une", "du", "de", "au", "aux", "dans", "sur", "avec", "sans", "chez", "vers",
+    "entre", "depuis", "pendant", "ce", "cette", "ces", "sa", "ses", "leur", "leurs",
+    # Spanish
+    "y", "o", "pero", "porque", "aunque", "cuando", "donde", "el", "los", "las", "una", "unos", "unas",
+    "del", "al", "en", "por", "para", "sobre", "hasta", "desde", "hacia", "según", "este", "esta",
+    "estos", "estas", "su", "sus",
+    # Italian
+    "e", "ma", "che", "perché", "quando", "dove", "il", "lo", "gli", "uno", "di", "della", "dello",
+    "dei", "delle", "alla", "allo", "alle", "nel", "nella", "nei", "da", "dal", "dalla", "per",
+    "tra", "fra", "questo", "questa",
+    # Portuguese
+    "mas", "os", "um", "uma", "dos", "em", "na", "nos", "nas", "com", "sem", "pelo", "pela",
+    "até",
+    # Dutch
+    "maar", "omdat", "dat", "het", "een", "van", "naar", "op", "bij", "uit", "tot", "om",
+})
 READING_CPS = 17  # characters per second a cue is given to be read in, where the next cue leaves room
 LINE_BREAK_COST = 20  # characters of imbalance worth avoiding a line that ends "as to" or splits a name
 LINE_BREAK_BONUS = 8  # characters of imbalance worth a line break after a comma or before "and", "of", …
@@ -221,9 +250,10 @@ def _ends_clause(text: str) -> bool:
 
 
 def opens_phrase(before: str, word: str) -> bool:
-    """``word`` opens a phrase (:data:`PHRASE_WORDS`) after ``before``, which does not: a place to
-    break a line or a cue inside a clause ("… paid attention" / "to the subject.")."""
-    return _bare(word) in PHRASE_WORDS and _bare(before) not in PHRASE_WORDS
+    """``word`` opens a phrase (:data:`PHRASE_WORDS`) after ``before``, which does not, nor waits for
+    the word after ``word`` ("Leibs- und Lebensgefahr"): a place to break a line or a cue inside a
+    clause ("… paid attention" / "to the subject.")."""
+    return _bare(word) in PHRASE_WORDS and _bare(before) not in PHRASE_WORDS and not before.endswith("-")
 
 
 def _bare(text: str) -> str:
@@ -473,7 +503,8 @@ class CueSegmenter:
     def _two_lines(self, pieces: Sequence[_Piece]) -> list[str] | None:
         """Two lines broken at the word boundary of least cost: the lines' length difference (the
         first with its source label), plus :data:`LINE_BREAK_COST` for a first line that ends on a
-        word opening a phrase ("as to" / "symptoms") or that splits a name ("San" / "Francisco"),
+        word opening a phrase ("as to" / "symptoms"), that splits a name ("San" / "Francisco") or
+        a word that waits for the next one's end ("Leibs-" / "und Lebensgefahr"),
         less :data:`LINE_BREAK_BONUS` for a first line ending a clause or a second line opening a
         phrase. None if no break fits."""
         label = self._label_width(pieces[0].source) if self.labelled else 0  # "You: " on the first line
@@ -489,8 +520,8 @@ class CueSegmenter:
             cost = abs(label + len(lines[0]) - len(lines[1]))
             if _ends_clause(end):
                 cost -= LINE_BREAK_BONUS
-            elif _bare(end) in PHRASE_WORDS or (end[:1].isupper() and start[:1].isupper()):
-                cost += LINE_BREAK_COST
+            elif _bare(end) in PHRASE_WORDS or (end[:1].isupper() and start[:1].isupper()) or end.endswith("-"):
+                cost += LINE_BREAK_COST  # "as to" /, "San" / "Francisco", "Leibs-" / "und Lebensgefahr"
             if _bare(start) in PHRASE_WORDS:
                 cost -= LINE_BREAK_BONUS
             if best is None or cost < best[0]:

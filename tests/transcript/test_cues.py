@@ -297,3 +297,30 @@ def test_apply_update_replay_matches_core() -> None:
     for u in updates:
         apply_update(words, u)
     assert replay(updates)["system"] == words
+
+
+def test_other_languages_break_before_their_phrase_words_too() -> None:
+    """A German, French, Spanish, Italian or Dutch session's subtitles ended lines and cues on an
+    article or a preposition ("über das | neue Budget", a cue ending "… und dann die"): the words
+    that open a phrase in those languages count as the English ones do."""
+    cases = {
+        "Wir haben gestern sehr lange über das neue Budget gesprochen und dann die Entscheidung auf die "
+        "nächste Woche vertagt.": [("Wir haben gestern sehr lange", "über das neue Budget gesprochen"),
+                                   ("und dann die Entscheidung", "auf die nächste Woche vertagt.")],
+        "Nous avons parlé très longtemps du nouveau budget hier et nous avons reporté la décision à la "
+        "semaine prochaine.": [("Nous avons parlé très longtemps", "du nouveau budget hier"),
+                               ("et nous avons reporté", "la décision à la semaine prochaine.")],
+        "Ayer hablamos durante mucho tiempo sobre el nuevo presupuesto y después aplazamos la decisión hasta "
+        "la próxima semana.": [("Ayer hablamos durante mucho tiempo", "sobre el nuevo presupuesto"),
+                               ("y después aplazamos la decisión", "hasta la próxima semana.")],
+        "Gisteren hebben we heel lang over het nieuwe budget gesproken en toen hebben we de beslissing "
+        "uitgesteld tot volgende week.": [("Gisteren hebben we heel lang", "over het nieuwe budget gesproken"),
+                                          ("en toen hebben we de beslissing", "uitgesteld tot volgende week.")],
+    }
+    for text, want in cases.items():
+        cues = build_cues(words_from(text))
+        assert [c.lines for c in cues] == want
+        check_invariants(cues, CueOptions())
+    # a word that waits for the next one's end ("Leibs- und Lebensgefahr") is not left at a line's end
+    (cue,) = build_cues(words_from("Er hat es mit großer Leibs- und Lebensgefahr getan."))
+    assert cue.lines == ("Er hat es mit großer", "Leibs- und Lebensgefahr getan.")
