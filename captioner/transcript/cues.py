@@ -51,7 +51,8 @@ CARRY_WORDS = 3  # words (the one that did not fit included) a break before a ph
 # and the same words of German, French, Spanish, Italian, Portuguese and Dutch (one set for every
 # language: a session may mix them, and its language is not known where text is wrapped), less the
 # ones that are common English words of another kind ("was", "am", "want", "door", "met", "do", "no",
-# "son", "car", "pour", "par", "sin", "con", "ai", "i"; a word another language above has is not repeated): "über das | neue Budget" and a cue ending "… und dann die" read as badly as "of the |".
+# "son", "car", "pour", "par", "sin", "con", "ai", "i"; a word a language above has is not repeated):
+# "über das | neue Budget" and a cue ending "… und dann die" read as badly as "of the |".
 PHRASE_WORDS = frozenset({
     # English
     "and", "but", "or", "nor", "so", "yet", "because", "although", "though", "while",
