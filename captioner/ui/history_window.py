@@ -217,26 +217,18 @@ class HistoryWindow(QWidget):
         row.addStretch(1)
         row.addWidget(self.found_label)
         row.addStretch(1)
-        marks = QPushButton("Next mark", self)
-        marks.setToolTip("Go to the moments marked in this session (Ctrl+M)")
-        marks.setEnabled(False)
-        marks.clicked.connect(self.next_mark)
-        row.addWidget(marks)
-        self.buttons["marks"] = marks
-        QShortcut(QKeySequence("Ctrl+M"), self, self.next_mark)
-        note = QPushButton("Note…", self)
-        note.setToolTip("Write what the selected mark was (Ctrl+Shift+M)")
-        note.setEnabled(False)
-        note.clicked.connect(self.note_current_mark)
-        row.addWidget(note)
-        self.buttons["note"] = note
-        QShortcut(QKeySequence("Ctrl+Shift+M"), self, self.note_current_mark)
-        rename = QPushButton("Rename…", self)
-        rename.setToolTip("Give the session a title (F2)")
-        rename.clicked.connect(self.rename_current)
-        row.addWidget(rename)
-        self.buttons["rename"] = rename
-        QShortcut(QKeySequence(Qt.Key.Key_F2), self, self.rename_current)
+        for name, text, tip, key, action, enabled in (
+            ("marks", "Next mark", "Go to the moments marked in this session", "Ctrl+M", self.next_mark, False),
+            ("note", "Note…", "Write what the selected mark was", "Ctrl+Shift+M", self.note_current_mark, False),
+            ("rename", "Rename…", "Give the session a title", "F2", self.rename_current, True),
+        ):
+            button = QPushButton(text, self)
+            button.setToolTip(f"{tip} ({key})")
+            button.setEnabled(enabled)
+            button.clicked.connect(action)
+            row.addWidget(button)
+            self.buttons[name] = button
+            QShortcut(QKeySequence(key), self, action)
         QShortcut(QKeySequence(QKeySequence.StandardKey.Find), self, self._focus_search)
         QShortcut(QKeySequence(Qt.Key.Key_Escape), self.search_box, self.search_box.clear,
                   context=Qt.ShortcutContext.WidgetShortcut)
