@@ -1,5 +1,7 @@
 """The real app on Xvfb with an engine too slow for real time: the bar and the tray say "behind — skipping",
-the transcript records the gaps, and both clear once the load goes away (issue 16, overload).
+the transcript records the gaps, and both clear once the load goes away (issue 16, overload); with the
+lag rule's longer step, the same load is absorbed: the tray says "captions every 2 s to keep up" and
+nothing is skipped.
 
 ``xcb_overload_driver.py`` runs the app as ``captioner --source-file`` assembles it (real FileSource at
 real pace, the tiny pack on the CPU, real store, real tray in trayer) with the encoder slowed to three
@@ -43,7 +45,7 @@ def test_overloaded_app_says_behind_skipping_records_gaps_and_recovers(xserver, 
     env = xserver.env(PYTHONPATH=str(REPO))
     res = subprocess.run([sys.executable, str(REPO / "tests" / "ui" / "xcb_overload_driver.py"), "--home", str(home),
                           "--pack", str(tiny_pack.root), "--wav", str(long_speech_wav), "--out", str(artifacts),
-                          "--slow-s", str(SLOW_S), "--slow-rtf", "3"],
+                          "--slow-s", str(SLOW_S), "--slow-rtf", "3", "--no-adapt-step"],
                          env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"stdout: {res.stdout[-3000:]}\nstderr: {res.stderr[-3000:]}"
     report = json.loads(res.stdout.split("REPORT ", 1)[1])
@@ -69,3 +71,22 @@ def test_overloaded_app_says_behind_skipping_records_gaps_and_recovers(xserver, 
     assert late and late[-1][0] - shown[-1] >= 1.0, (shown[-1], samples[-1])  # seen clear for a while
     assert not any(s[1] for s in late) and not any("behind" in s[3] for s in late)
     assert shown[-1] <= report["slow_until_s"] + 3 * 3 * STEP_S + SKIPPING_HOLD_STEPS * STEP_S + 1.0
+
+
+def test_the_same_load_with_a_longer_step_skips_nothing_and_the_tray_says_so(xserver, tiny_pack, long_speech_wav,
+                                                                             tmp_path, artifacts):
+    """The lag rule as the app runs it: the step is lengthened (here to 3 s) before anything is
+    skipped, the tray's status line says how often captions come now, and no gap, no skip badge and
+    no "skipping" message come."""
+    home = new_home(tmp_path)
+    env = xserver.env(PYTHONPATH=str(REPO))
+    res = subprocess.run([sys.executable, str(REPO / "tests" / "ui" / "xcb_overload_driver.py"), "--home", str(home),
+                          "--pack", str(tiny_pack.root), "--wav", str(long_speech_wav), "--out", str(artifacts / "adapt"),
+                          "--slow-s", str(SLOW_S), "--slow-rtf", "3"],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, f"stdout: {res.stdout[-3000:]}\nstderr: {res.stderr[-3000:]}"
+    report = json.loads(res.stdout.split("REPORT ", 1)[1])
+    samples = report["samples"]
+    assert any("captions every 2 s to keep up" in s[3] or "captions every 3 s to keep up" in s[3] for s in samples), samples
+    assert not report["gaps"] and not any("skipping" in s[2] or "skipping" in s[3] for s in samples)
+    assert report["infos"] == []

@@ -7,7 +7,8 @@ store), except that every encoder dispatch sleeps ``--slow-rtf`` times its audio
 away; a dispatch still sleeping then ends: an opening round's encoder input is padded to 6 s, and
 three times that in one dispatch would outlast the load by far). Every 100 ms the driver records the caption bar's lag badge and the tray's status line;
 when the bar first says "skipping" it renders the bar to PNG. When the file has ended it exports the
-session as SRT, quits through the tray and prints a JSON report.
+session as SRT, quits through the tray and prints a JSON report. ``--no-adapt-step``: the lag rule
+keeps the settings' step (the skip rule alone, as on a machine too slow even at the longest step).
 
 Usage: python tests/ui/xcb_overload_driver.py --home DIR --pack DIR --wav FILE --out DIR
 """
@@ -26,7 +27,7 @@ from PySide6.QtWidgets import QApplication
 
 from captioner.app import CaptionerApp, GuiOptions
 from captioner.commands.gui import capture_factory, engine_factory
-from captioner.engine import OnnxAcousticModel
+from captioner.engine import OnnxAcousticModel, overload
 from captioner.storage.paths import AppPaths
 from captioner.transcript.export import export_session
 
@@ -41,6 +42,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--slow-s", type=float, default=6.0)
     ap.add_argument("--slow-rtf", type=float, default=3.0)
+    ap.add_argument("--no-adapt-step", action="store_true",
+                    help="the lag rule without its longer step (the skip rule alone)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     faulthandler.dump_traceback_later(120, exit=False)
@@ -57,6 +60,13 @@ def main() -> int:
         return encode(self, audio, native_30s=native_30s)
 
     OnnxAcousticModel.encode = slow_encode  # type: ignore[method-assign]
+    if args.no_adapt_step:
+        governor_init = overload.LagGovernor.__init__
+
+        def fixed_step(self, *a, **kw):
+            governor_init(self, *a, **{**kw, "adapt_step": False})
+
+        overload.LagGovernor.__init__ = fixed_step  # type: ignore[method-assign]
 
     qapp = QApplication(sys.argv[:1])
     qapp.setQuitOnLastWindowClosed(False)
