@@ -157,8 +157,10 @@ def test_lag_counts_the_drained_backlog_and_no_skip_below_two_steps(qtbot):
 
 
 def test_a_backlog_beyond_two_steps_is_skipped(qtbot):
+    """At the longest step (or without the longer step, as here) a backlog over two steps is
+    skipped; with it, the same backlog first makes the step longer, and nothing is skipped."""
     stream = FakeStream(step_s=0.5)
-    h = Harness(qtbot, FakeCapture(n_blocks=15, finite=False), {"system": stream}).start()
+    h = Harness(qtbot, FakeCapture(n_blocks=15, finite=False), {"system": stream}, adapt_step=False).start()
     qtbot.waitUntil(lambda: len(h.updates) >= 1, timeout=5000)
     h.stop()
     assert stream.skips == [0.5]  # 1.5 s drained at once: keep one step
@@ -166,6 +168,12 @@ def test_a_backlog_beyond_two_steps_is_skipped(qtbot):
     assert gaps == [(0.0, 1.0)]
     assert [w.text for w in h.words()] == [f"system{i}" for i in range(10, 15)]
     assert any(state == "skipping" for _, state in h.lags)
+    longer = FakeStream(step_s=0.5)
+    h = Harness(qtbot, FakeCapture(n_blocks=15, finite=False), {"system": longer}).start()
+    qtbot.waitUntil(lambda: len(h.updates) >= 15, timeout=5000)
+    h.stop()
+    assert not longer.skips and longer.config.step_s == 1.0 and h.worker.step_s == 1.0  # 1.5 s < two 1 s steps
+    assert all(u.gap is None for u in h.updates) and h.lags[-1][1] == "slower"
 
 
 def test_a_ring_overflow_becomes_a_gap(qtbot):
@@ -219,9 +227,10 @@ def test_the_engine_is_readied_once_the_capture_runs_and_what_it_heard_meanwhile
     assert log == ["capture", "prepare"]
     assert h.statuses[:2] == ["starting", "listening"]
     assert not stream.skips and all(u.gap is None for u in h.updates)
-    # the same backlog in an ordinary turn is skipped to one step (the lag rule)
+    # the same backlog in an ordinary turn is skipped to one step (the lag rule; without the longer
+    # step, which would absorb this one)
     ordinary = FakeStream(step_s=0.2)
-    h = Harness(qtbot, FakeCapture(n_blocks=12, finite=False), {"system": ordinary}).start()
+    h = Harness(qtbot, FakeCapture(n_blocks=12, finite=False), {"system": ordinary}, adapt_step=False).start()
     qtbot.waitUntil(lambda: bool(ordinary.skips), timeout=5000)
     h.stop()
     assert any(u.gap is not None for u in h.updates)
