@@ -644,9 +644,10 @@ class Stream:
 
     def set_step(self, step_s: float) -> None:
         """Change the step from the next round on (the lag rule of ``engine/overload.py``
-        lengthens it while the engine cannot keep up, and shortens it back). Only how much new audio
-        a round waits for and the carry's cap (2 × step) change; the open utterance, its drafts
-        and the audio pending stay as they are.
+        lengthens it while the engine cannot keep up, and shortens it back). What depends on the
+        step follows it: how much new audio a round waits for, the carry's cap (2 × step) and
+        whether live rounds reach back into the drafts (steps under 2 s, deviation 20); the open
+        utterance, its drafts and the audio pending stay as they are.
 
         Raises:
             CaptionerError: the step is outside 0.5–3.0 s or the longest input cannot hold two of it.
