@@ -1,6 +1,6 @@
 """``captioner sessions``: list, show, name, export, search and delete the recorded sessions.
 
-``captioner sessions list`` · ``show ID`` · ``rename ID TITLE`` · ``export ID --srt F --vtt F
+``captioner sessions list`` · ``show ID`` · ``rename ID TITLE`` · ``mark ID TIME [NOTE]`` · ``export ID --srt F --vtt F
 --txt F --json F`` · ``search TEXT`` (the words said, and the titles) · ``delete ID`` ·
 ``purge --older-than DAYS``. Exports use the cue limits and source labels of the settings
 (``transcripts`` section).
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import re
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from captioner.errors import StorageError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import EXPORT_FORMATS, export_session, length_text, render_txt
+from captioner.transcript.export import EXPORT_FORMATS, MARK_TEXT, export_session, length_text, render_txt
 from captioner.transcript.store import SessionInfo, SessionStore
 
 __all__ = ["register", "run"]
@@ -40,6 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rename = actions.add_parser("rename", help="give a session a title (none: remove it)")
     rename.add_argument("id", type=int)
     rename.add_argument("title", nargs="*", help="the title (quotes not needed)")
+    mark = actions.add_parser("mark", help="mark a moment of a session afterwards (a bookmark in its transcript)")
+    mark.add_argument("id", type=int)
+    mark.add_argument("time", type=_moment, help="when, on the session's clock: H:MM:SS, M:SS or seconds")
+    mark.add_argument("note", nargs="*", help="what the moment was (quotes not needed)")
     exp = actions.add_parser("export", help="write a session as SRT, WebVTT, text or JSON")
     exp.add_argument("id", type=int)
     for fmt, name in (("srt", "SubRip"), ("vtt", "WebVTT"), ("txt", "plain text"), ("json", "JSON words")):
@@ -69,6 +74,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             title = store.set_title(args.id, " ".join(args.title))
             print(f"session {args.id} is now titled {title!r}" if title else f"session {args.id} has no title now")
             return 0
+        if action == "mark":
+            return _mark(store, args.id, args.time, " ".join(args.note))
         if action == "search":
             return _search(store, " ".join(args.text), args.limit)
         if action == "delete":
@@ -80,6 +87,29 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             print(f"deleted {n} session(s) older than {args.older_than} days")
             return 0
     raise StorageError(f"unknown sessions action {action!r}")  # argparse prevents this
+
+
+def _moment(text: str) -> float:
+    """A moment on a session's clock, seconds: ``H:MM:SS``, ``M:SS`` (the seconds with a fraction
+    or not) or seconds."""
+    *whole, last = text.strip().split(":")
+    if len(whole) > 2 or not all(re.fullmatch(r"\d+", p) for p in whole) or not re.fullmatch(r"\d+(\.\d+)?", last):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time: write H:MM:SS, M:SS or seconds (0:12:34, 754)")
+    values = [*(int(p) for p in whole), float(last)]
+    if any(v >= 60 for v in values[1:]):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time: minutes and seconds go up to 59")
+    return sum(v * 60**i for i, v in enumerate(reversed(values)))
+
+
+def _mark(store: SessionStore, session_id: int, at_s: float, note: str) -> int:
+    info = store.get_session(session_id)
+    if info.duration_ms is not None and at_s * 1000 > info.duration_ms:
+        raise StorageError(f"session {session_id} is {length_text(info.duration_ms)} long; "
+                           f"{length_text(round(at_s * 1000))} is after its end")
+    mark = store.add_mark(session_id, at_s, note)
+    print(f"session {session_id}: {MARK_TEXT.lower()} {length_text(round(mark.at * 1000))}"
+          + (f": {mark.note}" if mark.note else ""))
+    return 0
 
 
 def _duration(ms: int | None) -> str:

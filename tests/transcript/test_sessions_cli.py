@@ -163,3 +163,26 @@ def test_corrupt_store_through_the_real_entry_point(tmp_path: Path) -> None:
     assert done.stdout.strip() == "no saved sessions"
     assert "not a readable SQLite database" in done.stderr and "sessions.sqlite3.corrupt-" in done.stderr
     assert len(list(paths.data.glob("sessions.sqlite3.corrupt-*"))) == 1
+
+
+def test_mark_bookmarks_a_moment_afterwards(home: AppPaths, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sessions mark ID TIME [NOTE]``: a moment marked while reading a transcript later, shown as
+    the app's marks are; a time that is not one, or after the session's end, is refused in one line."""
+    assert run(home, "mark", "1", "0:00:02.5", "Fourier", "starts") == 0
+    assert capsys.readouterr().out.strip() == "session 1: ★ marked 0:00:02: Fourier starts"
+    assert run(home, "mark", "1", "1") == 0
+    assert capsys.readouterr().out.strip() == "session 1: ★ marked 0:00:01"
+    assert run(home, "show", "1") == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("[00:00:01] ★ Marked\n\n[00:00:02] ★ Marked: Fourier starts"), out
+    for time, said in (("0:61", "'0:61' is not a time: minutes and seconds go up to 59"),
+                       ("soon", "'soon' is not a time: write H:MM:SS, M:SS or seconds")):
+        with pytest.raises(SystemExit) as refused:  # argparse's usage error
+            run(home, "mark", "1", time)
+        assert refused.value.code == 2 and said in capsys.readouterr().err
+    assert run(home, "mark", "1", "0:05") == 2
+    assert capsys.readouterr().err.strip() == "captioner: error: session 1 is 0:00:03 long; 0:00:05 is after its end"
+    assert run(home, "mark", "99", "1") == 2
+    assert "there is no session 99" in capsys.readouterr().err
+    with SessionStore.open(home.sessions_db) as store:
+        assert [(m.at, m.note) for m in store.session_marks(1)] == [(1.0, ""), (2.5, "Fourier starts")]
