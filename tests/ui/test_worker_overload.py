@@ -201,5 +201,5 @@ def test_an_engine_too_slow_for_the_step_gets_a_longer_one_and_stops_skipping(qt
     assert [w for w in words if w.start > settled + 2.0], "words go on after the step was lengthened"
     rounds_after = [t for t, _ in measured.backlogs if t > settled + 1.0]
     spacing = [b - a for a, b in itertools.pairwise(rounds_after)]
-    assert spacing and min(spacing) >= 0.9 * report.step_s  # rounds come a longer step apart
+    assert spacing and min(spacing) >= 0.75 * report.step_s  # a longer step apart (not 0.5 s; a block of slack)
 
