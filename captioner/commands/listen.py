@@ -223,6 +223,7 @@ class _Captioner:
         """Mark a moment of the session (its audio clock, seconds), said on the console; None when
         nothing is saved or the mark is refused (said, and listening goes on)."""
         if self.recorder is None:
+            self.console.note("not marked: with --no-save there is no session to mark")
             return None
         try:
             mark = self.recorder.store.add_mark(self.recorder.session_id, at_s, note)
@@ -310,7 +311,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     clock = {s: 0 for s in capture.sources}
     heard_at = [started]  # when the newest audio arrived (monotonic)
     levels: dict[Source, str] = {}
-    keys = MarkKeys(sys.stdin) if captioner is not None and captioner.recorder is not None else None
+    keys = MarkKeys(sys.stdin) if captioner is not None else None  # with --no-save too: an Enter must not break the lines
 
     def on_block(block: AudioBlock) -> None:
         if block.end >= max(clock.values()):
@@ -356,7 +357,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     try:
         with capture:
             names = ", ".join(f"{s} ← {n}" for s, n in capture.device_names.items())
-            hint = "; Enter marks this moment, after a note if you like" if keys is not None and keys.active else ""
+            hint = ("; Enter marks this moment, after a note if you like"
+                    if keys is not None and keys.active and captioner is not None and captioner.recorder is not None else "")
             console.note(f"listening: {names} (Ctrl-C to stop{hint})")
             if args.record is not None:
                 for src, path in record_paths(args.record, capture.sources).items():

@@ -57,3 +57,31 @@ def test_listen_marks_audio_the_capture_ring_dropped_as_a_gap(tiny_pack, tmp_pat
         assert [(g.start, g.end) for g in store.session_gaps(captioner.recorder.session_id)] == [(2.0, 4.0)]
     out = capsys.readouterr()
     assert "[…] (skipped 2.0 s" in out.out and "skipped 2.0 s of audio in 1 skips" in out.err
+
+
+def test_listen_marks_a_moment_and_says_why_not_when_nothing_is_saved(tiny_pack, tmp_path) -> None:
+    """Enter in ``listen``'s terminal (commands/_keys.py) comes here: a mark in the session, said on
+    the console; with --no-save there is none, and that is said instead of nothing happening."""
+    import io
+
+    from captioner.commands._printer import Console
+
+    setup = EngineSetup(Transcriber.from_pack(tiny_pack, "cpu"), StreamConfig(step_s=STEP_S))
+    home = AppPaths.default(tmp_path / "home")
+    notes = io.StringIO()
+    console = Console(io.StringIO(), False, status_out=io.StringIO(), note_out=notes)
+    labels = {"system": "Others", "mic": "You"}
+    unsaved = _Captioner(setup, ("system",), home, save=False, labels=labels, console=console)
+    assert unsaved.mark(1.0, "") is None
+    saved = _Captioner(setup, ("system",), home, save=True, labels=labels, console=console)
+    mark = saved.mark(75.5, "decision  taken")
+    assert mark is not None and (mark.at, mark.note) == (75.5, "decision taken")
+    assert saved.mark(2.0, "x" * 501) is None  # refused, said, and listening goes on
+    assert notes.getvalue().splitlines() == [
+        "not marked: with --no-save there is no session to mark",
+        "★ marked 0:01:15: decision taken",
+        "not marked: a mark's note is at most 500 characters; this one has 501",
+    ]
+    assert saved.recorder is not None
+    assert [m.at for m in saved.recorder.store.session_marks(saved.recorder.session_id)] == [75.5]
+    saved.finish(80.0)
