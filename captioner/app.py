@@ -34,7 +34,7 @@ from captioner.models.install import first_installed_pack, list_packs
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import Settings, load_settings, save_settings, to_dict
 from captioner.transcript.cues import CueOptions, Mark
-from captioner.transcript.export import MARK_TEXT, export_session, export_words, length_text, render_txt
+from captioner.transcript.export import export_session, export_words, marked_notice, render_txt
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore
 from captioner.ui.caption_bar import CaptionBar
@@ -699,7 +699,7 @@ class CaptionerApp(QObject):
         except CaptionerError as exc:
             self.tray.show_error("Not marked", str(exc))
             return None
-        self.bar.show_notice(f"{MARK_TEXT.lower()} {length_text(round(mark.at * 1000))}")
+        self.bar.show_notice(marked_notice(mark, note=False))
         return mark
 
     def copy_transcript(self) -> str | None:

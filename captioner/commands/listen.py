@@ -48,7 +48,7 @@ from captioner.errors import AudioDeviceError, CaptionerError, ModelError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.cues import Mark
-from captioner.transcript.export import MARK_TEXT, length_text
+from captioner.transcript.export import marked_notice
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore, session_title
 
@@ -230,7 +230,7 @@ class _Captioner:
         except CaptionerError as exc:
             self.console.note(f"not marked: {exc}")
             return None
-        self.console.note(f"{MARK_TEXT.lower()} {length_text(round(mark.at * 1000))}" + (f": {mark.note}" if mark.note else ""))
+        self.console.note(marked_notice(mark))
         return mark
 
     def run_rounds(self) -> None:

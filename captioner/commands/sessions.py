@@ -19,7 +19,7 @@ from captioner.errors import StorageError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import EXPORT_FORMATS, MARK_TEXT, export_session, length_text, render_txt
+from captioner.transcript.export import EXPORT_FORMATS, export_session, length_text, marked_notice, render_txt
 from captioner.transcript.store import SessionInfo, SessionStore
 
 __all__ = ["register", "run"]
@@ -107,8 +107,7 @@ def _mark(store: SessionStore, session_id: int, at_s: float, note: str) -> int:
         raise StorageError(f"session {session_id} is {length_text(info.duration_ms)} long; "
                            f"{length_text(round(at_s * 1000))} is after its end")
     mark = store.add_mark(session_id, at_s, note)
-    print(f"session {session_id}: {MARK_TEXT.lower()} {length_text(round(mark.at * 1000))}"
-          + (f": {mark.note}" if mark.note else ""))
+    print(f"session {session_id}: {marked_notice(mark)}")
     return 0
 
 

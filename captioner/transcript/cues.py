@@ -254,7 +254,13 @@ def opens_phrase(before: str, word: str) -> bool:
     """``word`` opens a phrase (:data:`PHRASE_WORDS`) after ``before``, which does not, nor waits for
     the word after ``word`` ("Leibs- und Lebensgefahr"): a place to break a line or a cue inside a
     clause ("… paid attention" / "to the subject.")."""
-    return _bare(word) in PHRASE_WORDS and _bare(before) not in PHRASE_WORDS and not before.endswith("-")
+    return _bare(word) in PHRASE_WORDS and _bare(before) not in PHRASE_WORDS and not _waits_for_next(before)
+
+
+def _waits_for_next(word: str) -> bool:
+    """A word cut short that the next one's end completes ("Leibs-" in "Leibs- und Lebensgefahr"):
+    no line or cue ends after it."""
+    return word.endswith("-")
 
 
 def _bare(text: str) -> str:
@@ -521,7 +527,7 @@ class CueSegmenter:
             cost = abs(label + len(lines[0]) - len(lines[1]))
             if _ends_clause(end):
                 cost -= LINE_BREAK_BONUS
-            elif _bare(end) in PHRASE_WORDS or (end[:1].isupper() and start[:1].isupper()) or end.endswith("-"):
+            elif _bare(end) in PHRASE_WORDS or (end[:1].isupper() and start[:1].isupper()) or _waits_for_next(end):
                 cost += LINE_BREAK_COST  # "as to" /, "San" / "Francisco", "Leibs-" / "und Lebensgefahr"
             if _bare(start) in PHRASE_WORDS:
                 cost -= LINE_BREAK_BONUS

@@ -56,6 +56,7 @@ __all__ = [
     "length_text",
     "mark_line",
     "mark_to_json",
+    "marked_notice",
     "render_json",
     "render_srt",
     "render_txt",
@@ -229,6 +230,13 @@ def mark_line(mark: Mark, timestamps: bool = False) -> str:
     clock = _clock(round(mark.at * 1000), ",")[:8]
     note = f": {mark.note}" if mark.note else ""
     return f"[{clock}] {MARK_TEXT}{note}" if timestamps else f"{MARK_TEXT} at {clock}{note}"
+
+
+def marked_notice(mark: Mark, *, note: bool = True) -> str:
+    """What is said when a moment is marked: ``★ marked 0:12:34``, its note after a colon (the
+    caption bar's badge leaves it out: the badge is a few words)."""
+    said = f"{MARK_TEXT.lower()} {length_text(round(mark.at * 1000))}"
+    return f"{said}: {mark.note}" if note and mark.note else said
 
 
 def _new_paragraph(first: Word | None, prev: Word, word: Word) -> bool:

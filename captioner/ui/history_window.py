@@ -390,9 +390,12 @@ class HistoryWindow(QWidget):
 
     def next_found(self) -> None:
         """Show the next place the search found in the open transcript (after the last, the first)."""
-        if not self._found:
-            return
-        self._at = (self._at + 1) % len(self._found)
+        if self._found:
+            self._show_found((self._at + 1) % len(self._found))
+
+    def _show_found(self, at: int) -> None:
+        """Select the ``at``-th highlighted span, scrolled to the middle, and say which it is."""
+        self._at = at
         self.text.setTextCursor(self._cursor(*self._found[self._at]))
         self.text.centerCursor()
         n = len(self._found)
@@ -431,8 +434,8 @@ class HistoryWindow(QWidget):
             return None
         self._show_current()
         self._mark(mark_spans(self.text.toPlainText()), kind="marks")
-        for _ in range(index):
-            self.next_found()
+        if index < len(self._found):
+            self._show_found(index)  # the same mark, its note now on its line
         return stored.note
 
     def _note_dialog(self, current: str) -> str | None:
