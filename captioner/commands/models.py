@@ -1,4 +1,4 @@
-"""``captioner models build|install|list|verify|remove``: model packs from Whisper checkpoints.
+"""``captioner models build|install|list|verify|remove|choose``: model packs from Whisper checkpoints.
 
 Install and build progress go to stderr: one self-overwriting line on a terminal, a line per
 tenth of the download otherwise (so logs show it too).
@@ -12,6 +12,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from captioner.commands._choose import add_choose
 from captioner.models.build import BUCKETS, BuildOptions, build_pack, parse_buckets
 from captioner.models.catalog import KNOWN_MODELS
 from captioner.models.install import DEFAULT_MODEL, install_pack, list_packs, remove_pack, resolve_pack
@@ -139,6 +140,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     remove = sub.add_parser("remove", help="delete an installed pack")
     remove.add_argument("pack", help="installed pack name")
     remove.set_defaults(func=_remove)
+
+    add_choose(sub)
 
 
 def disk_mb(folder: Path) -> float:

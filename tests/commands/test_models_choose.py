@@ -1,0 +1,71 @@
+"""``captioner models choose``: every installed pack measured live on real speech, the largest that keeps up
+chosen and, with ``--apply``, made the settings' model; a broken pack and a language an English-only pack
+cannot hear said in a line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from captioner import cli
+from captioner.storage.paths import AppPaths
+from captioner.storage.settings import load_settings
+
+CLIP = Path(__file__).resolve().parents[1] / "data" / "speech" / "1089-134691-0001.wav"  # 5.4 s
+
+
+def _home(tmp_path: Path, *packs) -> AppPaths:
+    paths = AppPaths.default(tmp_path / "home")
+    paths.packs.mkdir(parents=True)
+    for pack in packs:
+        (paths.packs / pack.root.name).symlink_to(pack.root, target_is_directory=True)
+    return paths
+
+
+def test_the_largest_that_keeps_up_is_chosen_and_applied(tmp_path, capsys, real_tiny_en_pack,
+                                                          real_tiny_en_int8_pack) -> None:
+    paths = _home(tmp_path, real_tiny_en_pack, real_tiny_en_int8_pack)
+    (paths.packs / "broken").mkdir()  # a pack folder without its manifest
+    assert cli.run(["settings", "set", "engine.language", "en"], paths) == 0
+    out_json = tmp_path / "choice.json"
+    code = cli.run(["models", "choose", "--audio", str(CLIP), "--step", "1", "--provider", "cpu", "--apply",
+                    "--json", str(out_json)], paths)
+    captured = capsys.readouterr()
+    assert code == 0, captured.out + captured.err
+    doc = json.loads(out_json.read_text(encoding="utf-8"))
+    trials = {t["name"]: t for t in doc["trials"]}
+    assert set(trials) == {"tiny.en", "tiny.en-int8"} and "broken" in doc["failed"]
+    assert all(t["provider"] == "CPU" and t["step_s"] == 1.0 and t["streams"] == 1 for t in trials.values())
+    assert all(t["lag"]["rounds"] >= 5 and t["words"] >= 12 for t in trials.values())
+    keeping_up = [t for t in trials.values() if t["verdict"] == "keeps up"]
+    assert keeping_up, captured.out  # tiny.en on the CPU: far under half of real time
+    # the same size twice: the lighter compute wins
+    assert doc["chosen"] == min(keeping_up, key=lambda t: t["share"])["name"]
+    assert load_settings(paths.settings_file)[0].engine.model == doc["chosen"]
+    assert f"The largest model that keeps up here: {doc['chosen']}" in captured.out
+    assert f"Your model is now {doc['chosen']}" in captured.out
+    assert "broken: could not run: broken:" in captured.out
+    for name in trials:  # one table row each, with its verdict
+        assert any(line.startswith(name + " ") and "of real time" in line for line in captured.out.splitlines())
+    assert "measuring tiny.en (38 M parameters): 5.4 s of speech at real-time pace, a 1 s step" in captured.err
+
+    # measured again: the choice is the settings' model now
+    assert cli.run(["models", "choose", "--audio", str(CLIP), "--step", "1", "--provider", "cpu"], paths) == 0
+    assert "It is your model already." in capsys.readouterr().out
+
+
+def test_an_english_only_pack_is_passed_over_for_another_language(tmp_path, capsys, real_tiny_en_pack) -> None:
+    paths = _home(tmp_path, real_tiny_en_pack)
+    before = paths.settings_file.exists()
+    code = cli.run(["models", "choose", "--audio", str(CLIP), "--provider", "cpu", "--apply"], paths)  # language auto
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "No installed model keeps up here at a 2 s step" in out
+    assert "tiny.en hears only English; your language setting is 'auto': passed over" in out
+    assert paths.settings_file.exists() == before  # nothing applied
+
+
+def test_nothing_installed_is_said(tmp_path, capsys) -> None:
+    paths = AppPaths.default(tmp_path / "home")
+    assert cli.run(["models", "choose"], paths) == 2
+    assert "no model pack installed" in capsys.readouterr().err
