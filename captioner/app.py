@@ -601,15 +601,18 @@ class CaptionerApp(QObject):
         """The worker's lag after a round and its state ("ok", "slower", "behind", "skipping": the
         bounded-lag rule of ``engine/overload.py``): on the bar's badge and in the tray (with the
         step in force); the first skip of a session also gets a tray message (the transcript marks
-        each skipped span)."""
+        each skipped span; a smaller model, measured by ``captioner models choose``, may keep up)."""
         self.bar.set_lag(lag_s, state)
         step = self._worker.step_s if self._worker is not None else None
         self.tray.set_status(lag_s=lag_s, lag_state=state, step_s=step)
         if state == "skipping" and not self._skip_told:
             self._skip_told = True
+            every = f", even with captions every {step:g} s," if step else ""
             self.tray.show_info("Captions are behind — skipping",
-                                "This computer cannot keep up with the audio right now, so some audio is "
-                                "skipped to keep captions current. The transcript marks each gap with […].")
+                                f"This computer cannot keep up with the audio right now{every} so some audio is "
+                                "skipped to keep captions current. The transcript marks each gap with […]. "
+                                "If this happens often, a smaller model may keep up: 'captioner models choose' "
+                                "measures the installed ones on this computer (Settings → Model to change).")
 
     def _on_worker_error(self, exc: CaptionerError) -> None:
         self.tray.show_error("captioner", str(exc))

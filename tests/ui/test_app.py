@@ -258,6 +258,7 @@ def test_overload_shows_skipping_on_the_bar_and_in_the_tray_once(qtbot, tmp_path
     assert app.bar.lag_text.startswith("behind — skipping")
     assert "behind — skipping" in app.tray.tray.toolTip()
     assert [t for t, _ in infos] == ["Captions are behind — skipping"]
+    assert "even with captions every 3 s," in infos[0][1] and "'captioner models choose'" in infos[0][1]
     gaps = app.store.session_gaps(app.session_id)  # the skipped span is in the transcript
     assert len(gaps) == 1 and gaps[0].start == 0.0 and gaps[0].end >= 2.0
     app.set_paused(True)  # paused: nothing waits for the engine, the badge clears
