@@ -42,6 +42,7 @@ from captioner.ui.first_run import InstallFn
 from captioner.ui.geometry import layout_key
 from captioner.ui.hotkeys import GlobalHotkeys
 from captioner.ui.icons import app_icon, paused_icon
+from captioner.ui.model_measure import MeasureFn, ModelMeasurement
 from captioner.ui.tray import TrayIcon, ask_save_path_dialog
 from captioner.worker import CaptionWorker, CaptureLike, StreamLike
 
@@ -139,6 +140,8 @@ class CaptionerApp(QObject):
         install_model, import_model: the first-run dialog's work functions (see
             :class:`~captioner.ui.first_run.FirstRunDialog`); None disables it.
         ask_save_path: where to save an export (default: a file dialog).
+        measure_models: Settings → Model → "Measure on this computer…" (``captioner models choose``'s
+            measurement, :mod:`~captioner.ui.model_measure`); None hides the button.
 
     Signals:
         state_changed(str): the worker's state ("preparing", "starting", "listening", "paused",
@@ -157,6 +160,7 @@ class CaptionerApp(QObject):
         install_model: InstallFn | None = None,
         import_model: InstallFn | None = None,
         ask_save_path: Callable[[str, str], str | None] = ask_save_path_dialog,
+        measure_models: MeasureFn | None = None,
     ) -> None:
         super().__init__()
         self.paths = paths.ensure()
@@ -188,6 +192,13 @@ class CaptionerApp(QObject):
         self._engine_info: Callable[[], EngineInfo] | None = None
         self._history: HistoryWindow | None = None
         self._settings_dialog: SettingsDialog | None = None
+        self._measurement = ModelMeasurement(measure_models, self) if measure_models is not None else None
+        self._resume_after_measuring = False
+        if self._measurement is not None:
+            self._measurement.progress.connect(self._on_measure_progress)
+            self._measurement.done.connect(self._on_measured)
+            self._measurement.failed.connect(self._on_measure_failed)
+            self._measurement.finished.connect(self._on_measure_finished)
         self.provider = ""
         self.language = ""  # the run's language: a code or "auto"
         self._heard: dict[str, float] = {}  # language -> seconds of input decoded in it, this session
@@ -786,12 +797,15 @@ class CaptionerApp(QObject):
         if self._settings_dialog is not None:
             self._settings_dialog.raise_()
             return
-        dialog = SettingsDialog(self.settings, self._installed_models())
+        dialog = SettingsDialog(self.settings, self._installed_models(), can_measure=self._measurement is not None)
         dialog.settings_changed.connect(lambda s: self._preview_settings(s))
+        dialog.measure_requested.connect(self._start_measuring)
         self._settings_dialog = dialog
 
         def done(result: int) -> None:
             self._settings_dialog = None
+            if self._measurement is not None:
+                self._measurement.stop()  # its results have nowhere to go
             if result:
                 self.update_settings(dataclasses.replace(dialog.current_settings(), window=self.settings.window))
             else:
@@ -800,6 +814,36 @@ class CaptionerApp(QObject):
 
         dialog.finished.connect(done)
         dialog.show()
+
+    def _start_measuring(self, settings: Settings) -> None:
+        """Measure the installed models with the settings being edited; captions pause meanwhile (the
+        measurement needs the computer to itself, and the live engine would slow it down)."""
+        if self._measurement is None or self._measurement.running:
+            return
+        self._resume_after_measuring = not self.paused
+        self.set_paused(True)
+        self._measurement.start(settings)
+        if self._settings_dialog is not None:
+            self._settings_dialog.show_measuring("Measuring the installed models …")
+
+    def _on_measure_progress(self, line: str) -> None:
+        if self._settings_dialog is not None:
+            self._settings_dialog.show_measuring(line[:1].upper() + line[1:])
+
+    def _on_measured(self, report: str, chosen: str | None) -> None:
+        logger.info("models measured:\n%s", report)
+        if self._settings_dialog is not None:
+            self._settings_dialog.show_measured(report, chosen)
+
+    def _on_measure_failed(self, message: str) -> None:
+        logger.warning("measuring the models failed: %s", message)
+        if self._settings_dialog is not None:
+            self._settings_dialog.show_measure_failed(message)
+
+    def _on_measure_finished(self) -> None:
+        if self._resume_after_measuring and not self._quitting:
+            self.set_paused(False)
+        self._resume_after_measuring = False
 
     def _preview_settings(self, settings: Settings) -> None:
         """Live preview of caption changes while the dialog is open (saved only on OK)."""
@@ -853,6 +897,10 @@ class CaptionerApp(QObject):
         if self._quitting:
             return
         self._quitting = True
+        if self._measurement is not None:
+            self._measurement.stop()
+            if not self._measurement.wait(5.0):  # ends after its round in progress
+                logger.warning("the models' measurement did not stop in time")
         if self.options.screenshot is not None:
             ok = self.bar.render_png(self.options.screenshot)
             logger.info("screenshot %s: %s", self.options.screenshot, "saved" if ok else "FAILED")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -29,10 +30,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from captioner.core import EngineUpdate
 from captioner.engine import StreamConfig, Transcriber
 from captioner.engine.overload import LagReport
 
-__all__ = ["MAX_SHARE", "SAMPLE", "Trial", "Verdict", "choose", "hears", "measure", "speech_sample"]
+__all__ = ["MAX_SHARE", "SAMPLE", "Cancelled", "Trial", "Verdict", "choose", "hears", "measure", "speech_sample"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +115,12 @@ def choose(trials: list[Trial], language: str, task: str = "transcribe") -> Tria
     return max(fit, key=lambda t: (t.parameters, -t.share), default=None)
 
 
-def measure(engine: Transcriber, config: StreamConfig, audio: np.ndarray, *, streams: int = 1) -> Trial:
+class Cancelled(Exception):
+    """The measurement was stopped before its end (the settings dialog closed, the app quit)."""
+
+
+def measure(engine: Transcriber, config: StreamConfig, audio: np.ndarray, *, streams: int = 1,
+            stop: Callable[[], bool] = lambda: False) -> Trial:
     """Caption ``audio`` (16 kHz mono float32) live with ``engine`` at ``config``'s step, paced at real
     time (it takes as long as the audio), and say how it kept up. Opens the engine's sessions first
     (``Runtime.prepare``: the NPU's graphs compiled, the cache kept); an English-only pack hears
@@ -121,13 +128,19 @@ def measure(engine: Transcriber, config: StreamConfig, audio: np.ndarray, *, str
 
     Raises:
         CaptionerError: the pack cannot run (no provider could open it, a language it lacks).
+        Cancelled: ``stop()`` turned True (asked after every round).
     """
     pack = engine.model.pack
     if not pack.multilingual:
         config = replace(config, language="en", task="transcribe")
     engine.check(config)
     engine.runtime.prepare()
-    words, info = engine.transcribe(audio, config, realtime=True)
+
+    def stopped(update: EngineUpdate, last: bool) -> None:
+        if stop():
+            raise Cancelled
+
+    words, info = engine.transcribe(audio, config, realtime=True, on_update=stopped)
     assert info.lag is not None  # realtime: the rule's record
     latency = statistics.median(w.emitted_at - w.end for w in words) if words else 0.0
     return Trial(engine.name, pack.dims.parameters, pack.multilingual, info.provider.chosen, config.step_s, streams,

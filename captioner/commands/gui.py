@@ -69,6 +69,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     from PySide6.QtWidgets import QApplication
 
     from captioner.app import CaptionerApp, GuiOptions
+    from captioner.commands._choose import measure_function
     from captioner.ui import single_instance
     from captioner.ui.icons import app_icon
 
@@ -97,7 +98,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
                          minimized=args.minimized, screenshot=args.screenshot, quit_after=args.quit_after)
     app = CaptionerApp(paths, options, engine_factory=engine_factory,
                        capture_factory=capture_factory(options.source_file),
-                       install_model=install_function(paths), import_model=import_function(paths))
+                       install_model=install_function(paths), import_model=import_function(paths),
+                       measure_models=measure_function(paths))
     instance = single_instance.SingleInstance(name)
     instance.listen()
     instance.message.connect(app.on_instance_message)

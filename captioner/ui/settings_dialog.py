@@ -15,8 +15,8 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
-from PySide6.QtCore import Signal
-from PySide6.QtGui import QColor
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QFontDatabase
 from PySide6.QtWidgets import (
     QCheckBox,
     QColorDialog,
@@ -96,17 +96,34 @@ class SettingsDialog(QDialog):
         models: installed model pack names offered for ``engine.model``.
         parent: parent widget.
 
+        can_measure: offer "Measure on this computer…" beside the model (the app measures: the
+            dialog only asks and shows what it hears back).
+
     Signals:
         settings_changed(Settings): a valid edit (for live application).
+        measure_requested(Settings): the user asked to measure the installed models with the
+            settings as edited (provider, step, sources); answered by :meth:`show_measuring`, then
+            :meth:`show_measured` or :meth:`show_measure_failed`.
     """
 
     settings_changed = Signal(object)
+    measure_requested = Signal(object)
 
-    def __init__(self, settings: Settings, models: Sequence[str] = (), parent: QWidget | None = None) -> None:
+    def __init__(self, settings: Settings, models: Sequence[str] = (), parent: QWidget | None = None, *,
+                 can_measure: bool = False) -> None:
         super().__init__(parent)
         self.setWindowTitle("captioner — Settings")
         self._settings = settings
         self._models = list(models)
+        self._can_measure = can_measure
+        self.measure_button: QPushButton | None = None
+        self.measure_table = QLabel("")  # the measurement's table (monospace, its columns aligned)
+        self.measure_table.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.measure_report = QLabel("")  # its progress, then its conclusion
+        self.measure_report.setWordWrap(True)
+        for label in (self.measure_table, self.measure_report):
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            label.setVisible(False)
         self._getters: dict[tuple[str, str], typing.Callable[[], Any]] = {}
         self.editors: dict[tuple[str, str], QWidget] = {}
         self.tabs = QTabWidget(self)
@@ -135,6 +152,37 @@ class SettingsDialog(QDialog):
         """False while an editor holds a value its section rejects."""
         return not self.message.text()
 
+    def show_measuring(self, line: str) -> None:
+        """The measurement's progress (one line: the model being measured)."""
+        self._set_measure_report("", f"{line}\nCaptions are paused while the models are measured.", busy=True)
+
+    def show_measured(self, report: str, chosen: str | None) -> None:
+        """The measurement's report (its table, a blank line, its conclusion); the chosen pack becomes
+        the model (OK keeps it)."""
+        table, _, conclusion = report.partition("\n\n")
+        if chosen is not None:
+            combo = self.editors[("engine", "model")]
+            assert isinstance(combo, QComboBox)
+            current = combo.currentText() or (self._models[0] if self._models else "")  # "" = the first
+            if chosen == current:
+                conclusion += " It is your model already."
+            else:
+                combo.setCurrentText(chosen)
+                conclusion += f" {chosen} is now selected: OK captions with it."
+        self._set_measure_report(table, conclusion)
+
+    def show_measure_failed(self, message: str) -> None:
+        """The measurement could not run (no model installed, a recording it could not read)."""
+        self._set_measure_report("", f"Could not measure: {message}")
+
+    def _set_measure_report(self, table: str, text: str, *, busy: bool = False) -> None:
+        self.measure_table.setText(table)
+        self.measure_table.setVisible(bool(table))
+        self.measure_report.setText(text)
+        self.measure_report.setVisible(bool(text))
+        if self.measure_button is not None:
+            self.measure_button.setEnabled(not busy)
+
     # ------------------------------------------------------------- building
     def _build_section(self, section: str) -> QWidget:
         page = QWidget()
@@ -145,7 +193,25 @@ class SettingsDialog(QDialog):
             self.editors[(section, f.name)] = editor
             self._getters[(section, f.name)] = getter
             form.addRow(LABELS.get(f.name, f.name.replace("_", " ").capitalize()), editor)
+            if (section, f.name) == ("engine", "model") and self._can_measure:
+                form.addRow("", self._measure_row())
         return page
+
+    def _measure_row(self) -> QWidget:
+        """"Measure on this computer…" and, under it, what the measurement says."""
+        box = QWidget()
+        column = QVBoxLayout(box)
+        column.setContentsMargins(0, 0, 0, 0)
+        button = QPushButton("Measure on this computer…")
+        button.setToolTip("Caption 23 s of speech live with every installed model, on the provider and step "
+                          "chosen here, and select the largest that keeps up (about 25 s per model; captions "
+                          "pause meanwhile)")
+        button.clicked.connect(lambda: self.measure_requested.emit(self._settings))
+        self.measure_button = button
+        column.addWidget(button, 0, Qt.AlignmentFlag.AlignLeft)
+        column.addWidget(self.measure_table)
+        column.addWidget(self.measure_report)
+        return box
 
     def _editor(self, section: str, cls: type, name: str, value: Any) -> tuple[QWidget, Any]:
         hint = typing.get_type_hints(cls)[name]

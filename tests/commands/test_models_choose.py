@@ -69,3 +69,4 @@ def test_nothing_installed_is_said(tmp_path, capsys) -> None:
     paths = AppPaths.default(tmp_path / "home")
     assert cli.run(["models", "choose"], paths) == 2
     assert "no model pack installed" in capsys.readouterr().err
+

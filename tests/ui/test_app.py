@@ -15,7 +15,7 @@ from captioner.ui import single_instance
 from tests.ui.fakes import FakeCapture, FakeStream
 
 
-def make_app(qtbot, tmp_path, n_blocks=6, **options):
+def make_app(qtbot, tmp_path, n_blocks=6, measure_models=None, **options):
     paths = AppPaths.default(tmp_path / "home")
     captures = []
 
@@ -33,7 +33,8 @@ def make_app(qtbot, tmp_path, n_blocks=6, **options):
 
     saved = tmp_path / "saved.srt"
     app = CaptionerApp(paths, GuiOptions(model="fake-pack", **options), engine_factory=engine_factory,
-                       capture_factory=capture_factory, ask_save_path=lambda fmt, s: str(saved.with_suffix("." + fmt)))
+                       capture_factory=capture_factory, ask_save_path=lambda fmt, s: str(saved.with_suffix("." + fmt)),
+                       measure_models=measure_models)
     qtbot.addWidget(app.bar)
     app.captures = captures
     app.saved = saved
@@ -194,6 +195,82 @@ def test_settings_apply_live_and_save_on_ok(qtbot, tmp_path):
     dialog.accept()
     assert load_settings(app.paths.settings_file)[0].captions.lines == 5
     quit_and_wait(qtbot, app)
+
+
+class ScriptedMeasurement:
+    """A measure function that reports a line, then waits to be let go (or stopped): what the app does
+    meanwhile is observable."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+        self.asked = []
+        self.stopped = False
+
+    def __call__(self, settings, progress, stop):
+        self.asked.append(settings)
+        progress("measuring tiny.en (38 M parameters): …")
+        while not self.release.wait(0.02):
+            if stop():
+                self.stopped = True
+                raise RuntimeError("stopped")  # as the real one raises Cancelled
+        return "model\ntiny.en keeps up\n\nThe largest model that keeps up here: tiny.en.", "tiny.en"
+
+
+def _open_settings(app):
+    from PySide6.QtWidgets import QApplication
+
+    from captioner.ui.settings_dialog import SettingsDialog
+
+    app.tray.actions["settings"].trigger()
+    return next(w for w in QApplication.topLevelWidgets() if isinstance(w, SettingsDialog) and w.isVisible())
+
+
+def test_measuring_pauses_captions_and_selects_the_chosen_model(qtbot, tmp_path):
+    measurement = ScriptedMeasurement()
+    app = make_app(qtbot, tmp_path, measure_models=measurement)
+    app.start()
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 3, timeout=10_000)  # captioning
+    dialog = _open_settings(app)
+    dialog.editors[("engine", "step_s")].setValue(1.5)
+    dialog.measure_button.click()
+    qtbot.waitUntil(lambda: "Measuring tiny.en" in dialog.measure_report.text(), timeout=5000)
+    assert app.paused and measurement.asked[0].engine.step_s == 1.5  # the settings as edited
+    assert not dialog.measure_button.isEnabled()
+    measurement.release.set()
+    qtbot.waitUntil(lambda: not app.paused, timeout=5000)  # resumed
+    assert dialog.current_settings().engine.model == "tiny.en" and "OK captions with it" in dialog.measure_report.text()
+    dialog.accept()
+    assert load_settings(app.paths.settings_file)[0].engine.model == "tiny.en"
+    quit_and_wait(qtbot, app)
+
+
+def test_closing_the_dialog_stops_the_measurement_and_a_paused_app_stays_paused(qtbot, tmp_path):
+    measurement = ScriptedMeasurement()
+    app = make_app(qtbot, tmp_path, measure_models=measurement)
+    app.start()
+    app.set_paused(True)
+    dialog = _open_settings(app)
+    dialog.measure_button.click()
+    qtbot.waitUntil(lambda: bool(measurement.asked), timeout=5000)
+    dialog.reject()
+    qtbot.waitUntil(lambda: measurement.stopped, timeout=5000)
+    assert app._measurement.wait(5.0)
+    QCoreApplication.processEvents()
+    assert app.paused  # paused before: stays paused
+    assert load_settings(app.paths.settings_file)[0].engine.model != "tiny.en"
+    quit_and_wait(qtbot, app)
+
+
+def test_quitting_while_measuring_stops_it(qtbot, tmp_path):
+    measurement = ScriptedMeasurement()
+    app = make_app(qtbot, tmp_path, measure_models=measurement)
+    app.start()
+    _open_settings(app).measure_button.click()
+    qtbot.waitUntil(lambda: bool(measurement.asked), timeout=5000)
+    quit_and_wait(qtbot, app)
+    assert measurement.stopped and not app._measurement.running
 
 
 def test_history_opens_from_the_tray_with_the_recorded_session(qtbot, tmp_path):

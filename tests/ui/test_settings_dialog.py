@@ -100,3 +100,31 @@ def test_the_vocabulary_is_a_few_lines_of_text_with_what_it_is_for(qtbot):
     box.text_edit.setPlainText("x" * 4001)
     assert not d.valid and "Vocabulary (names, terms)" in d.message.text()
     assert d.current_settings().engine.vocabulary == "Schoeffer, Gutenberg\nmissal"
+
+
+def test_measure_asks_the_app_and_selects_the_model_it_chose(qtbot):
+    assert SettingsDialog(Settings(), ["base", "tiny.en"]).measure_button is None  # the app measures: none to ask
+    d = SettingsDialog(Settings(), ["base", "tiny.en"], can_measure=True)
+    qtbot.addWidget(d)
+    d.editors[("engine", "step_s")].setValue(1.0)
+    with qtbot.waitSignal(d.measure_requested) as asked:
+        d.measure_button.click()
+    assert asked.args[0].engine.step_s == 1.0  # the settings as edited
+    d.show_measuring("Measuring tiny.en (38 M parameters) …")
+    assert not d.measure_button.isEnabled() and "Captions are paused" in d.measure_report.text()
+    report = "model  size\ntiny.en  38 M  keeps up\n\nThe largest model that keeps up here: tiny.en (…)."
+    with qtbot.waitSignal(d.settings_changed) as changed:
+        d.show_measured(report, "tiny.en")
+    assert changed.args[0].engine.model == "tiny.en" and d.current_settings().engine.model == "tiny.en"
+    assert d.measure_table.text() == "model  size\ntiny.en  38 M  keeps up" and d.measure_button.isEnabled()
+    assert d.measure_report.text().endswith("tiny.en is now selected: OK captions with it.")
+    d.show_measured(report, "tiny.en")
+    assert d.measure_report.text().endswith("It is your model already.")
+    d.editors[("engine", "model")].setCurrentText("")  # "" = the first installed
+    d.show_measured(report.replace("tiny.en", "base"), "base")
+    assert d.measure_report.text().endswith("It is your model already.")
+    assert d.current_settings().engine.model == ""
+    d.show_measured("table\n\nNo installed model keeps up here.", None)
+    assert d.current_settings().engine.model == "" and d.measure_report.text() == "No installed model keeps up here."
+    d.show_measure_failed("no model pack installed")
+    assert d.measure_report.text() == "Could not measure: no model pack installed" and not d.measure_table.isVisible()
