@@ -20,7 +20,6 @@ English (on ``auto`` it would hear every language as English). Ties go to the li
 
 from __future__ import annotations
 
-import logging
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -35,8 +34,6 @@ from captioner.engine import StreamConfig, Transcriber
 from captioner.engine.overload import LagReport
 
 __all__ = ["MAX_SHARE", "SAMPLE", "Cancelled", "Trial", "Verdict", "choose", "hears", "measure", "speech_sample"]
-
-logger = logging.getLogger(__name__)
 
 MAX_SHARE = 0.5  # the engine's compute may take at most this share of real time (all streams)
 SAMPLE = "speech_sample.wav"  # captioner/resources: LJ Speech, public domain (its .LICENSE)
@@ -120,11 +117,13 @@ class Cancelled(Exception):
 
 
 def measure(engine: Transcriber, config: StreamConfig, audio: np.ndarray, *, streams: int = 1,
-            stop: Callable[[], bool] = lambda: False) -> Trial:
+            stop: Callable[[], bool] = lambda: False,
+            compiled: Callable[[int, int], None] | None = None) -> Trial:
     """Caption ``audio`` (16 kHz mono float32) live with ``engine`` at ``config``'s step, paced at real
     time (it takes as long as the audio), and say how it kept up. Opens the engine's sessions first
-    (``Runtime.prepare``: the NPU's graphs compiled, the cache kept); an English-only pack hears
-    English whatever ``config.language`` says.
+    (``Runtime.prepare``: the NPU's graphs compiled, the cache kept, ``compiled(done, total)`` after
+    each; minutes the first time on a Snapdragon); an English-only pack hears English whatever
+    ``config.language`` says.
 
     Raises:
         CaptionerError: the pack cannot run (no provider could open it, a language it lacks).
@@ -134,7 +133,7 @@ def measure(engine: Transcriber, config: StreamConfig, audio: np.ndarray, *, str
     if not pack.multilingual:
         config = replace(config, language="en", task="transcribe")
     engine.check(config)
-    engine.runtime.prepare()
+    engine.runtime.prepare(progress=compiled)  # not stopped there: a compile that raises falls back to the CPU
 
     def stopped(update: EngineUpdate, last: bool) -> None:
         if stop():

@@ -139,7 +139,8 @@ def measure_installed(paths: AppPaths, settings: Settings, *, step_s: float | No
             failed[item.name] = str(exc)
             continue
         try:
-            trials.append(measure(transcriber, config, samples, streams=streams, stop=stop))
+            trials.append(measure(transcriber, config, samples, streams=streams, stop=stop,
+                                  compiled=_compile_progress(item.name, progress)))
         except CaptionerError as exc:
             failed[item.name] = str(exc)
         finally:
@@ -150,8 +151,10 @@ def measure_installed(paths: AppPaths, settings: Settings, *, step_s: float | No
                   engine.task, config.step_s)
 
 
-def measure_function(paths: AppPaths, audio: Path | None = None) -> Callable[[Settings, Callable[[str], None], Callable[[], bool]],
-                                                  tuple[str, str | None]]:
+_Measure = Callable[[Settings, Callable[[str], None], Callable[[], bool]], tuple[str, str | None]]
+
+
+def measure_function(paths: AppPaths, audio: Path | None = None) -> _Measure:
     """What the app's Settings → Model → Measure runs (on a thread of its own): the settings being
     edited, a progress line callback and a stop flag in; the report (the table, a blank line, the
     conclusion) and the chosen pack's name (None: none keeps up) out. ``audio``: another recording
@@ -166,6 +169,8 @@ def measure_function(paths: AppPaths, audio: Path | None = None) -> Callable[[Se
 
 
 def _choose(args: argparse.Namespace, paths: AppPaths) -> int:
+    if args.json is not None and not args.json.parent.is_dir():  # said before a minute of measuring
+        raise CaptionerError(f"--json {args.json}: the folder {args.json.parent} does not exist")
     settings, _problems = load_settings(paths.settings_file)  # problems are logged (reset to defaults)
     choice = measure_installed(paths, settings, step_s=args.step, provider=args.provider, audio=args.audio,
                                progress=_say)
@@ -185,6 +190,15 @@ def _choose(args: argparse.Namespace, paths: AppPaths) -> int:
     if args.json is not None:
         _write_json(args.json, choice.to_json())
     return 0 if chosen is not None else 1
+
+
+def _compile_progress(name: str, progress: Callable[[str], None]) -> Callable[[int, int], None]:
+    """``preparing the NPU for whisper-base (once for this model) … 3/22`` as progress lines."""
+
+    def compiled(done: int, total: int) -> None:
+        progress(f"preparing the NPU for {name} (once for this model) … {done}/{total}")
+
+    return compiled
 
 
 def _say(line: str) -> None:

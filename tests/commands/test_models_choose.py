@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from captioner import cli
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
@@ -65,8 +67,35 @@ def test_an_english_only_pack_is_passed_over_for_another_language(tmp_path, caps
     assert paths.settings_file.exists() == before  # nothing applied
 
 
-def test_nothing_installed_is_said(tmp_path, capsys) -> None:
+def test_nothing_installed_and_a_json_that_cannot_be_written_are_said_before_measuring(tmp_path, capsys) -> None:
     paths = AppPaths.default(tmp_path / "home")
     assert cli.run(["models", "choose"], paths) == 2
     assert "no model pack installed" in capsys.readouterr().err
+    assert cli.run(["models", "choose", "--json", str(tmp_path / "no" / "such.json")], paths) == 2
+    assert f"the folder {tmp_path / 'no'} does not exist" in capsys.readouterr().err
 
+
+
+@pytest.mark.qnn
+def test_on_the_npu_the_compile_is_said_and_the_pack_measured_there(tmp_path, capsys) -> None:
+    """QNN HTP (the x86-64 emulator here): the first measurement of a pack compiles its graphs, said
+    as it goes; a small random pack keeps the emulator's compiles short."""
+    pytest.importorskip("onnxruntime_qnn")
+    from checkpoints import make_checkpoint
+
+    from captioner.engine.providers import Host
+    from captioner.models.build import BuildOptions, build_pack
+
+    if not Host.current().qnn_emulated and not Host.current().snapdragon_windows:
+        pytest.skip("no QNN HTP backend on this platform")
+    paths = AppPaths.default(tmp_path / "home")
+    paths.packs.mkdir(parents=True)
+    ckpt = make_checkpoint(tmp_path / "ckpt", d_model=32, layers=1, heads=2, ffn=64, seed=3, alignment_heads=[(0, 1)])
+    build_pack(ckpt, paths.packs / "npu-tiny", BuildOptions(vocab="fp32", layers="fp32", buckets=(3, 10, 30)))
+    out_json = tmp_path / "choice.json"
+    cli.run(["models", "choose", "--audio", str(CLIP), "--provider", "qnn", "--json", str(out_json)], paths)
+    err = capsys.readouterr().err
+    (trial,) = json.loads(out_json.read_text(encoding="utf-8"))["trials"]
+    assert trial["provider"] == "QNN-HTP" and trial["lag"]["rounds"] >= 2
+    compiled = [line for line in err.splitlines() if "preparing the NPU for npu-tiny (once for this model)" in line]
+    assert compiled and compiled[-1].endswith(tuple(f"{n}/{n}" for n in range(1, 100)))
