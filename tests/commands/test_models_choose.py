@@ -47,11 +47,17 @@ def test_the_largest_that_keeps_up_is_chosen_and_applied(tmp_path, capsys, real_
     assert f"The largest model that keeps up here: {doc['chosen']}" in captured.out
     assert f"Your model is now {doc['chosen']}" in captured.out
     assert "broken: could not run: broken:" in captured.out
+    chosen = trials[doc["chosen"]]
+    if chosen["share"] * 74e6 / chosen["parameters"] <= 0.5:  # base.en would likely keep up too: said
+        assert "There may be room for a larger model: base.en (74 M parameters)" in captured.out
+        assert "captioner models install base.en, then measure again." in captured.out
     for name in trials:  # one table row each, with its verdict
         assert any(line.startswith(name + " ") and "of real time" in line for line in captured.out.splitlines())
     assert "measuring tiny.en (38 M parameters): 5.4 s of speech at real-time pace, a 1 s step" in captured.err
 
-    # measured again: the choice is the settings' model now
+    # measured again, one of the two left, the settings' model: said so, nothing to apply
+    (paths.packs / "tiny.en-int8").unlink()
+    assert cli.run(["settings", "set", "engine.model", "tiny.en"], paths) == 0
     assert cli.run(["models", "choose", "--audio", str(CLIP), "--step", "1", "--provider", "cpu"], paths) == 0
     assert "It is your model already." in capsys.readouterr().out
 
