@@ -59,3 +59,50 @@ def test_a_pipe_is_not_read() -> None:
         time.sleep(0.2)
         assert not keys.active and keys.take() == []
         assert pipe.readline() == "not for captioner\n"  # still there for whoever reads it
+
+
+class FakeConsole:
+    """The Windows console's input modes as kernel32 keeps them: a new console has every input mode on
+    but the window and virtual-terminal ones (processed 0x1, line 0x2, echo 0x4, mouse 0x10, insert
+    0x20, quick edit 0x40, extended flags 0x80); a handle that is no console has none."""
+
+    def __init__(self, console: bool = True) -> None:
+        self.mode = 0x1F7 if console else None
+        self.calls: list[tuple[str, int, int | None]] = []
+
+    def get(self, fd: int) -> int | None:
+        self.calls.append(("get", fd, self.mode))
+        return self.mode
+
+    def set(self, fd: int, mode: int) -> bool:
+        self.calls.append(("set", fd, mode))
+        self.mode = mode
+        return True
+
+
+def test_on_windows_the_consoles_echo_is_off_while_listening_and_lines_still_end_at_enter() -> None:
+    import pty
+
+    master, slave = pty.openpty()
+    terminal = os.fdopen(slave, "r", encoding="utf-8")
+    try:
+        console = FakeConsole()
+        keys = MarkKeys(terminal, console=console)
+        assert keys.active
+        assert console.mode == 0x1F7 & ~0x4 and console.mode & 0x2  # echo off, line input kept
+        os.write(master, b"note\n")
+        got: list[tuple[float, str]] = []
+        _wait(lambda: bool(got.extend(keys.take())) or len(got) == 1)
+        assert got[0][1] == "note"
+        keys.close()
+        keys.close()
+        assert console.mode == 0x1F7 and [c[0] for c in console.calls] == ["get", "set", "set"]  # as it was, once
+        assert {c[1] for c in console.calls} == {slave}
+
+        elsewhere = FakeConsole(console=False)  # mintty: a pipe that says it is a terminal
+        other = MarkKeys(terminal, console=elsewhere)
+        other.close()
+        assert [c[0] for c in elsewhere.calls] == ["get"]  # nothing set, nothing restored
+    finally:
+        os.close(master)
+        terminal.close()
