@@ -274,6 +274,8 @@ class CaptionerApp(QObject):
             dataclasses.replace(self.settings, captions=dataclasses.replace(self.settings.captions,
                                                                             click_through=on))))
         t.install_requested.connect(self.show_first_run)
+        t.measure_requested.connect(self.measure_models)
+        t.set_can_measure(self._measurement is not None)
         t.quit_requested.connect(self.quit)
         self.bar.geometry_changed.connect(self._on_bar_geometry_changed)
         self.bar.dock_changed.connect(lambda d: self.update_settings(
@@ -814,6 +816,17 @@ class CaptionerApp(QObject):
 
         dialog.finished.connect(done)
         dialog.show()
+
+    def measure_models(self) -> None:
+        """The tray's "Measure models on this computer…": the settings dialog at its Model tab,
+        measuring with the settings as they are."""
+        from captioner.ui.settings_dialog import SECTIONS
+
+        self.show_settings()
+        dialog = self._settings_dialog
+        if dialog is not None:
+            dialog.tabs.setCurrentIndex(list(SECTIONS).index("engine"))
+            self._start_measuring(dialog.current_settings())
 
     def _start_measuring(self, settings: Settings) -> None:
         """Measure the installed models with the settings being edited; captions pause meanwhile (the

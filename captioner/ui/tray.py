@@ -51,8 +51,8 @@ class TrayIcon(QObject):
         toggle_captions_requested(), pause_toggled(bool paused), source_chosen(str),
         model_chosen(str), provider_chosen(str), save_requested(str fmt, str path),
         copy_requested(), mark_requested(), open_folder_requested(), history_requested(), settings_requested(),
-        dont_save_toggled(bool), click_through_toggled(bool), install_requested(),
-        quit_requested(); status_changed(str): the status line changed (the caption bar's tooltip).
+        dont_save_toggled(bool), click_through_toggled(bool), install_requested(), measure_requested()
+        (measure the installed models: hidden until :meth:`set_can_measure`), quit_requested(); status_changed(str): the status line changed (the caption bar's tooltip).
     """
 
     toggle_captions_requested = Signal()
@@ -69,6 +69,7 @@ class TrayIcon(QObject):
     dont_save_toggled = Signal(bool)
     click_through_toggled = Signal(bool)
     install_requested = Signal()
+    measure_requested = Signal()
     quit_requested = Signal()
     status_changed = Signal(str)
 
@@ -103,6 +104,10 @@ class TrayIcon(QObject):
         self.tray.activated.connect(self._on_tray_activated)
         self._update_tooltip()
 
+    def set_can_measure(self, can: bool) -> None:
+        """Show "Measure models on this computer…" (the app can measure them)."""
+        self.actions["measure"].setVisible(can)
+
     # ------------------------------------------------------------------ menu
     def _add(self, name: str, text: str, slot: Callable[..., None] | None = None, *,
              checkable: bool = False, menu: QMenu | None = None) -> QAction:
@@ -136,6 +141,8 @@ class TrayIcon(QObject):
         self._model_menu = engine_menu.addMenu("Model")
         self._model_group = QActionGroup(self)
         self._add("install", "Install a model…", lambda _=False: self.install_requested.emit(), menu=engine_menu)
+        self._add("measure", "Measure models on this computer…", lambda _=False: self.measure_requested.emit(),
+                  menu=engine_menu).setVisible(False)
         engine_menu.addSeparator()
         pgroup = QActionGroup(self)
         for key, text in PROVIDERS.items():

@@ -246,6 +246,23 @@ def test_measuring_pauses_captions_and_selects_the_chosen_model(qtbot, tmp_path)
     quit_and_wait(qtbot, app)
 
 
+def test_the_trays_measure_opens_the_model_tab_measuring(qtbot, tmp_path):
+    assert not make_app(qtbot, tmp_path / "a").tray.actions["measure"].isVisible()  # nothing to measure with
+    measurement = ScriptedMeasurement()
+    app = make_app(qtbot, tmp_path / "b", measure_models=measurement)
+    assert app.tray.actions["measure"].isVisible()
+    app.start()
+    app.tray.actions["measure"].trigger()
+    dialog = _open_settings(app)
+    assert dialog.tabs.tabText(dialog.tabs.currentIndex()) == "Model"
+    qtbot.waitUntil(lambda: bool(measurement.asked), timeout=5000)
+    assert app.paused
+    measurement.release.set()
+    qtbot.waitUntil(lambda: dialog.measure_button.isEnabled() and not app.paused, timeout=5000)
+    dialog.reject()
+    quit_and_wait(qtbot, app)
+
+
 def test_closing_the_dialog_stops_the_measurement_and_a_paused_app_stays_paused(qtbot, tmp_path):
     measurement = ScriptedMeasurement()
     app = make_app(qtbot, tmp_path, measure_models=measurement)
