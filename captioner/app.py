@@ -411,7 +411,8 @@ class CaptionerApp(QObject):
         live_path = self._live_path(t.live_export) if t.live_export != "none" and store is self.disk_store else None
         self._live_warnings_shown = 0
         snapshot = to_dict(self.settings)
-        snapshot["engine"]["language"] = language  # what ran: "en" for "auto" on an English-only pack
+        if not (language == "auto" and "," in snapshot["engine"]["language"]):  # the languages spoken stay
+            snapshot["engine"]["language"] = language  # what ran: "en" for "auto" on an English-only pack
         recorder = SessionRecorder.start(store, sources=sources, model=model, provider=provider,
                                          language=language, settings=snapshot, title=title,
                                          live_path=live_path, options=CueOptions.from_config(t),

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from captioner.core import PROVIDERS, Provider, RoundStats
 from captioner.engine import StreamConfig, Transcriber
+from captioner.engine.language import parse_languages
 from captioner.engine.vocabulary import parse_vocabulary, read_vocabulary
 from captioner.errors import CaptionerError, ModelError
 from captioner.models.install import DEFAULT_MODEL, first_installed_pack, resolve_pack
@@ -42,7 +43,8 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", choices=PROVIDERS,
                         help="execution provider (default: settings, 'auto' = NPU, then GPU, then CPU)")
     parser.add_argument("--step", type=float, metavar="S", help="seconds of new audio per round, 0.5-3.0")
-    parser.add_argument("--language", metavar="L", help="Whisper language code, e.g. en, de, or auto to detect it "
+    parser.add_argument("--language", metavar="L", help="Whisper language code, e.g. en, de, or auto to detect it, "
+                        "or the languages you speak to detect among them, e.g. en,de "
                         "(default: settings, auto; an English-only model always uses en)")
     parser.add_argument("--task", choices=("transcribe", "translate"), help="transcribe, or translate to English")
     words = parser.add_mutually_exclusive_group()
@@ -115,11 +117,13 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
         CaptionerError: a missing or corrupt pack, an invalid step/language/task/vocabulary.
     """
     words = parse_vocabulary(engine.vocabulary) if vocabulary is None else tuple(vocabulary)
+    spoken, among = parse_languages(language or engine.language)
     root = resolve_pack_path(model or engine.model, paths, install_missing=install_missing)
     try:
         config = StreamConfig(
             step_s=float(engine.step_s if step_s is None else step_s),
-            language=language or engine.language,
+            language=spoken,
+            languages=among,
             task=task or engine.task,
             silence_floor_dbfs=engine.silence_floor_dbfs,
             vocabulary=words,
@@ -128,7 +132,7 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
         raise CaptionerError(f"invalid engine option: {exc}") from exc
     transcriber = Transcriber.open(root, provider or engine.provider, cache_dir=paths.cache)
     if config.language == "auto" and not transcriber.model.vocab.multilingual:
-        config = dataclasses.replace(config, language="en")  # an English-only pack hears English
+        config = dataclasses.replace(config, language="en", languages=())  # an English-only pack hears English
     try:
         transcriber.check(config)  # an unknown language fails here, clearly
         if prepare_npu:  # the NPU's graphs compiled (once per pack and plugin version), the CPU's opened: not in a round
@@ -175,8 +179,9 @@ def command_vocabulary(args: argparse.Namespace) -> tuple[str, ...] | None:
 
 def engine_snapshot(config: StreamConfig) -> dict[str, dict[str, object]]:
     """The engine part of a session's settings snapshot (the layout of ``settings.json``): what the
-    CLI ran with, e.g. ``language: "auto"`` for a language that was detected."""
-    return {"engine": {"language": config.language, "task": config.task, "step_s": config.step_s,
+    CLI ran with, e.g. ``language: "auto"`` for a language that was detected (``"en, de"``: among those)."""
+    language = ", ".join(config.languages) if config.languages else config.language
+    return {"engine": {"language": language, "task": config.task, "step_s": config.step_s,
                        "vocabulary": ", ".join(config.vocabulary)}}
 
 
@@ -189,8 +194,10 @@ def spoken_languages(rounds: Sequence[RoundStats]) -> list[str]:
     return sorted(heard, key=lambda code: -heard[code])
 
 
-def language_summary(requested: str, rounds: Sequence[RoundStats]) -> str:
-    """``language de (detected)``, ``languages de, en (detected)`` or ``language en``."""
-    heard = spoken_languages(rounds) or [requested]
+def language_summary(requested: str, rounds: Sequence[RoundStats], among: Sequence[str] = ()) -> str:
+    """``language de (detected)``, ``languages de, en (detected)``, ``language de (detected among
+    en, de)`` or ``language en``."""
+    heard = spoken_languages(rounds) or [among[0] if among else requested]
     names = ", ".join(heard)
-    return f"language{'s' if len(heard) > 1 else ''} {names}{' (detected)' if requested == 'auto' else ''}"
+    how = f" (detected among {', '.join(among)})" if among else " (detected)" if requested == "auto" else ""
+    return f"language{'s' if len(heard) > 1 else ''} {names}{how}"

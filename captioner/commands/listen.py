@@ -250,7 +250,7 @@ class _Captioner:
         for source, governor in self.governors.items():
             label = f"{source}: " if len(self.governors) > 1 else ""
             print(f"{label}{governor.report().summary()}", file=TerminalLines(sys.stderr), flush=True)
-        print(f"{duration_s:.1f} s of audio; {language_summary(self.setup.config.language, self.rounds)}",
+        print(f"{duration_s:.1f} s of audio; {language_summary(self.setup.config.language, self.rounds, self.setup.config.languages)}",
               file=TerminalLines(sys.stderr), flush=True)
         self.setup.engine.close()
         if self.recorder is not None:

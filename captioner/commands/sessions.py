@@ -140,10 +140,12 @@ def _list(store: SessionStore, limit: int | None) -> int:
 
 
 def _language(s: SessionInfo) -> str:
-    """``de``, or ``de (detected)`` when the session ran with ``auto`` (its settings snapshot says so)."""
-    asked = s.to_json()["settings"].get("engine", {}).get("language")
-    detected = asked == "auto" and s.language not in ("", "auto")
-    return f"{s.language or '-'}{' (detected)' if detected else ''}"
+    """``de``, or ``de (detected)`` when the session ran with ``auto`` (its settings snapshot says so),
+    ``de (detected among en, de)`` with the languages the user speaks."""
+    asked = str(s.to_json()["settings"].get("engine", {}).get("language") or "")
+    if s.language in ("", "auto") or not (asked == "auto" or "," in asked):
+        return s.language or "-"
+    return f"{s.language} (detected{' among ' + asked if ',' in asked else ''})"
 
 
 def _describe(s: SessionInfo) -> str:

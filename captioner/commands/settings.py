@@ -86,7 +86,7 @@ def _parse(section: str, f: dataclasses.Field[Any], text: str) -> Any:
     return text  # text, or one of a Literal's choices (checked by the dataclass)
 
 
-_PATTERN_WORDS = {"language": "a Whisper language code (en, de, pt, ...) or auto", "color": "a colour as #RRGGBB"}
+_PATTERN_WORDS = {"language": "a Whisper language code (en, de, pt, ...), auto, or the codes you speak (en, de)", "color": "a colour as #RRGGBB"}
 
 
 def _why(key: str, value: Any, exc: ValueError) -> str:

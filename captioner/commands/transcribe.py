@@ -128,7 +128,7 @@ def _print_summary(stats: dict, rounds: Sequence[RoundStats], words: int, verbos
     err.write(
         f"{stats['audio_s']:.1f} s of audio in {stats['wall_s']:.1f} s on {stats['provider']} "
         f"({opening}compute {stats['rtf'] * stats['audio_s']:.1f} s, RTF {stats['rtf']:.3f}); "
-        f"{language_summary(stats['language'], rounds)}; {words} words\n"
+        f"{language_summary(stats['language'], rounds, stats['languages'])}; {words} words\n"
     )
     if verbose:
         chunks = stats["chunks_per_round"]
@@ -191,9 +191,10 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     if info.fallbacks and info.requested != "auto":
         err.write(f"captioner: provider {info.requested!r} is not available; using {info.chosen} "
                   f"({'; '.join(f'{a.label}: {a.reason}' for a in info.fallbacks)})\n")
-    language = setup.config.language
+    language, among = setup.config.language, setup.config.languages
+    said = f"detected among {', '.join(among)}" if among else "detected" if language == "auto" else language
     err.write(f"transcribing {args.audio} ({f'{audio_s:.1f} s' if audio_s is not None else 'streamed'}) with {engine.name} "
-              f"on {info.chosen}, language {'detected' if language == 'auto' else language}"
+              f"on {info.chosen}, language {said}"
               f"{', real time' if args.realtime else ''} (Ctrl-C stops and keeps the words)\n")
     console = Console(sys.stdout, sys.stdout.isatty(), note_out=err)
     printer = WordPrinter(console)

@@ -14,18 +14,19 @@ extra cost; :func:`detect_language` runs that one chunk by itself for audio not 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from captioner.errors import ModelError
+from captioner.errors import CaptionerError, ModelError
 
 if TYPE_CHECKING:
     from captioner.engine.model import AcousticModel, ChunkOutput, Encoding
     from captioner.engine.tokens import Vocabulary
 
-__all__ = ["LanguageGuess", "detect_language", "language_of", "no_speech_probability"]
+__all__ = ["LanguageGuess", "detect_language", "language_of", "no_speech_probability", "parse_languages"]
 
 TOP = 5  # languages kept in LanguageGuess.top
 
@@ -48,13 +49,33 @@ class LanguageGuess:
 ENGLISH_ONLY = LanguageGuess("en", 1.0, (("en", 1.0),))
 
 
-def language_of(vocab: Vocabulary, first: ChunkOutput, top: int = TOP) -> LanguageGuess:
+def parse_languages(text: str) -> tuple[str, tuple[str, ...]]:
+    """A language setting as the engine takes it: ``(language, among)``.
+
+    ``"auto"`` → ``("auto", ())`` (detected among every language the model knows); ``"de"`` →
+    ``("de", ())``; the languages a person speaks, ``"en, de"`` → ``("auto", ("en", "de"))``
+    (detected among those only, the first before anything is heard); a list of one is that language.
+    Codes are not checked here (the model's vocabulary does: ``Transcriber.check``).
+
+    Raises:
+        CaptionerError: an empty entry, or "auto" in a list.
+    """
+    codes = [c.strip().lower() for c in text.split(",")]
+    if not all(codes) or ("auto" in codes and len(codes) > 1):
+        raise CaptionerError(f"language {text!r}: a code (de), auto, or the codes you speak separated by commas (en, de)")
+    among = tuple(dict.fromkeys(codes))  # in order, each once
+    return (among[0], ()) if len(among) == 1 else ("auto", among)
+
+
+def language_of(vocab: Vocabulary, first: ChunkOutput, top: int = TOP, among: Sequence[str] = ()) -> LanguageGuess:
     """The language from a round's first chunk (row 0 consumed SOT).
 
     Args:
         vocab: the model's vocabulary; its ``special.languages`` order is the order of ``lang_logits``.
         first: the output of the chunk that started at position 0.
         top: how many languages to keep in :attr:`LanguageGuess.top`.
+        among: the languages to choose from (the ones the user speaks; the probabilities are among
+            them); empty: every language of the model.
 
     Raises:
         ModelError: a multilingual model whose chunks report no language logits (a pack older
@@ -68,6 +89,12 @@ def language_of(vocab: Vocabulary, first: ChunkOutput, top: int = TOP) -> Langua
     codes = tuple(vocab.special.languages)
     if logits.shape != (len(codes),):
         raise ModelError(f"{logits.shape[0]} language logits for the vocabulary's {len(codes)} languages")
+    if among:
+        allowed = np.isin(np.array(codes), np.array(among))
+        if not allowed.any():
+            raise ModelError(f"the model knows none of the languages {', '.join(among)}")
+        logits = np.where(allowed, logits, -np.inf)
+        top = min(top, int(allowed.sum()))
     probs = np.exp(logits - logits.max())
     probs /= probs.sum()
     order = np.argsort(-probs, kind="stable")[:top]
@@ -85,7 +112,7 @@ def no_speech_probability(first: ChunkOutput) -> float | None:
     return float(np.exp(np.float64(first.nospeech_logit[0]) - np.float64(first.logsumexp[0])))
 
 
-def detect_language(model: AcousticModel, encoding: Encoding, top: int = TOP) -> LanguageGuess:
+def detect_language(model: AcousticModel, encoding: Encoding, top: int = TOP, among: Sequence[str] = ()) -> LanguageGuess:
     """The language of ``encoding``'s audio: one dispatch of the round's first chunk graph.
 
     The first chunk of the default plan batches the prompt and returns the SOT row's language
@@ -94,7 +121,7 @@ def detect_language(model: AcousticModel, encoding: Encoding, top: int = TOP) ->
 
     This starts a decoder on ``encoding`` (:meth:`AcousticModel.decoder`), so it supersedes this
     thread's running round: call it between rounds, or read :func:`language_of` from a round's own
-    first chunk instead.
+    first chunk instead. ``among``: as :func:`language_of`'s.
     """
     vocab = model.vocab
     if not vocab.multilingual:
@@ -105,4 +132,4 @@ def detect_language(model: AcousticModel, encoding: Encoding, top: int = TOP) ->
     given = prompt[1:size]
     forced[: len(given)] = given
     first = model.decoder(encoding).run(start, size, prompt[0], forced)
-    return language_of(vocab, first, top)
+    return language_of(vocab, first, top, among)

@@ -82,7 +82,9 @@ block of tokens inside a word three times: a failed decode, which speech never s
 again heard in the 30 s window, and that decode is kept when it does not loop
 [50]. Language (``"auto"`` on a multilingual model): read
 from the first decoder step of every round until 4 s of input settle it, and of every closing
-round [19]; a live round changes it only where it hears another language with probability 0.8 or
+round [19], among the languages the user speaks where ``languages`` lists them (their probabilities
+among them; the first is the language before any is heard; PRODUCT.md's "a short list the user
+speaks"); a live round changes it only where it hears another language with probability 0.8 or
 more, a closing round at any probability [42]; once a closing round has heard it on 4 s or more it is
 the session's: live rounds no longer read it, and a closing round changes it only where it hears
 another language with probability 0.8 or more [33]. Before that, a closing round that is unsure of the language (under 0.5)
@@ -217,6 +219,9 @@ class StreamConfig:
         language: Whisper language code, or "auto": detected on multilingual models from the
             first decoder step (deviation 19), English until a live round is sure of another or a
             closing round hears one (deviation 42); English-only models are always English.
+        languages: with "auto", the languages the user speaks: detection chooses among these only
+            (its probabilities are among them), and the first is the language before any is
+            heard; empty: every language the model knows, English first.
         task: "transcribe" or "translate".
         vocabulary: names and terms Whisper is told about before every round, as its previous
             context (:mod:`~captioner.engine.vocabulary`); empty: none.
@@ -381,6 +386,7 @@ class StreamConfig:
     unreliable_fraction: float = 0.3
     reinfer_after: int = 2
     language: str = "en"
+    languages: tuple[str, ...] = ()
     task: str = "transcribe"
     vocabulary: tuple[str, ...] = ()
     silence_floor_dbfs: float | None = -70.0
@@ -429,6 +435,9 @@ class StreamConfig:
             raise CaptionerError(f"step must be between 0.5 and 3.0 seconds, got {self.step_s}")
         if self.task not in TASKS:
             raise CaptionerError(f"unknown task {self.task!r}; choose one of: {', '.join(TASKS)}")
+        if self.languages and (self.language != "auto" or len(self.languages) < 2):
+            raise CaptionerError(f"the languages to detect among need language 'auto' and two or more codes, got "
+                                 f"{self.language!r} among {', '.join(self.languages)}")
         if self.peak_margin_s < 0 or self.min_chunk_s < 0 or self.max_tokens < 1 or self.backward_speech_s < 0:
             raise CaptionerError("peak margin, backward-shift speech, minimum chunk and token limit must not be negative")
         if not 2 * self.step_s < self.max_input_s <= 30.0:
@@ -507,14 +516,14 @@ class Stream:
         self.vocab = model.vocab
         self._clock = clock
         self._t0 = clock()
-        self._prompt = self.vocab.prompt(self.config.language, self.config.task)
+        # deviation 19: language detection ("auto" on a multilingual model), among the user's languages
+        self._auto = self.config.language == "auto" and self.vocab.multilingual
+        self.language = (self.config.languages or ("en",))[0] if self.config.language == "auto" else self.config.language
+        self._prompt = self.vocab.prompt(self.language if self._auto else self.config.language, self.config.task)
         self._vocabulary = VocabularyPrompt(self.config.vocabulary, self.vocab)
         if self._vocabulary.entries:  # a list longer than the roomiest round can take is said once
             start, size = model.chunk_plan(model.buckets[-1], prefixed=True)[-1]
             self._vocabulary.check_room(start + size, len(self._prompt))
-        # deviation 19: language detection ("auto" on a multilingual model)
-        self._auto = self.config.language == "auto" and self.vocab.multilingual
-        self.language = "en" if self.config.language == "auto" else self.config.language
         self._language_settled = not self._auto
         self._session_language = False  # deviation 33: a closing round heard the language on _SETTLE_N
         self._final_language = self.language  # the language of the last closing decode (deviation 52)
@@ -761,7 +770,7 @@ class Stream:
         own_audio = audio[own.start - start :]
         encoding = self._encode(own, own_audio)
         _count_encoding(stats, encoding)
-        guess = detect_language(self.model, encoding)
+        guess = detect_language(self.model, encoding, among=self.config.languages)
         same = self.language == self._final_language and _language_stays(guess, self.language, self._session_language)
         logger.debug("round %d: the utterance alone heard as %s (p %.2f), the final words before it as %s: %s",
                      stats["round_index"], guess.code, guess.probability, self._final_language,
@@ -792,7 +801,8 @@ class Stream:
         unsure: tuple[str, str] | None = None  # deviation 38: the two likeliest languages of an unsure closing
         if self._auto and (plan.closes or not (self._language_settled or self._session_language)):
             held = self._session_language
-            guess = self._detect_language(alone.guess if alone is not None else detect_language(self.model, encoding),
+            guess = self._detect_language(alone.guess if alone is not None
+                                          else detect_language(self.model, encoding, among=cfg.languages),
                                           alone.n if alone is not None else audio.size, plan.closes)
             if plan.closes and not held and guess.probability < _UNSURE_P and len(guess.top) > 1:
                 unsure = (guess.top[0][0], guess.top[1][0])

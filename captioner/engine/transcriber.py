@@ -116,6 +116,7 @@ class TranscriptionInfo:
             "provider_failed": [f"{a.label}: {a.reason}" for a in info.fallbacks if a.failed],
             "step_s": self.config.step_s,
             "language": self.config.language,
+            "languages": list(self.config.languages),
             "task": self.config.task,
             "rounds": len(ran),
             "skipped_rounds": len(self.rounds) - len(ran),
@@ -208,7 +209,8 @@ class Transcriber:
         Raises:
             CaptionerError: an unknown language or task, or translation asked of an English-only model.
         """
-        self.model.vocab.prompt(config.language, config.task)
+        for language in (config.language, *config.languages):
+            self.model.vocab.prompt(language, config.task)
         VocabularyPrompt(config.vocabulary, self.model.vocab)  # a model without <|startofprev|> says so
         return config
 

@@ -55,7 +55,8 @@ logger = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 
 _COLOR = re.compile(r"^#[0-9A-Fa-f]{6}$")  # "#RRGGBB"; opacity is a separate field
-_LANGUAGE = re.compile(r"^(auto|[a-z]{2,3})$")  # Whisper codes: "en", "haw", "yue", or "auto"
+# Whisper codes: "en", "haw", "yue", "auto", or the languages a person speaks: "en, de" (detected among them)
+_LANGUAGE = re.compile(r"^(auto|[a-z]{2,3}(\s*,\s*[a-z]{2,3})*)$")
 
 
 def _num(default: float, lo: float, hi: float) -> Any:
@@ -150,7 +151,8 @@ class EngineConfig:
         model: pack name or path; "" = the first installed pack.
         provider: "auto" (NPU, then GPU, then CPU), or force one.
         language: Whisper language code ("en", "de", ...) or "auto": detected by a multilingual
-            pack (the default); an English-only pack always runs as "en".
+            pack (the default), or the languages the user speaks, "en, de": detected among those
+            only; an English-only pack always runs as "en".
         task: "transcribe", or "translate" into English (Whisper's own task).
         step_s: seconds of new audio per engine round, 0.5..3.0.
         silence_floor_dbfs: blocks quieter than this in which the speech detector hears no speech

@@ -67,7 +67,7 @@ LABELS = {
     "mix_both": "Mix both sources into one stream",
     "model": "Model pack",
     "provider": "Provider",
-    "language": "Language (code or “auto”)",
+    "language": "Language (code, “auto”, or yours: “en, de”)",
     "task": "Task",
     "step_s": "Step (s of audio per round)",
     "silence_floor_dbfs": "Silence floor (dBFS)",

@@ -33,10 +33,12 @@ from captioner.engine.language import (
     detect_language,
     language_of,
     no_speech_probability,
+    parse_languages,
 )
 from captioner.engine.model import SAMPLES_PER_FRAME
 from captioner.engine.onnx_model import OnnxAcousticModel
 from captioner.engine.runtime import Runtime
+from captioner.errors import CaptionerError, ModelError
 from captioner.models.pack import Pack
 from captioner.storage.paths import AppPaths
 
@@ -180,6 +182,55 @@ def test_a_stream_with_auto_language_transcribes_in_the_spoken_language(base, cl
     assert stream.words
 
 
+def test_a_language_setting_is_a_code_auto_or_the_codes_a_person_speaks() -> None:
+    assert parse_languages("auto") == ("auto", ())
+    assert parse_languages("de") == ("de", ())
+    assert parse_languages("en, de") == ("auto", ("en", "de"))
+    assert parse_languages(" DE ,en,de") == ("auto", ("de", "en"))  # in order, each once
+    assert parse_languages("en, en") == ("en", ())  # one language is that language
+    for bad in ("", "en,", "auto, de", ",de"):
+        with pytest.raises(CaptionerError, match="the codes you speak separated by commas"):
+            parse_languages(bad)
+
+
+def test_detection_among_the_languages_the_user_speaks(base) -> None:
+    """The languages a person speaks ("en, de"): the first 2 s of a quiet English FLEURS clip are
+    Latin to whisper-base among every language (0.53, English 0.05), English among English and German
+    (0.96); the probabilities are among the list, and no other language comes out."""
+    quiet = _frames(load_audio_file(DATA / "speech-hard" / "fleurs-en_us-quiet-can-fly.wav")[:32000])
+    encoding = base.encode(quiet)
+    assert detect_language(base, encoding).code == "la"
+    among = detect_language(base, encoding, among=("en", "de"))
+    assert among.code == "en" and among.probability >= 0.9
+    assert [c for c, _ in among.top] == ["en", "de"] and sum(p for _, p in among.top) == pytest.approx(1.0)
+    with pytest.raises(ModelError, match="knows none of the languages"):
+        detect_language(base, encoding, among=("xx",))
+
+
+def test_a_stream_detects_only_among_the_users_languages(base) -> None:
+    """Mandarin heard by a stream told the user speaks English and German: every round's language is
+    one of those two (the first, English, before any is heard); German among them is still German."""
+    from captioner.engine import Stream, StreamConfig
+
+    clips = dict((lang, path) for path, lang in _clips())
+    for clip, languages, expected in ((clips["zh"], ("en", "de"), None), (clips["de"], ("en", "de"), "de")):
+        stream = Stream(base, StreamConfig(step_s=2.0, language="auto", languages=languages))
+        assert stream.language == "en"
+        heard = []
+        audio = load_audio_file(clip)
+        for i in range(0, audio.size, 32000):
+            stream.feed(audio[i : i + 32000])
+            update = stream.step()
+            if update is not None and update.stats is not None and update.stats.bucket:
+                heard.append(update.stats.language)
+        heard.append(stream.finish().stats.language)
+        assert set(heard) <= set(languages), heard
+        if expected is not None:
+            assert stream.language == expected and heard[-1] == expected
+    german_first = Stream(base, StreamConfig(step_s=2.0, language="auto", languages=("de", "en")))
+    assert german_first.language == "de"  # the first the user listed, before anything is heard
+
+
 def test_switching_language_between_utterances(base) -> None:
     """A meeting that switches language: German, a pause, then English; each utterance is decoded in
     its own language by its closing round."""
@@ -248,10 +299,10 @@ def test_the_sessions_language_changes_only_when_a_closing_round_is_sure(base, m
 
     real, asked = stream_module.detect_language, []
 
-    def detector(model, encoding, top=5):
+    def detector(model, encoding, top=5, among=()):
         settled = bool(asked) and any(closes for closes in closed)
         asked.append(settled)
-        return LanguageGuess(guess[0], guess[1], (guess,)) if settled else real(model, encoding, top)
+        return LanguageGuess(guess[0], guess[1], (guess,)) if settled else real(model, encoding, top, among)
 
     monkeypatch.setattr(stream_module, "detect_language", detector)
     audio = _three_utterances()
@@ -297,8 +348,8 @@ def test_an_unsure_closing_detection_tries_the_other_language_when_its_decode_lo
         closing.append(planned.closes)
         return planned
 
-    def detector(model, encoding, n=5):
-        return LanguageGuess(top[0][0], top[0][1], top) if closing[-1] else real(model, encoding, n)
+    def detector(model, encoding, n=5, among=()):
+        return LanguageGuess(top[0][0], top[0][1], top) if closing[-1] else real(model, encoding, n, among)
 
     def both(self, *args, **kwargs):
         second.append(self.language)
@@ -377,8 +428,8 @@ def test_a_live_round_changes_the_language_only_when_it_is_sure(base, monkeypatc
 
     real, guesses = stream_module.detect_language, []
 
-    def detector(model, encoding, n=5):
-        guess = real(model, encoding, n)
+    def detector(model, encoding, n=5, among=()):
+        guess = real(model, encoding, n, among)
         if scripted is not None and not guesses:
             guess = LanguageGuess(scripted[0], scripted[1], (scripted,))
         guesses.append(guess)
