@@ -452,13 +452,15 @@ class CaptionerApp(QObject):
         assert self._worker is not None
         if not self._worker.stopping:
             self._worker.request_stop()
-            QTimer.singleShot(STOP_TIMEOUT_MS, self._on_stop_timeout)
+            stopping = self._worker
+            QTimer.singleShot(STOP_TIMEOUT_MS, lambda: self._on_stop_timeout(stopping))
 
-    def _on_stop_timeout(self) -> None:
-        if self.running:
-            assert self._thread is not None and self._worker is not None
+    def _on_stop_timeout(self, worker: CaptionWorker) -> None:
+        """``worker`` was asked to stop ``STOP_TIMEOUT_MS`` ago: if it still runs, leave it. Only
+        that worker: after a restart (a setting changed) the next one runs by then, and must go on."""
+        if self.running and self._worker is worker:
+            assert self._thread is not None
             logger.error("the engine did not stop within %d ms; leaving it", STOP_TIMEOUT_MS)
-            worker = self._worker
             self._thread.finished.disconnect(self._on_thread_finished)
             for signal, slot in self._worker_slots(worker):
                 signal.disconnect(slot)  # nothing it says later belongs to this session or the next

@@ -405,6 +405,36 @@ def test_a_first_npu_start_says_what_it_compiles_and_captures_only_after(qtbot, 
     quit_and_wait(qtbot, app)
 
 
+def test_after_a_restart_the_next_engine_outlives_the_last_ones_stop_timeout(qtbot, tmp_path, monkeypatch):
+    """A setting that restarts the engine (here the source): the stop timeout armed for the engine
+    that stopped must not take the next one for stuck. It did: 15 s after any such change the new
+    engine was left running unheard and its session ended (seen on Xvfb: the language changed in
+    Settings, the captions froze 15 s later)."""
+    import dataclasses
+
+    import captioner.app as app_module
+
+    monkeypatch.setattr(app_module, "STOP_TIMEOUT_MS", 300)
+    app = make_app(qtbot, tmp_path)
+    app.start()
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 3, timeout=10_000)
+    first = app.session_id
+    app.update_settings(dataclasses.replace(app.settings, audio=dataclasses.replace(app.settings.audio, source="mic")))
+    qtbot.waitUntil(lambda: app.running and app.session_id != first, timeout=10_000)
+    second = app.session_id
+    qtbot.wait(900)  # three stop timeouts
+    assert app.running and app.session_id == second and not app._abandoned
+    with SessionStore.open(app.paths.sessions_db) as store:
+        assert store.get_session(second).ended_at is None
+    before = len(stored_words(app))
+    with qtbot.waitSignal(app.state_changed, check_params_cb=lambda state: state == "paused", timeout=5000):
+        app.set_paused(True)
+    app.set_paused(False)  # a fresh capture: more words, heard by the session
+    qtbot.waitUntil(lambda: len(stored_words(app)) > before, timeout=10_000)
+    quit_and_wait(qtbot, app)
+    assert not app.abandoned_engine
+
+
 def test_an_engine_stuck_past_the_stop_timeout_is_left_running_not_destroyed(qtbot, tmp_path, monkeypatch):
     """Quitting while the engine is stuck in a native call (an NPU compile between two progress
     calls, a hung driver): after the stop timeout the session ends with what it committed, and the
