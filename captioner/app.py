@@ -913,6 +913,8 @@ class CaptionerApp(QObject):
         if self._quitting:
             return
         self._quitting = True
+        if self._settings_dialog is not None:
+            self._settings_dialog.reject()  # its edits were not asked for; it must not outlive the app
         if self._measurement is not None:
             self._measurement.stop()
             if not self._measurement.wait(5.0):  # ends after its round in progress

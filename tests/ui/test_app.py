@@ -219,12 +219,9 @@ class ScriptedMeasurement:
 
 
 def _open_settings(app):
-    from PySide6.QtWidgets import QApplication
-
-    from captioner.ui.settings_dialog import SettingsDialog
-
     app.tray.actions["settings"].trigger()
-    return next(w for w in QApplication.topLevelWidgets() if isinstance(w, SettingsDialog) and w.isVisible())
+    assert app._settings_dialog is not None and app._settings_dialog.isVisible()
+    return app._settings_dialog
 
 
 def test_measuring_pauses_captions_and_selects_the_chosen_model(qtbot, tmp_path):
@@ -284,10 +281,12 @@ def test_quitting_while_measuring_stops_it(qtbot, tmp_path):
     measurement = ScriptedMeasurement()
     app = make_app(qtbot, tmp_path, measure_models=measurement)
     app.start()
-    _open_settings(app).measure_button.click()
+    dialog = _open_settings(app)
+    dialog.measure_button.click()
     qtbot.waitUntil(lambda: bool(measurement.asked), timeout=5000)
     quit_and_wait(qtbot, app)
     assert measurement.stopped and not app._measurement.running
+    assert app._settings_dialog is None  # closed with the app (and deleted)
 
 
 def test_history_opens_from_the_tray_with_the_recorded_session(qtbot, tmp_path):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtWidgets import QApplication
-
 from captioner import cli
 from captioner.app import CaptionerApp, EngineRun, GuiOptions
 from captioner.commands._choose import measure_function
@@ -29,7 +27,8 @@ def test_the_apps_measure_button_runs_the_same_measurement(qtbot, tmp_path, real
     qtbot.addWidget(app.bar)
     app.start()
     app.tray.actions["settings"].trigger()
-    dialog = next(w for w in QApplication.topLevelWidgets() if isinstance(w, SettingsDialog) and w.isVisible())
+    dialog = app._settings_dialog
+    assert isinstance(dialog, SettingsDialog) and dialog.isVisible()
     dialog.editors[("engine", "model")].setCurrentText("")
     dialog.measure_button.click()
     qtbot.waitUntil(lambda: "Measuring tiny.en (38 M parameters)" in dialog.measure_report.text(), timeout=10_000)
