@@ -29,6 +29,7 @@ from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QApplication
 
 from captioner.core import EngineUpdate, Provider, Source, stream_sources
+from captioner.engine.language import parse_languages
 from captioner.errors import CaptionerError, ModelError
 from captioner.models.install import first_installed_pack, list_packs
 from captioner.storage.paths import AppPaths
@@ -411,7 +412,7 @@ class CaptionerApp(QObject):
         live_path = self._live_path(t.live_export) if t.live_export != "none" and store is self.disk_store else None
         self._live_warnings_shown = 0
         snapshot = to_dict(self.settings)
-        if not (language == "auto" and "," in snapshot["engine"]["language"]):  # the languages spoken stay
+        if not (language == "auto" and parse_languages(snapshot["engine"]["language"])[1]):  # the languages spoken stay
             snapshot["engine"]["language"] = language  # what ran: "en" for "auto" on an English-only pack
         recorder = SessionRecorder.start(store, sources=sources, model=model, provider=provider,
                                          language=language, settings=snapshot, title=title,

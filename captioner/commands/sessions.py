@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from captioner.commands._printer import fit_terminal
-from captioner.errors import StorageError
+from captioner.engine.language import parse_languages
+from captioner.errors import CaptionerError, StorageError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.cues import CueOptions
@@ -143,9 +144,13 @@ def _language(s: SessionInfo) -> str:
     """``de``, or ``de (detected)`` when the session ran with ``auto`` (its settings snapshot says so),
     ``de (detected among en, de)`` with the languages the user speaks."""
     asked = str(s.to_json()["settings"].get("engine", {}).get("language") or "")
-    if s.language in ("", "auto") or not (asked == "auto" or "," in asked):
+    try:
+        mode, among = parse_languages(asked)
+    except CaptionerError:  # a snapshot without the engine's language (an older session)
+        mode, among = asked, ()
+    if s.language in ("", "auto") or mode != "auto":
         return s.language or "-"
-    return f"{s.language} (detected{' among ' + asked if ',' in asked else ''})"
+    return f"{s.language} (detected{' among ' + ', '.join(among) if among else ''})"
 
 
 def _describe(s: SessionInfo) -> str:

@@ -186,3 +186,23 @@ def test_mark_bookmarks_a_moment_afterwards(home: AppPaths, capsys: pytest.Captu
     assert "there is no session 99" in capsys.readouterr().err
     with SessionStore.open(home.sessions_db) as store:
         assert [(m.at, m.note) for m in store.session_marks(1)] == [(1.0, ""), (2.5, "Fourier starts")]
+
+
+def test_show_says_how_the_language_was_chosen(tmp_path, capsys) -> None:
+    """A given language, one detected, one detected among the languages the user speaks (the app keeps
+    the setting as typed, "en,de"), and a snapshot without a language (an older session)."""
+    from captioner.storage.paths import AppPaths
+    from captioner.transcript.store import SessionStore
+
+    paths = AppPaths.default(tmp_path / "home")
+    paths.ensure()
+    with SessionStore.open(paths.sessions_db) as store:
+        for asked, heard in (("de", "de"), ("auto", "de"), ("en,de", "de"), ("en, de", "auto"), ("", "fr")):
+            sid = store.begin_session(language=heard, settings={"engine": {"language": asked}} if asked else {})
+            store.end_session(sid)
+    said = []
+    for sid in range(1, 6):
+        assert cli.run(["sessions", "show", str(sid)], paths) == 0
+        said.append(next(line for line in capsys.readouterr().out.splitlines() if "language" in line))
+    assert [s.split("language ", 1)[1] for s in said] == [
+        "de", "de (detected)", "de (detected among en, de)", "auto", "fr"]
