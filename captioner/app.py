@@ -174,6 +174,7 @@ class CaptionerApp(QObject):
         self.settings, warnings = load_settings(paths.settings_file)
         self.settings = self._with_overrides(self.settings)
         self._startup_warnings = list(warnings)
+        self._store_problem = ""  # why the session store could not be opened ("" when it was)
         self.disk_store = self._open_store()
         self.recorder: SessionRecorder | None = None  # the current (or last) session
         self._live_warnings_shown = 0
@@ -226,8 +227,10 @@ class CaptionerApp(QObject):
     def _open_store(self) -> SessionStore:
         try:
             store = SessionStore.open(self.paths.sessions_db)
-        except CaptionerError as exc:
-            self._startup_warnings.append(f"{exc}; this session is kept in memory only")
+        except CaptionerError as exc:  # sessions kept in memory, each written to the export folder when it ends
+            self._store_problem = str(exc)
+            self._startup_warnings.append(f"{exc}; sessions are kept in memory and written to "
+                                          f"{self._export_dir()} when captioning stops")
             return SessionStore.in_memory()
         self._startup_warnings += store.warnings
         days = self.settings.transcripts.retention_days
@@ -418,6 +421,8 @@ class CaptionerApp(QObject):
                                          language=language, settings=snapshot, title=title,
                                          live_path=live_path, options=CueOptions.from_config(t),
                                          fallback_dirs=[self._export_dir()])
+        if store is self.disk_store and self._store_problem:  # no store on disk: exported when it ends
+            recorder.export_reason = self._store_problem
         if recorder.live is not None:
             logger.info("live subtitles: %s", recorder.live.path)
         self._show_live_warnings(recorder)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from captioner.audio import AudioCapture, CaptureConfig, WavWriter
+from captioner.commands import saved_line
 from captioner.commands._engine import (
     EngineSetup,
     add_engine_options,
@@ -193,10 +194,14 @@ class _Captioner:
         self.recorder: SessionRecorder | None = None
         if save:
             paths.ensure()
-            self.recorder = SessionRecorder.start(
-                SessionStore.open(paths.sessions_db), sources=sources, model=setup.engine.name,
+            self.recorder = SessionRecorder.start_or_keep(
+                lambda: SessionStore.open(paths.sessions_db), sources=sources, model=setup.engine.name,
                 provider=setup.engine.info().chosen, language=setup.config.language,
-                title=title or f"listen ({'+'.join(sources)})", settings=engine_snapshot(setup.config))
+                title=title or f"listen ({'+'.join(sources)})", settings=engine_snapshot(setup.config),
+                fallback_dirs=[paths.exports])
+            if self.recorder.export_reason:
+                self.console.note(f"this session cannot be saved ({self.recorder.export_reason}); "
+                                  "it is written to a file when it ends")
 
     def _handle(self, update: EngineUpdate | None, final: bool = False) -> None:
         if update is None or update.is_empty:
@@ -259,8 +264,7 @@ class _Captioner:
                 self.recorder.store.set_language(self.recorder.session_id, ", ".join(heard))
             self.recorder.close(duration_ms=round(duration_s * 1000))
             self.recorder.store.close()
-            print(f"saved as session {self.recorder.session_id} (captioner sessions show "
-                  f"{self.recorder.session_id})", file=TerminalLines(sys.stderr), flush=True)
+            print(saved_line(self.recorder), file=TerminalLines(sys.stderr), flush=True)
 
     def abandon(self) -> None:
         """The capture failed before any audio: close the engine and drop the empty session (a

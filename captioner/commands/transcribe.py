@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from captioner.audio.files import AudioFileReader
-from captioner.commands import described
+from captioner.commands import described, saved_line
 from captioner.commands._engine import (
     add_engine_options,
     engine_snapshot,
@@ -200,9 +200,13 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     printer = WordPrinter(console)
     recorder = None
     if not args.no_save:  # recorded as it happens: an interrupted run keeps what was shown
-        recorder = SessionRecorder.start(SessionStore.open(paths.sessions_db), model=engine.name,
-                                         provider=info.chosen, language=language, title=args.title or args.audio.name,
-                                         settings=engine_snapshot(setup.config))
+        recorder = SessionRecorder.start_or_keep(lambda: SessionStore.open(paths.sessions_db), model=engine.name,
+                                                 provider=info.chosen, language=language,
+                                                 title=args.title or args.audio.name,
+                                                 settings=engine_snapshot(setup.config), fallback_dirs=[paths.exports])
+        if recorder.export_reason:
+            err.write(f"captioner: this session cannot be saved ({recorder.export_reason}); "
+                      "it is written to a file when it ends\n")
     rounds: list[RoundStats] = []
     gaps: list[tuple[float, float]] = []
 
@@ -262,8 +266,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         if written:
             err.write(f"wrote {', '.join(map(str, written))}\n")
         if recorder is not None:
-            err.write(f"saved as session {recorder.session_id} (captioner sessions show "
-                      f"{recorder.session_id}); --no-save skips this\n")
+            err.write(saved_line(recorder, "; --no-save skips this") + "\n")
     finally:
         if recorder is not None:
             recorder.store.close()

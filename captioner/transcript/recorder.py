@@ -23,7 +23,9 @@ as soon as a later update finds the store writable again (tried at most every
 the app tells the user once. If the store is still unwritable when the session closes, the whole
 session (stored words plus the held-back ones) is exported as JSON and plain text to the first
 writable of ``fallback_dirs``, the export folder, the temporary folder or the home folder, and
-:attr:`SessionRecorder.fallback_export` names the JSON file.
+:attr:`SessionRecorder.fallback_export` names the JSON file. A store that cannot even be opened
+or begin the session: :meth:`SessionRecorder.start_or_keep` records it in memory and exports it
+the same way at close (``export_reason``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +155,28 @@ class SessionRecorder:
                 recorder._warn(f"no live subtitles: {exc}; the session is still being saved")
         return recorder
 
+    @classmethod
+    def start_or_keep(cls, open_store: Callable[[], SessionStore], **kwargs: Any) -> SessionRecorder:
+        """:meth:`start` in the store ``open_store`` opens (its arguments are :meth:`start`'s but
+        the store); where that store cannot be opened or cannot begin a session (a full disk, a
+        folder it cannot write), the session is recorded in memory instead with
+        :attr:`export_reason` saying why, so that :meth:`close` exports it to a fallback folder:
+        the command goes on and loses nothing."""
+        try:
+            store = open_store()
+        except StorageError as exc:
+            reason = str(exc)
+        else:
+            try:
+                return cls.start(store, **kwargs)
+            except StorageError as exc:
+                store.close()
+                reason = str(exc)
+        logger.info("the session is kept in memory and exported when it ends: %s", reason)  # the caller says it
+        recorder = cls.start(SessionStore.in_memory(), **kwargs)
+        recorder.export_reason = reason
+        return recorder
+
     def apply(self, update: EngineUpdate) -> None:
         """Record one update (store first: it is the reference), then extend the live file.
 
@@ -271,8 +295,9 @@ class SessionRecorder:
         words = self.session_words()
         try:
             info: dict[str, Any] = self.store.get_session(self.session_id).to_json()
+            marks = self.store.session_marks(self.session_id)  # a session kept in memory has its marks
         except StorageError:
-            info = {"id": self.session_id}
+            info, marks = {"id": self.session_id}, []
         stem = f"unsaved-session-{self.session_id}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
         folders = [*self.fallback_dirs, Path(tempfile.gettempdir()), Path.home()]
         problems = []
@@ -280,13 +305,13 @@ class SessionRecorder:
             try:
                 folder.mkdir(parents=True, exist_ok=True)
                 gaps = self.session_gaps()
-                path = export_words(words, folder / f"{stem}.json", "json", session=info, gaps=gaps)
-                export_words(words, folder / f"{stem}.txt", "txt", timestamps=True, gaps=gaps)
+                path = export_words(words, folder / f"{stem}.json", "json", session=info, gaps=gaps, marks=marks)
+                export_words(words, folder / f"{stem}.txt", "txt", timestamps=True, gaps=gaps, marks=marks)
             except (StorageError, OSError) as exc:
                 problems.append(f"{folder}: {exc}")
                 continue
-            logger.warning("the session store could not be written (%s); the session's %d words were exported "
-                           "to %s (and .txt)", self.unsaved_reason, len(words), path)
+            logger.info("the session store could not be written (%s); the session's %d words were exported "
+                        "to %s (and .txt)", self.unsaved_reason, len(words), path)  # the caller says it
             return path
         raise StorageError(f"the session store could not be written ({self.unsaved_reason}) and no fallback folder "
                            f"could take the transcript either: {'; '.join(problems)}")

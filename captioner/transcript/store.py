@@ -26,7 +26,8 @@ source) every commit is synced. Session begin/end and deletions always sync.
 
 Files are created with user-only permissions (0600; SQLite gives ``-wal``/``-shm`` the mode of the
 database). A file that is not a SQLite database is renamed aside
-(``sessions.sqlite3.corrupt-<timestamp>``), a new store is started, and a warning says so.
+(``sessions.sqlite3.corrupt-<timestamp>``), a new store is started, and a warning says so; any other
+failure to open (a full disk, a lock) leaves the file as it is and raises :class:`StorageError`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -57,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 MAX_TITLE = 200  # characters of a session's title
 MAX_NOTE = 500  # characters of a marked moment's note
+_FULL_BYTES = 1 << 20  # a disk with less free space than this is said to be full
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +193,26 @@ def _ms(seconds: float) -> int:
     return max(0, round(seconds * 1000)) if seconds == seconds and abs(seconds) != float("inf") else 0
 
 
+def _corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """SQLite says the file itself is bad: not a database, or malformed (``SQLITE_NOTADB``,
+    ``SQLITE_CORRUPT``; the extended codes keep the primary one in their low byte)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)
+
+
+def _problem(exc: BaseException, path: Path) -> str:
+    """Why ``exc`` stopped the store at ``path``, in words; a full disk said as such (SQLite
+    reports one as "disk I/O error" when it cannot grow its shared-memory file)."""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return reason
+    if free < _FULL_BYTES:
+        return f"{reason}: the disk is full ({free // 1024} KB free)"
+    return reason
+
+
 class SessionStore:
     """Sessions and their words in one SQLite database; safe to share between threads.
 
@@ -226,7 +249,9 @@ class SessionStore:
                 0 = at every commit.
 
         A file that is not a SQLite database, or one that SQLite reports as malformed, is renamed
-        aside and a new store is created; :attr:`warnings` says so.
+        aside and a new store is created; :attr:`warnings` says so. Any other failure (a full disk,
+        a lock held too long, a folder it cannot write) leaves the file as it is: moving the
+        user's history aside for a full disk would hide every session once there is room again.
 
         Raises:
             StorageError: the folder cannot be created or written, or the store was written by a
@@ -238,8 +263,8 @@ class SessionStore:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             conn = cls._connect(path)
         except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc):
-                raise StorageError(f"cannot open the session store {path}: {exc}") from exc
+            if not _corrupt(exc):  # a full disk, a lock, a folder it cannot write: the file is not at fault
+                raise StorageError(f"cannot open the session store {path}: {_problem(exc, path)}") from exc
             backup = move_aside(path)
             msg = (
                 f"the session store {path} is not a readable SQLite database ({exc}); "
@@ -250,9 +275,9 @@ class SessionStore:
             try:
                 conn = cls._connect(path)
             except (sqlite3.Error, OSError) as exc2:
-                raise StorageError(f"cannot create a new session store at {path}: {exc2}") from exc2
+                raise StorageError(f"cannot create a new session store at {path}: {_problem(exc2, path)}") from exc2
         except OSError as exc:
-            raise StorageError(f"cannot open the session store {path}: {exc.strerror or exc}") from exc
+            raise StorageError(f"cannot open the session store {path}: {_problem(exc, path)}") from exc
         return cls(conn, path, warnings, sync_interval_s)
 
     @classmethod

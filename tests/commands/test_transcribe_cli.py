@@ -4,6 +4,7 @@ summary line for people (engine counters only with -v), the same JSON document a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from captioner import cli
@@ -89,3 +90,27 @@ def test_paced_as_a_live_source_every_session_is_open_before_the_first_round(tin
     assert "encoder_20s.onnx" not in opened[None] and opened[None] < graphs
     assert opening["--realtime"] == 0.0 and "opening the model" not in summary["--realtime"]
     assert opening[None] >= 0.05 and f"opening the model {opening[None]:.1f} s, compute" in summary[None]
+
+
+def test_a_session_store_that_cannot_be_opened_loses_no_word(real_tiny_en_pack, reading: Path, tmp_path: Path,
+                                                            capsys) -> None:
+    """The history cannot be opened (a folder where its file should be; a full disk the same): the
+    file is still captioned, the exports written, and the session written to the export folder,
+    each said in a line; nothing renamed aside. (Before: "captioner: error" and no caption at all.)"""
+    home = AppPaths.default(tmp_path / "home")
+    home.sessions_db.mkdir(parents=True)
+    srt = tmp_path / "out.srt"
+    code = cli.run(["transcribe", str(reading), "--model", str(real_tiny_en_pack.root), "--provider", "cpu",
+                    "--srt", str(srt)], home)
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "captioner: this session cannot be saved (cannot open the session store" in out.err
+    (line,) = [x for x in out.err.splitlines() if x.startswith("not saved in the history")]
+    assert "saved as session" not in out.err
+    json_path = Path(line.split("the session was written to ")[1].removesuffix(" (and .txt)"))
+    assert json_path.parent == home.exports and json_path.with_suffix(".txt").is_file()
+    words = [w["text"] for w in json.loads(json_path.read_text(encoding="utf-8"))["words"]]
+    printed = re.sub(r"\[[0-9:.]+\]", " ", out.out).split()
+    assert len(words) == 48 and words == printed  # every printed word kept
+    assert srt.read_text(encoding="utf-8").count(" --> ") >= 4
+    assert home.sessions_db.is_dir() and not list(home.sessions_db.parent.glob("*.corrupt-*"))

@@ -219,6 +219,59 @@ def test_not_a_database_is_kept_and_a_new_store_used(tmp_path: Path, content: by
     assert len(backups) == 1 and backups[0].read_bytes() == content
 
 
+def _real_error(make) -> sqlite3.DatabaseError:
+    try:
+        make()
+    except sqlite3.DatabaseError as exc:
+        return exc
+    raise AssertionError("SQLite raised nothing")
+
+
+def _full_disk() -> None:
+    """SQLite's own "database or disk is full" (SQLITE_FULL): a file allowed no more pages."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0]}")
+    conn.execute("INSERT INTO t VALUES (zeroblob(100000))")
+
+
+def _locked(path: Path) -> None:
+    """SQLite's own "database is locked" (SQLITE_BUSY): another connection holds the write lock."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        sqlite3.connect(path, timeout=0).execute("CREATE TABLE u (x)")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+@pytest.mark.parametrize("problem", ["full", "locked"])
+def test_a_store_that_fails_to_open_for_another_reason_than_its_file_is_left_as_it_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, problem: str) -> None:
+    """A full disk or a lock is not a bad file: moving the history aside for it would hide every
+    session once the disk has room again. (Before, any such error renamed it ``.corrupt-``.)"""
+    path = tmp_path / "sessions.sqlite3"
+    with SessionStore.open(path) as store:
+        sid = store.begin_session()
+        store.apply(sid, EngineUpdate(0, (W("kept", 0, 1),)))
+    before = path.read_bytes()
+    error = _real_error(_full_disk if problem == "full" else lambda: _locked(tmp_path / "other.sqlite3"))
+    assert error.sqlite_errorname == ("SQLITE_FULL" if problem == "full" else "SQLITE_BUSY")
+
+    def failing(_path: Path) -> sqlite3.Connection:
+        raise error
+
+    monkeypatch.setattr(SessionStore, "_connect", staticmethod(failing))
+    with pytest.raises(StorageError, match="cannot open the session store") as caught:
+        SessionStore.open(path)
+    assert str(error) in str(caught.value)
+    assert path.read_bytes() == before and not list(tmp_path.glob("*.corrupt-*"))
+    monkeypatch.undo()
+    with SessionStore.open(path) as store:
+        assert store.warnings == [] and [w.text for w in store.session_words(sid)] == ["kept"]
+
+
 def test_newer_schema_is_refused_and_left_alone(tmp_path: Path) -> None:
     path = tmp_path / "s.sqlite3"
     conn = sqlite3.connect(path)

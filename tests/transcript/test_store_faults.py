@@ -11,6 +11,7 @@ in the fallback export).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from captioner.core import EngineUpdate
+from captioner.errors import StorageError
 from captioner.transcript.recorder import SessionRecorder
 from captioner.transcript.store import SessionStore
 
@@ -113,6 +115,40 @@ def test_a_store_still_refusing_at_the_end_exports_the_session_to_the_fallback_f
     assert doc["session"]["id"] == rec.session_id
     assert path.with_suffix(".txt").read_text(encoding="utf-8").strip()
     store.close()
+
+
+def test_a_store_that_cannot_begin_the_session_keeps_it_in_memory_and_exports_it(tmp_path: Path) -> None:
+    """``start_or_keep`` (the commands' way in): a store that opens but refuses to begin a session
+    (SQLite's own read-only refusal) is closed, the session is kept in memory, and :meth:`close`
+    writes it to the fallback folder; with a store that takes it, the session is the store's."""
+    path = tmp_path / "sessions.sqlite3"
+
+    def read_only() -> SessionStore:
+        store = SessionStore.open(path)
+        _refuse(store, "readonly")
+        return store
+
+    rec = SessionRecorder.start_or_keep(read_only, sources=SOURCES, fallback_dirs=[tmp_path / "out"])
+    assert rec.store.path is None and "readonly database" in rec.export_reason
+    updates = list(islice(engine_like_updates(3, SOURCES), 40))
+    for update in updates:
+        rec.apply(update)
+    rec.store.add_mark(rec.session_id, 1.5, "the budget")  # marked meanwhile (listen's Enter)
+    rec.close()
+    assert rec.fallback_export is not None and rec.fallback_export.parent == tmp_path / "out"
+    doc = json.loads(rec.fallback_export.read_text(encoding="utf-8"))
+    exported: dict = {}
+    for w in doc["words"]:
+        exported.setdefault(w["source"], []).append((w["text"], w["start"], w["end"]))
+    assert exported == {src: ws for src, ws in _committed(replay(updates)).items() if ws}
+    assert [(m["at"], m["note"]) for m in doc["marks"]] == [(1.5, "the budget")]
+    assert "the budget" in rec.fallback_export.with_suffix(".txt").read_text(encoding="utf-8")
+    with SessionStore.open(path) as store:
+        assert store.list_sessions() == []
+    rec = SessionRecorder.start_or_keep(lambda: SessionStore.open(path), sources=SOURCES)
+    assert rec.store.path == path and rec.export_reason == ""
+    rec.close()
+    rec.store.close()
 
 
 def test_held_words_survive_retractions_of_stored_words(tmp_path: Path) -> None:
@@ -242,3 +278,29 @@ def test_a_disk_filling_up_in_the_middle_of_a_live_cue_leaves_a_file_that_parses
     cues = list(srt.parse(text))  # whole cues only
     assert cues and text.endswith("\n\n")
     assert _stored(store, rec.session_id) == _committed(replay(updates))  # the store has every word
+
+
+def test_a_store_on_a_really_full_disk_is_refused_in_words_and_left_as_it_is(tiny_fs: Path) -> None:
+    """An existing store on a file system with no room left (SQLite cannot create its write-ahead
+    log's files: "disk I/O error"): a clear error that says the disk is full, the file left where it
+    was (before: renamed ``.corrupt-`` and the history gone from the app), and every session there
+    once there is room again."""
+    path = tiny_fs / "sessions.sqlite3"
+    with SessionStore.open(path) as store:
+        sid = store.begin_session()
+        for update in islice(engine_like_updates(7), 20):
+            store.apply(sid, update)
+        want = [w.text for w in store.session_words(sid)]
+    filler = tiny_fs / "filler"
+    with open(filler, "wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 65536)
+    assert shutil.disk_usage(tiny_fs).free < 65536
+    before = path.read_bytes()
+    with pytest.raises(StorageError, match="the disk is full") as caught:
+        SessionStore.open(path)
+    print("full disk at open:", caught.value)
+    assert path.read_bytes() == before and not list(tiny_fs.glob("*.corrupt-*"))
+    filler.unlink()
+    with SessionStore.open(path) as store:
+        assert store.warnings == [] and [w.text for w in store.session_words(sid)] == want

@@ -169,6 +169,31 @@ def test_a_store_that_cannot_begin_the_session_keeps_it_in_memory_and_exports_it
     assert [w["text"] for w in doc["words"]] == [f"system{i}" for i in range(6)]
 
 
+def test_a_store_that_cannot_be_opened_at_start_keeps_sessions_in_memory_and_exports_each(qtbot, tmp_path):
+    """The session store cannot be opened at all (here a folder where the file should be; a full
+    disk the same): the app starts, says so once, and every session is written to the export
+    folder when it ends; the path is left as it was (nothing renamed aside)."""
+    paths = AppPaths.default(tmp_path / "home")
+    paths.sessions_db.mkdir(parents=True)
+    (paths.sessions_db / "keep").write_text("left alone")
+    app, capture, shown = _app(qtbot, tmp_path, FakeStream())
+    assert app.disk_store.path is None  # in memory
+    app.start()
+    assert app.running
+    assert [t for t, _m in shown] == ["captioner"]
+    assert "cannot open the session store" in shown[0][1] and str(app._export_dir()) in shown[0][1]
+    capture.release(6)
+    qtbot.waitUntil(lambda: "system5" in _words_on_bar(app), timeout=10_000)
+    _quit(qtbot, app)
+    assert [t for t, _m in shown] == ["captioner", "Transcript saved elsewhere"]
+    path = app.recorder.fallback_export
+    assert path is not None and path.parent == app._export_dir() and str(path) in shown[-1][1]
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert [w["text"] for w in doc["words"]] == [f"system{i}" for i in range(6)]
+    assert (paths.sessions_db / "keep").read_text() == "left alone"
+    assert not list(paths.sessions_db.parent.glob("*.corrupt-*"))
+
+
 def test_the_last_provider_failing_stops_with_a_clear_message_and_the_words_so_far_saved(qtbot, tmp_path):
     from captioner.errors import ProviderError
 
