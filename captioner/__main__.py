@@ -17,6 +17,28 @@ __all__ = ["main"]
 NOISY_LOGGERS = ("huggingface_hub", "urllib3", "httpx", "filelock", "matplotlib", "PIL")
 
 
+class _LogFile(logging.handlers.RotatingFileHandler):
+    """The rotating log file. One that cannot be written (a full disk) is said once on stderr and
+    left alone from then on: logging's own ``handleError`` prints a traceback for every record,
+    which buried a command's output under "--- Logging error ---" on a full disk."""
+
+    broken = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.broken:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if self.broken:
+            return
+        self.broken = True
+        exc = sys.exc_info()[1]
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        if sys.stderr is not None:
+            sys.stderr.write(f"captioner: cannot write the log file {self.baseFilename} ({reason}); "
+                             "not logging to it any more\n")
+
+
 def setup_logging(paths: AppPaths, verbose: bool) -> None:
     """Log to a rotating file in the user log dir, and warnings (or all with -v) to stderr."""
     root = logging.getLogger()
@@ -24,9 +46,7 @@ def setup_logging(paths: AppPaths, verbose: bool) -> None:
     fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         paths.logs.mkdir(parents=True, exist_ok=True)
-        fileh = logging.handlers.RotatingFileHandler(
-            paths.logs / "captioner.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8"
-        )
+        fileh = _LogFile(paths.logs / "captioner.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8")
         fileh.setFormatter(fmt)
         root.addHandler(fileh)
     except OSError:
