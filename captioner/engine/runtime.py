@@ -171,6 +171,7 @@ RECOVERY_RUNS = 500
 # next session's, or the app and the CLI on a first start, would otherwise each compile every graph
 # the cache lacked when they began, over the same temporary file.
 _COMPILING = threading.Lock()
+_CONTEXTS_ROOM = 1 << 30  # a cache disk with less room than this cannot be counted on for a model's contexts
 
 
 def default_threads() -> int:
@@ -421,6 +422,8 @@ class Runtime:
         pack: the loaded model pack.
         provider: ``"auto"``, ``"qnn"``, ``"gpu"`` or ``"cpu"``.
         cache_dir: user cache directory (EP-context caches go under ``ep-context/``); None: no cache.
+            A cache that cannot be written (a full disk, :attr:`cache_problem` says why) is dropped
+            and the provider compiles in memory, at every start, rather than left for the next one.
         threads: intra-op threads; default :func:`default_threads`.
         npu_buckets: the buckets whose graphs :meth:`prepare` compiles for the NPU (default: all).
         shared_context: compile the prepared graphs into one shared QNN context and use it where a
@@ -440,6 +443,7 @@ class Runtime:
         self.threads = threads or default_threads()
         limit_host_blas_threads()
         self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.cache_problem = ""  # why the EP-context cache could not be written (then None: compiled in memory)
         self.weights = SharedWeights(pack.weights_file(), pack.weight_index())
         self._graph_ids = _identities(pack)
         self._plan: list[Candidate | Attempt] = [_fit_for_pack(c, pack) for c in plan_candidates(provider)]
@@ -660,16 +664,13 @@ class Runtime:
             ProviderError: no provider, not even the CPU, could run the pack's first graph.
         """
         with self._lock:
-            compiles = self._current.uses_ep_context and self.cache_dir is not None
+            cand = self._current
+            compiles = cand.uses_ep_context and self.cache_dir is not None
             generation = self._generation
             if compiles:
                 self._progress, self._preparing = progress, True
         if not compiles:
-            # one session at a time, each under the lock, so a round's own session can go between them
-            for graph, frames in self.npu_units() if open_sessions else ():
-                if self._generation != generation:
-                    return  # closed (or failed over) meanwhile: what is still needed opens as rounds need it
-                self.session(graph, frames)
+            self._open_units(generation, open_sessions)
             return
         try:
             graph, frames = self.npu_units()[0]
@@ -677,6 +678,20 @@ class Runtime:
         finally:
             with self._lock:
                 self._progress, self._preparing = None, False
+        if self.cache_problem and self._current is cand:  # compiled in memory: the rest now, not in a round
+            self._open_units(generation, True, progress)
+
+    def _open_units(self, generation: int, open_sessions: bool,
+                    progress: Callable[[int, int], None] | None = None) -> None:
+        """Open every session of :meth:`npu_units` (when ``open_sessions``), one at a time, each
+        under the lock, so a round's own session can go between them; ``progress`` as in :meth:`prepare`."""
+        units = self.npu_units() if open_sessions else []
+        for done, (graph, frames) in enumerate(units, 1):
+            if self._generation != generation:
+                return  # closed (or failed over) meanwhile: what is still needed opens as rounds need it
+            self.session(graph, frames)
+            if progress is not None:
+                progress(done, len(units))
 
     _progress: Callable[[int, int], None] | None = None
     _preparing = False  # prepare() is running: the first session compiles the whole set
@@ -968,6 +983,12 @@ class Runtime:
                 if changed:
                     raise ModelError(f"the model pack {self.pack.root.name} changed while captioning: {changed}; "
                                      "restart captioning (reinstall the model if it is damaged)") from exc
+                cache = self._cache_fails(cand, exc)
+                if cache:  # the NPU is sound, its cache is not: compiled in memory instead of left for the CPU
+                    logger.warning("the NPU's compile cache %s cannot be written (%s); %s compiles in memory, "
+                                   "at every start", self.cache_dir, cache, cand.label)
+                    self.cache_dir, self.cache_problem = None, cache
+                    continue
                 if len(self._plan) == 1:
                     raise ProviderError(f"{cand.label} cannot run {graph.name}: {_one_line(exc)}") from exc
                 reason = f"{graph.name}: {_one_line(exc)}"
@@ -984,6 +1005,24 @@ class Runtime:
             self._placement[name] = _placement(sess)
             logger.info("session %s on %s in %.0f ms: %s", name, cand.label, ms, self._placement[name])
             return sess
+
+    def _cache_fails(self, cand: Candidate, exc: BaseException) -> str:
+        """Why compiling into the EP-context cache, not the provider, failed opening a session on
+        ``cand`` with ``exc``: the cache folder cannot be written, ONNX Runtime could not write a
+        context file, or the cache's disk has no room for a model's contexts; "" otherwise (and
+        where nothing is compiled into a cache)."""
+        if not (cand.uses_ep_context and self.cache_dir is not None):
+            return ""
+        if isinstance(exc, OSError):
+            return exc.strerror or str(exc)
+        if "context cache file" in str(exc).lower():
+            return _one_line(exc)
+        folder = next((p for p in (self.cache_dir, *self.cache_dir.parents) if p.exists()), self.cache_dir)
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError:
+            return ""
+        return f"{free // 2**20} MB free on its disk" if free < _CONTEXTS_ROOM else ""
 
     def _options(self, cand: Candidate, frames: int | None = None) -> ort.SessionOptions:
         """Session options for ``cand`` (:func:`~captioner.engine.providers.session_options`);
