@@ -67,6 +67,54 @@ def pytest_fixture_post_finalizer(fixturedef: pytest.FixtureDef, request: pytest
         shutil.rmtree(path, ignore_errors=True)
 
 
+class SmallDisks:
+    """Real small file systems for disk-full tests: tmpfs mounts under one test's folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.mounted: list[Path] = []
+
+    def mount(self, size: str, options: str = "") -> Path:
+        """A new file system of ``size`` (``"256k"``, ``"16m"``), with tmpfs ``options`` (``"ro"``); skips
+        the test where mounting one needs what this machine lacks (root)."""
+        import subprocess
+        import uuid
+
+        if not shutil.which("mount") or os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        folder = self.root / f"fs-{uuid.uuid4().hex[:8]}"
+        folder.mkdir()
+        out = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(filter(None, (f"size={size}", options))), "tmpfs",
+                              str(folder)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()}")
+        self.mounted.append(folder)
+        return folder
+
+    @staticmethod
+    def fill(folder: Path) -> Path:
+        """Fill the file system of ``folder`` to its last byte; the filler file."""
+        import contextlib
+
+        filler = folder / "filler"
+        with open(filler, "wb") as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * 65536)
+        return filler
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """:class:`SmallDisks` of the test, unmounted after it."""
+    import subprocess
+
+    disks = SmallDisks(tmp_path)
+    yield disks
+    for folder in disks.mounted:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory of a tiny random multilingual Whisper checkpoint (80 mel bins, 51865 tokens)."""

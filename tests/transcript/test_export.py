@@ -7,8 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -204,24 +202,10 @@ def test_labels_from_options_and_line_limits(tmp_path: Path) -> None:
 # -- failures: nothing half-written ----------------------------------------------------------------
 
 
-def _mount_tmpfs(where: Path, options: str) -> bool:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True)
-    return done.returncode == 0
-
-
 @pytest.fixture
-def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+def tiny_disk(small_disk) -> Path:
     """A real 64 KiB tmpfs (needs root); skipped elsewhere, where the injected ENOSPC test still runs."""
-    where = tmp_path / f"tiny-{uuid.uuid4().hex[:6]}"
-    if not _mount_tmpfs(where, "size=64k,mode=0700"):
-        pytest.skip("cannot mount a tmpfs here (needs root); the ENOSPC injection test covers this")
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", str(where)], check=True)
+    return small_disk.mount("64k", "mode=0700")
 
 
 def big_words(n: int = 20_000) -> list[Word]:
@@ -254,12 +238,11 @@ def test_full_disk_injected_at_the_write_seam(tmp_path: Path, monkeypatch: pytes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.vtt"]
 
 
-def test_read_only_target(tmp_path: Path) -> None:
-    ro = tmp_path / "ro"
-    if os.geteuid() == 0:
-        if not _mount_tmpfs(ro, "size=64k,ro"):
-            pytest.skip("root without mount: a chmod'ed folder does not stop root")
+def test_read_only_target(tmp_path: Path, small_disk) -> None:
+    if os.geteuid() == 0:  # a chmod'ed folder does not stop root: a read-only file system does
+        ro = small_disk.mount("64k", "ro")
     else:
+        ro = tmp_path / "ro"
         ro.mkdir()
         ro.chmod(0o500)
     try:
@@ -269,9 +252,7 @@ def test_read_only_target(tmp_path: Path) -> None:
             export_words(big_words(10), ro / "out.srt")
         assert list(ro.iterdir()) == []
     finally:
-        if os.geteuid() == 0:
-            subprocess.run(["umount", str(ro)], check=True)
-        else:
+        if os.geteuid() != 0:
             ro.chmod(0o700)
 
 

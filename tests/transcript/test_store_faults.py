@@ -11,13 +11,11 @@ in the fallback export).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import uuid
 from itertools import islice
 from pathlib import Path
 
@@ -219,17 +217,9 @@ store.close()
 
 
 @pytest.fixture
-def tiny_fs(tmp_path: Path):
-    """A 16 MiB tmpfs, when this machine lets the test mount one (root with CAP_SYS_ADMIN)."""
-    mnt = tmp_path / f"fs-{uuid.uuid4().hex[:8]}"
-    mnt.mkdir()
-    if not shutil.which("mount") or os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; the SQLite-level tests above cover the recorder")
-    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", str(mnt)], check=True)
+def tiny_fs(small_disk) -> Path:
+    """A 16 MiB file system (a tmpfs: root only)."""
+    return small_disk.mount("16m")
 
 
 def test_a_really_full_disk_mid_session_loses_no_word(tiny_fs: Path) -> None:
@@ -280,7 +270,7 @@ def test_a_disk_filling_up_in_the_middle_of_a_live_cue_leaves_a_file_that_parses
     assert _stored(store, rec.session_id) == _committed(replay(updates))  # the store has every word
 
 
-def test_a_store_on_a_really_full_disk_is_refused_in_words_and_left_as_it_is(tiny_fs: Path) -> None:
+def test_a_store_on_a_really_full_disk_is_refused_in_words_and_left_as_it_is(tiny_fs: Path, small_disk) -> None:
     """An existing store on a file system with no room left (SQLite cannot create its write-ahead
     log's files: "disk I/O error"): a clear error that says the disk is full, the file left where it
     was (before: renamed ``.corrupt-`` and the history gone from the app), and every session there
@@ -291,10 +281,7 @@ def test_a_store_on_a_really_full_disk_is_refused_in_words_and_left_as_it_is(tin
         for update in islice(engine_like_updates(7), 20):
             store.apply(sid, update)
         want = [w.text for w in store.session_words(sid)]
-    filler = tiny_fs / "filler"
-    with open(filler, "wb") as f, contextlib.suppress(OSError):
-        while True:
-            f.write(b"\0" * 65536)
+    filler = small_disk.fill(tiny_fs)
     assert shutil.disk_usage(tiny_fs).free < 65536
     before = path.read_bytes()
     with pytest.raises(StorageError, match="the disk is full") as caught:

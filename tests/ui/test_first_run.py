@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import threading
 
-from captioner.errors import ModelError
+from captioner.errors import ModelError, PackBuildError
 from captioner.ui.first_run import DEFAULT_CHOICE, FirstRunDialog, explain
 
 
@@ -56,6 +56,13 @@ def test_failure_is_explained_and_retry_works(qtbot):
 
 def test_disk_full_is_explained():
     assert "disk space" in explain(OSError(errno.ENOSPC, "No space left on device"))
+    try:  # as build_pack says a full disk: its own error, the OSError its cause
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as exc:
+            raise PackBuildError("cannot write the pack in /x: No space left on device") from exc
+    except PackBuildError as built:
+        assert "disk space" in explain(built)
 
 
 def test_no_pypi_either_is_explained_as_a_network_problem():
