@@ -8,7 +8,9 @@ writers that left the data size at 0 or 0xFFFFFFFF (read to the end of the file)
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,17 +133,20 @@ def _decode(raw: bytes, info: WavInfo) -> np.ndarray:
 class WavWriter:
     """Append mono float32 samples to a 32-bit float WAV file, keeping the header valid as it grows.
 
-    The sizes in the header are rewritten after every ``write``, so the file is readable even if
-    the process is killed mid-recording.
+    Written unbuffered, and the sizes in the header rewritten after every ``write``, so the file is
+    readable even if the process is killed mid-recording. A write that fails (a full disk) leaves
+    the file as it was before it, its header true, and raises ``OSError``: a block is in the file
+    whole or not at all.
     """
 
     def __init__(self, path: Path, rate: int = SAMPLE_RATE) -> None:
         self.path, self.rate, self.frames = path, rate, 0
         try:
-            self._f: BinaryIO | None = path.open("wb")
+            self._f: BinaryIO | None = path.open("wb", buffering=0)
+            self._write_at(0, self._header())
         except OSError as exc:
             raise AudioFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
-        self._f.write(self._header())
+        self._data_start = len(self._header())
 
     def _header(self) -> bytes:
         data = self.frames * 4
@@ -151,17 +156,30 @@ class WavWriter:
             b"fmt " + struct.pack("<I", len(fmt)) + fmt + fact + b"data" + struct.pack("<I", data)
         )
 
+    def _write_at(self, offset: int, data: bytes) -> None:
+        assert self._f is not None
+        self._f.seek(offset)
+        view = memoryview(data)
+        while view:  # an unbuffered write may take part of it
+            view = view[self._f.write(view):]
+
     def write(self, samples: np.ndarray) -> None:
-        """Append ``samples`` (n,) float32."""
+        """Append ``samples`` (n,) float32.
+
+        Raises:
+            OSError: it could not be written (the file keeps every earlier block and a true header).
+        """
         if self._f is None:
             raise ValueError("write to a closed WavWriter")
-        self._f.write(np.asarray(samples, dtype="<f4").tobytes())
+        end = self._data_start + self.frames * 4
+        try:
+            self._write_at(end, np.asarray(samples, dtype="<f4").tobytes())
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._f.fileno(), end)  # the part of this block that got in
+            raise
         self.frames += len(samples)
-        end = self._f.tell()
-        self._f.seek(0)
-        self._f.write(self._header())
-        self._f.seek(end)
-        self._f.flush()
+        self._write_at(0, self._header())  # over bytes already there: needs no new room
 
     def close(self) -> None:
         """Close the file (idempotent)."""

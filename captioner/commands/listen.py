@@ -24,6 +24,7 @@ source that is short of N has moved for :data:`LATE_S`, the loop ends, what was 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import time
@@ -45,7 +46,8 @@ from captioner.commands._keys import MarkKeys
 from captioner.commands._printer import Console, TerminalLines, WordPrinter
 from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, RoundStats, Source
 from captioner.engine.overload import LagGovernor
-from captioner.errors import AudioDeviceError, CaptionerError, ModelError
+from captioner.errors import AudioDeviceError, CaptionerError, ModelError, StorageError
+from captioner.storage.disk import write_problem
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.cues import Mark
@@ -307,6 +309,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         device = int(device)
     capture = AudioCapture(CaptureConfig(source=args.source, device=device, mix_both=args.mix))
     writers: dict[Source, WavWriter] = {}
+    stopped: dict[Source, WavWriter] = {}  # recordings a write error ended early
     next_level = {s: 0 for s in capture.sources}
     started = time.monotonic()
     # the words on stdout; on a terminal the levels share its live region, else they go to stderr
@@ -322,7 +325,16 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             heard_at[0] = time.monotonic()
         clock[block.source] = block.end
         if block.source in writers:
-            writers[block.source].write(block.samples)
+            try:
+                writers[block.source].write(block.samples)
+            except OSError as exc:  # a full disk ends the recording, not the captions
+                writer = writers.pop(block.source)
+                stopped[block.source] = writer
+                with contextlib.suppress(OSError):
+                    writer.close()
+                console.note(f"recording {block.source} audio stopped: cannot write {writer.path}: "
+                             f"{write_problem(exc, writer.path.parent)}; the {writer.frames / SAMPLE_RATE:.1f} s "
+                             "recorded are kept, listening goes on")
         if captioner is not None:
             captioner.feed(block)
         if block.end >= next_level[block.source]:
@@ -366,7 +378,10 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             console.note(f"listening: {names} (Ctrl-C to stop{hint})")
             if args.record is not None:
                 for src, path in record_paths(args.record, capture.sources).items():
-                    writers[src] = WavWriter(path)
+                    try:
+                        writers[src] = WavWriter(path)
+                    except OSError as exc:
+                        raise StorageError(f"cannot record to {path}: {write_problem(exc, path.parent)}") from exc
             try:
                 capture_loop(capture, on_block, args.seconds, on_event, on_batch)
             except KeyboardInterrupt:
@@ -389,9 +404,10 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     console.close()
     if captioner is not None:
         captioner.finish(max(clock.values(), default=0) / SAMPLE_RATE)
-    for src, w in writers.items():
+    for src, w in (*writers.items(), *stopped.items()):
         w.close()
-        print(f"recorded {w.frames / SAMPLE_RATE:.2f} s of {src} audio to {w.path}", flush=True)
+        early = " (stopped early: it could not be written)" if src in stopped else ""
+        print(f"recorded {w.frames / SAMPLE_RATE:.2f} s of {src} audio to {w.path}{early}", flush=True)
     print(f"done after {time.monotonic() - started:.1f} s", flush=True)
     if args.seconds is not None and (short := [s for s, c in clock.items() if c < round(args.seconds * SAMPLE_RATE)]):
         got = ", ".join(f"{clock[s] / SAMPLE_RATE:.1f} s of {s} audio" for s in short)

@@ -188,3 +188,22 @@ def test_wav_writer_is_readable_while_recording(tmp_path: Path) -> None:
     if shutil.which("soxi"):
         out = subprocess.run(["soxi", "-s", str(path)], capture_output=True, text=True, check=True).stdout
         assert out.strip() == "1600"
+
+
+def test_a_recording_that_meets_a_full_disk_keeps_every_whole_block_and_a_true_header(small_disk) -> None:
+    """WavWriter on a real 64 KiB file system: the write that finds no room raises ``OSError`` and
+    leaves the file as it was before it (no half block, the header's sizes true), so the recording
+    so far reads back exactly."""
+    disk = small_disk.mount("64k")
+    writer = WavWriter(disk / "rec.wav")
+    block = np.linspace(-0.5, 0.5, 1600, dtype=np.float32)  # 0.1 s, 6.4 KB
+    written = 0
+    with pytest.raises(OSError, match="No space left on device"):
+        for _ in range(100):
+            writer.write(block)
+            written += 1
+    writer.close()
+    assert 5 <= written <= 10 and writer.frames == written * 1600
+    data, info = read_wav(disk / "rec.wav")
+    assert info.frames == written * 1600 and (disk / "rec.wav").stat().st_size == info.data_offset + written * 6400
+    np.testing.assert_array_equal(data[:, 0], np.tile(block, written))

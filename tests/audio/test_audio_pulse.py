@@ -317,3 +317,28 @@ def test_listen_captions_system_audio_with_the_engine(pulse_server: PulseServer,
     assert done.stdout.count("★ Marked") == 2 and "★ Marked: decision taken" in done.stdout, done.stdout
     first_words = printed[0].split("] ", 1)[1].split()[:2]
     assert " ".join(first_words) in done.stdout.replace("\n", " "), (printed[0], done.stdout)
+
+
+def test_a_recording_that_fills_the_disk_stops_and_the_captions_go_on(pulse_server: PulseServer,
+                                                                      signals: dict[str, Path], tiny_pack,
+                                                                      small_disk, tmp_path: Path) -> None:
+    """``listen --record`` onto a disk that fills up after ~2 s of audio (a real 160 KiB file system;
+    16 kHz float32 is 64 KB/s): the recording stops with one line that says why and how much it
+    kept, the engine captions to the end and the session is saved; before, the write error ended the
+    whole ``listen`` with a traceback."""
+    disk = small_disk.mount("160k")
+    home = tmp_path / "home"
+    env = dict(_cli_env(pulse_server), CAPTIONER_HOME=str(home))
+    server = PulseServer(env, pulse_server.runtime, pulse_server.log)
+    out = _text(_listen(server, tmp_path, ["--source", "system", "--seconds", "6", "--model", str(tiny_pack.root),
+                                           "--provider", "cpu", "--step", "1", "--record", str(disk / "out.wav")],
+                        _play(pulse_server, ("testsink", signals["speech"]))))  # fmt: skip
+    assert "Traceback" not in out, out
+    (note,) = [line for line in out.splitlines() if line.startswith("recording system audio stopped")]
+    assert f"cannot write {disk / 'out.wav'}: No space left on device" in note and "listening goes on" in note, note
+    (recorded,) = [line for line in out.splitlines() if line.startswith("recorded ")]
+    assert recorded.endswith("(stopped early: it could not be written)"), recorded
+    data, info = read_wav(disk / "out.wav")  # what was written stays a valid recording
+    assert info.rate == 16_000 and 1.0 < len(data) / 16_000 < 2.6
+    assert f"{len(data) / 16_000:.2f} s of system audio" in recorded
+    assert "saved as session 1" in out and [line for line in out.splitlines() if line.startswith("[")], out
