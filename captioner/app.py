@@ -175,6 +175,7 @@ class CaptionerApp(QObject):
         self.settings = self._with_overrides(self.settings)
         self._startup_warnings = list(warnings)
         self._store_problem = ""  # why the session store could not be opened ("" when it was)
+        self._settings_problem = ""  # why the last save of the settings failed ("" when it did not)
         self.disk_store = self._open_store()
         self.recorder: SessionRecorder | None = None  # the current (or last) session
         self._live_warnings_shown = 0
@@ -678,17 +679,23 @@ class CaptionerApp(QObject):
         if (new.audio, new.engine) != (old.audio, old.engine) and (self.running or self._installed_models()):
             self.restart_engine()
 
-    def _save_settings(self) -> None:
+    def _save_settings(self, *, repeat_quietly: bool = False) -> None:
+        """Save the settings; a failure is told in the tray, except, with ``repeat_quietly`` (the
+        bar moved), the same failure told already (a full disk: once, not after every move)."""
         try:
             save_settings(self.settings, self.paths.settings_file)
         except CaptionerError as exc:
-            self.tray.show_error("Settings not saved", str(exc))
+            if not (repeat_quietly and self._settings_problem == str(exc)):
+                self.tray.show_error("Settings not saved", str(exc))
+            self._settings_problem = str(exc)
+        else:
+            self._settings_problem = ""
 
     def _on_bar_geometry_changed(self, rect: QRect) -> None:
         window = dict(self.settings.window)
         window[layout_key()] = (rect.x(), rect.y(), rect.width(), rect.height())
         self.settings = dataclasses.replace(self.settings, window=window)
-        self._save_settings()
+        self._save_settings(repeat_quietly=True)
 
     def _on_screens_changed(self) -> None:
         self.bar.restore(self.settings.window)

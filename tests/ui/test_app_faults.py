@@ -7,6 +7,7 @@ refuse writes by SQLite itself (``PRAGMA query_only``: "attempt to write a reado
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 
@@ -192,6 +193,28 @@ def test_a_store_that_cannot_be_opened_at_start_keeps_sessions_in_memory_and_exp
     assert [w["text"] for w in doc["words"]] == [f"system{i}" for i in range(6)]
     assert (paths.sessions_db / "keep").read_text() == "left alone"
     assert not list(paths.sessions_db.parent.glob("*.corrupt-*"))
+
+
+def test_settings_that_cannot_be_saved_are_told_once_for_the_bar_and_again_for_a_change(qtbot, tmp_path, small_disk):
+    """The settings' disk is full (a real file system with no room left): moving the bar tells it
+    once, not after every move; a change made in the settings is told each time; after room is
+    made, a move saves them again."""
+    from PySide6.QtCore import QRect
+
+    app, _capture, shown = _app(qtbot, tmp_path, FakeStream())
+    config = small_disk.mount("64k")
+    app.paths = dataclasses.replace(app.paths, config=config)
+    filler = small_disk.fill(config)
+    for x in (10, 20, 30):
+        app.bar.geometry_changed.emit(QRect(x, 500, 800, 120))
+    assert [t for t, _m in shown] == ["Settings not saved"] and "No space left on device" in shown[0][1]
+    app.update_settings(dataclasses.replace(app.settings, captions=dataclasses.replace(app.settings.captions, lines=3)))
+    assert [t for t, _m in shown] == ["Settings not saved"] * 2
+    filler.unlink()
+    app.bar.geometry_changed.emit(QRect(40, 500, 800, 120))
+    assert len(shown) == 2 and app.paths.settings_file.is_file()
+    saved = json.loads(app.paths.settings_file.read_text(encoding="utf-8"))
+    assert saved["captions"]["lines"] == 3 and [40, 500, 800, 120] in saved["window"].values()
 
 
 def test_the_last_provider_failing_stops_with_a_clear_message_and_the_words_so_far_saved(qtbot, tmp_path):
