@@ -46,7 +46,7 @@ from captioner.commands._keys import MarkKeys
 from captioner.commands._printer import Console, TerminalLines, WordPrinter
 from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, RoundStats, Source
 from captioner.engine.overload import LagGovernor
-from captioner.errors import AudioDeviceError, CaptionerError, ModelError, StorageError
+from captioner.errors import AudioDeviceError, CaptionerError, ModelError
 from captioner.storage.disk import write_problem
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
@@ -378,10 +378,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             console.note(f"listening: {names} (Ctrl-C to stop{hint})")
             if args.record is not None:
                 for src, path in record_paths(args.record, capture.sources).items():
-                    try:
-                        writers[src] = WavWriter(path)
-                    except OSError as exc:
-                        raise StorageError(f"cannot record to {path}: {write_problem(exc, path.parent)}") from exc
+                    writers[src] = WavWriter(path)  # one that cannot be created: AudioFileError, said in a line
             try:
                 capture_loop(capture, on_block, args.seconds, on_event, on_batch)
             except KeyboardInterrupt:

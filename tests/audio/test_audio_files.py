@@ -207,3 +207,10 @@ def test_a_recording_that_meets_a_full_disk_keeps_every_whole_block_and_a_true_h
     data, info = read_wav(disk / "rec.wav")
     assert info.frames == written * 1600 and (disk / "rec.wav").stat().st_size == info.data_offset + written * 6400
     np.testing.assert_array_equal(data[:, 0], np.tile(block, written))
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="/dev/full is Linux's")
+def test_a_recording_that_cannot_be_started_is_a_clear_error() -> None:
+    """``/dev/full`` fails every write as a full disk does: the header's own write fails at once."""
+    with pytest.raises(AudioFileError, match=r"^cannot write /dev/full: No space left on device$"):
+        WavWriter(Path("/dev/full"))
