@@ -141,10 +141,12 @@ class WavWriter:
 
     def __init__(self, path: Path, rate: int = SAMPLE_RATE) -> None:
         self.path, self.rate, self.frames = path, rate, 0
+        self._f: BinaryIO | None = None
         try:
-            self._f: BinaryIO | None = path.open("wb", buffering=0)
+            self._f = path.open("wb", buffering=0)
             self._write_at(0, self._header())
         except OSError as exc:
+            self.close()
             raise AudioFileError(f"cannot write {path}: {exc.strerror or exc}") from exc
         self._data_start = len(self._header())
 
