@@ -30,6 +30,7 @@ the same way at close (``export_reason``).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import tempfile
 import time
@@ -281,23 +282,28 @@ class SessionRecorder:
                 self.live.close()
             except StorageError as exc:
                 self._drop_live(exc)
-        if not self.flush() or self.export_reason:
-            self.fallback_export = self._export_fallback()
-            return
-        try:
-            self.store.end_session(self.session_id, duration_ms=duration_ms)
-        except StorageError as exc:  # every word is stored; only the end time is missing
-            logger.warning("the session's end could not be recorded: %s", exc)
+        stored = self.flush()
+        if stored:
+            try:
+                self.store.end_session(self.session_id, duration_ms=duration_ms)
+            except StorageError as exc:  # every word is stored; only the end time is missing
+                logger.warning("the session's end could not be recorded: %s", exc)
+        if not stored or self.export_reason:
+            self.fallback_export = self._export_fallback(duration_ms)
 
-    def _export_fallback(self) -> Path:
+    def _export_fallback(self, duration_ms: int | None) -> Path:
         """Export the whole session (JSON with every word's times, and plain text) to the first
-        writable fallback folder; returns the JSON file."""
+        writable fallback folder, ended (its length ``duration_ms`` where the store could not take
+        its end); returns the JSON file."""
         words = self.session_words()
         try:
             info: dict[str, Any] = self.store.get_session(self.session_id).to_json()
             marks = self.store.session_marks(self.session_id)  # a session kept in memory has its marks
         except StorageError:
             info, marks = {"id": self.session_id}, []
+        if info.get("ended_at") is None:
+            info["ended_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            info["duration_ms"] = duration_ms
         stem = f"unsaved-session-{self.session_id}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
         folders = [*self.fallback_dirs, Path(tempfile.gettempdir()), Path.home()]
         problems = []

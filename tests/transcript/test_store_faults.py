@@ -110,7 +110,7 @@ def test_a_store_still_refusing_at_the_end_exports_the_session_to_the_fallback_f
     for w in doc["words"]:
         exported.setdefault(w["source"], []).append((w["text"], w["start"], w["end"]))
     assert exported == _committed(replay(updates))
-    assert doc["session"]["id"] == rec.session_id
+    assert doc["session"]["id"] == rec.session_id and doc["session"]["ended_at"]
     assert path.with_suffix(".txt").read_text(encoding="utf-8").strip()
     store.close()
 
@@ -132,7 +132,7 @@ def test_a_store_that_cannot_begin_the_session_keeps_it_in_memory_and_exports_it
     for update in updates:
         rec.apply(update)
     rec.store.add_mark(rec.session_id, 1.5, "the budget")  # marked meanwhile (listen's Enter)
-    rec.close()
+    rec.close(duration_ms=61_500)
     assert rec.fallback_export is not None and rec.fallback_export.parent == tmp_path / "out"
     doc = json.loads(rec.fallback_export.read_text(encoding="utf-8"))
     exported: dict = {}
@@ -140,6 +140,7 @@ def test_a_store_that_cannot_begin_the_session_keeps_it_in_memory_and_exports_it
         exported.setdefault(w["source"], []).append((w["text"], w["start"], w["end"]))
     assert exported == {src: ws for src, ws in _committed(replay(updates)).items() if ws}
     assert [(m["at"], m["note"]) for m in doc["marks"]] == [(1.5, "the budget")]
+    assert doc["session"]["ended_at"] and doc["session"]["duration_ms"] == 61_500  # an ended session
     assert "the budget" in rec.fallback_export.with_suffix(".txt").read_text(encoding="utf-8")
     with SessionStore.open(path) as store:
         assert store.list_sessions() == []
