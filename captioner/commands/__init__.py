@@ -20,5 +20,6 @@ def saved_line(recorder: SessionRecorder, tail: str = "") -> str:
     where the store could not take it (a full disk), why and the file it was written to instead."""
     if recorder.fallback_export is not None:
         return (f"not saved in the history ({recorder.unsaved_reason}); the session was written to "
-                f"{recorder.fallback_export} (and .txt)")
+                f"{recorder.fallback_export} (and .txt): captioner sessions import {recorder.fallback_export} "
+                "adds it once there is room")
     return f"saved as session {recorder.session_id} (captioner sessions show {recorder.session_id}){tail}"

@@ -1,4 +1,4 @@
-"""``captioner sessions``: list, show, name, export, search and delete the recorded sessions.
+"""``captioner sessions``: list, show, name, export, import, search and delete the recorded sessions.
 
 ``captioner sessions list`` · ``show ID`` · ``rename ID TITLE`` · ``mark ID TIME [NOTE]`` · ``export ID --srt F --vtt F
 --txt F --json F`` · ``search TEXT`` (the words said, and the titles) · ``delete ID`` ·
@@ -20,7 +20,14 @@ from captioner.errors import CaptionerError, StorageError
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import load_settings
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import EXPORT_FORMATS, export_session, length_text, marked_notice, render_txt
+from captioner.transcript.export import (
+    EXPORT_FORMATS,
+    export_session,
+    length_text,
+    marked_notice,
+    read_session_json,
+    render_txt,
+)
 from captioner.transcript.store import SessionInfo, SessionStore
 
 __all__ = ["register", "run"]
@@ -30,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``sessions`` subcommand and its actions."""
     p = subparsers.add_parser(
         "sessions",
-        help="list, show, name, export, search and delete saved sessions",
+        help="list, show, name, export, import, search and delete saved sessions",
         description="Work with the sessions saved in the session store.",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -51,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for fmt, name in (("srt", "SubRip"), ("vtt", "WebVTT"), ("txt", "plain text"), ("json", "JSON words")):
         exp.add_argument(f"--{fmt}", type=Path, metavar="FILE", help=f"write {name} to FILE")
     exp.add_argument("--timestamps", action="store_true", help="plain text: [HH:MM:SS] before paragraphs")
+    imp = actions.add_parser("import", help="add sessions from JSON exports to the history (one written to a "
+                                            "file when the history could not take it, or exported elsewhere)")
+    imp.add_argument("files", type=Path, nargs="+", metavar="FILE.json")
     search = actions.add_parser("search", help="find where words were said (and sessions titled so)")
     search.add_argument("text", nargs="+")
     search.add_argument("--limit", type=int, default=50)
@@ -77,6 +87,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             return 0
         if action == "mark":
             return _mark(store, args.id, args.time, " ".join(args.note))
+        if action == "import":
+            return _import(store, args.files)
         if action == "search":
             return _search(store, " ".join(args.text), args.limit)
         if action == "delete":
@@ -88,6 +100,21 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             print(f"deleted {n} session(s) older than {args.older_than} days")
             return 0
     raise StorageError(f"unknown sessions action {action!r}")  # argparse prevents this
+
+
+def _import(store: SessionStore, files: list[Path]) -> int:
+    """Each file's session added to the history, said in a line; 1 when any could not be (said why)."""
+    failed = 0
+    for path in files:
+        try:
+            doc = read_session_json(path)
+            sid = store.import_session(doc.session, doc.words, doc.gaps, doc.marks)
+        except StorageError as exc:
+            print(f"captioner: {path}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"imported {path} as session {sid} ({len(doc.words)} words; captioner sessions show {sid})")
+    return 1 if failed else 0
 
 
 def _moment(text: str) -> float:

@@ -26,10 +26,11 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from captioner.core import Word
+from captioner.core import SOURCES, Source, Word
 from captioner.errors import StorageError
 from captioner.storage.atomic import replace_atomically
 from captioner.transcript.cues import (
@@ -48,6 +49,7 @@ __all__ = [
     "EXPORT_FORMATS",
     "MARK_TEXT",
     "ExportFormat",
+    "SessionDocument",
     "atomic_write_text",
     "export_session",
     "export_words",
@@ -57,6 +59,7 @@ __all__ = [
     "mark_line",
     "mark_to_json",
     "marked_notice",
+    "read_session_json",
     "render_json",
     "render_srt",
     "render_txt",
@@ -284,6 +287,64 @@ def render_json(words: Iterable[Word], session: Mapping[str, Any] | None = None,
     doc["gaps"] = [gap_to_json(g) for g in items if isinstance(g, Gap)]
     doc["marks"] = [mark_to_json(m) for m in sorted(marks, key=lambda m: m.at)]
     return json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionDocument:
+    """A JSON export read back (:func:`read_session_json`): what :func:`render_json` wrote.
+
+    Attributes:
+        session: its ``session`` object (``{}`` where the file has none).
+        words, gaps, marks: as in the file, in time order.
+    """
+
+    session: Mapping[str, Any]
+    words: tuple[Word, ...]
+    gaps: tuple[Gap, ...]
+    marks: tuple[Mark, ...]
+
+
+def read_session_json(path: Path) -> SessionDocument:
+    """Read a session written by a JSON export (``sessions export --json``, ``transcribe --json``,
+    the file a session goes to when the store cannot take it).
+
+    Raises:
+        StorageError: the file cannot be read, is not JSON, or is not such a document (the first
+            thing wrong is named).
+    """
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise StorageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise StorageError(f"{path} is not JSON: {exc}") from exc
+    try:
+        if not isinstance(doc, dict) or doc.get("version") != 1 or not isinstance(doc.get("words"), list):
+            raise ValueError("not a captioner session (version 1 with a list of words)")
+        session = doc.get("session") or {}
+        if not isinstance(session, dict):
+            raise ValueError("its session is not an object")
+        words = tuple(_word_from_json(w) for w in doc["words"])
+        gaps = tuple(Gap(float(g["start"]), float(g["end"]), _source(g.get("source", "system")))
+                     for g in doc.get("gaps") or ())
+        marks = tuple(Mark(float(m["at"]), str(m.get("note", ""))) for m in doc.get("marks") or ())
+    except (TypeError, KeyError, ValueError) as exc:
+        raise StorageError(f"{path} is not a session export: {exc}") from exc
+    return SessionDocument(session, words, gaps, marks)
+
+
+def _word_from_json(item: Mapping[str, Any]) -> Word:
+    """The reverse of :func:`word_to_json`."""
+    start, end = float(item["start"]), float(item["end"])
+    if not (math.isfinite(start) and math.isfinite(end)) or end < start or start < 0:
+        raise ValueError(f"a word's times are not a span: {item!r}")
+    return Word(str(item["text"]), start, end, float(item.get("emitted_at", 0.0)), _source(item.get("source", "system")))
+
+
+def _source(value: Any) -> Source:
+    if value not in SOURCES:
+        raise ValueError(f"unknown source {value!r}")
+    return value  # type: ignore[no-any-return]
 
 
 def format_from_path(path: Path) -> ExportFormat:

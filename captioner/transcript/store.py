@@ -421,6 +421,53 @@ class SessionStore:
             )
         self._active.discard(session_id)
 
+    def import_session(self, session: Mapping[str, Any], words: Sequence[Word], gaps: Sequence[Gap] = (),
+                       marks: Sequence[Mark] = ()) -> int:
+        """Add a whole, ended session, as a JSON export holds it (``session``: its metadata object;
+        ``words``, ``gaps``, ``marks``: its contents): a session written to a file because the store
+        could not take it, or one exported on another computer. Returns its id.
+
+        Raises:
+            StorageError: the same session is here already (the same start, title and number of
+                words: its id is said), its sources are not ours, or the store cannot be written
+                (then nothing of it is kept).
+        """
+        started = str(session.get("started_at") or _now_iso())
+        title = session_title(str(session.get("title") or ""), cut=True)
+        sources = tuple(session.get("sources") or sorted({w.source for w in words}) or ("system",))
+        stray = sorted(({w.source for w in words} | {g.source for g in gaps}) - set(sources))
+        if stray:
+            raise StorageError(f"cannot import the session: it has {', '.join(stray)} words but its sources are "
+                               f"{', '.join(sources)}")
+        for (sid,) in self._query("SELECT id FROM sessions WHERE started_at = ? AND title = ?", (started, title)):
+            if len(self.session_words(sid)) == len(words):
+                raise StorageError(f"this session is in the history already: session {sid} "
+                                   f"(captioner sessions show {sid})")
+        try:
+            sid = self.begin_session(sources=sources, model=str(session.get("model") or ""),
+                                     provider=str(session.get("provider") or ""),
+                                     language=str(session.get("language") or ""),
+                                     settings=session.get("settings") or {}, title=title, started_at=started)
+        except ValueError as exc:
+            raise StorageError(f"cannot import the session: {exc}") from exc
+        try:
+            for source in sources:
+                own = tuple(w for w in words if w.source == source)
+                spans = [(g.start, g.end) for g in gaps if g.source == source]
+                self.apply(sid, EngineUpdate(0, own, source=source), gaps=spans)
+            for mark in marks:
+                self.add_mark(sid, mark.at, mark.note)
+            duration = session.get("duration_ms")
+            self.end_session(sid, duration_ms=int(duration) if isinstance(duration, (int, float)) else None)
+            if session.get("ended_at"):
+                with self._transaction() as conn:
+                    conn.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (str(session["ended_at"]), sid))
+        except BaseException:
+            with contextlib.suppress(StorageError):
+                self.delete_session(sid)
+            raise
+        return sid
+
     def set_provider(self, session_id: int, provider: str) -> None:
         """Record the provider a session runs on now (the last one failed mid-session)."""
         with self._transaction() as conn:

@@ -107,10 +107,18 @@ def test_a_session_store_that_cannot_be_opened_loses_no_word(real_tiny_en_pack, 
     assert "captioner: this session cannot be saved (cannot open the session store" in out.err
     (line,) = [x for x in out.err.splitlines() if x.startswith("not saved in the history")]
     assert "saved as session" not in out.err
-    json_path = Path(line.split("the session was written to ")[1].removesuffix(" (and .txt)"))
+    json_path = Path(line.split("the session was written to ")[1].split(" (and .txt)")[0])
+    assert line.endswith(f"captioner sessions import {json_path} adds it once there is room"), line
     assert json_path.parent == home.exports and json_path.with_suffix(".txt").is_file()
     words = [w["text"] for w in json.loads(json_path.read_text(encoding="utf-8"))["words"]]
     printed = re.sub(r"\[[0-9:.]+\]", " ", out.out).split()
     assert len(words) == 48 and words == printed  # every printed word kept
     assert srt.read_text(encoding="utf-8").count(" --> ") >= 4
     assert home.sessions_db.is_dir() and not list(home.sessions_db.parent.glob("*.corrupt-*"))
+    home.sessions_db.rmdir()  # room again: the command the line gives puts it in the history
+    assert cli.run(["sessions", "import", str(json_path)], home) == 0
+    assert capsys.readouterr().out.startswith(f"imported {json_path} as session 1 (48 words")
+    with SessionStore.open(home.sessions_db) as store:
+        (info,) = store.list_sessions()
+        assert [w.text for w in store.session_words(info.id)] == words and info.title == reading.name
+        assert info.ended_at is not None and info.model == real_tiny_en_pack.root.name

@@ -206,3 +206,49 @@ def test_show_says_how_the_language_was_chosen(tmp_path, capsys) -> None:
         said.append(next(line for line in capsys.readouterr().out.splitlines() if "language" in line))
     assert [s.split("language ", 1)[1] for s in said] == [
         "de", "de (detected)", "de (detected among en, de)", "auto", "fr"]
+
+
+def test_import_puts_an_exported_session_back_whole_and_once(home: AppPaths, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A session exported as JSON (two sources, a gap, marks, a title, its times) imported into another
+    history is the same session: words, gaps, marks, metadata; importing it again is refused with the
+    id it has."""
+    with SessionStore.open(home.sessions_db) as store:
+        store.apply(2, EngineUpdate(0, (), gap=(2.5, 4.0)))
+        store.add_mark(2, 1.6, "the answer")
+        store.set_title(2, "Team call")
+        store.end_session(2, duration_ms=4500)
+    exported = tmp_path / "call.json"
+    assert run(home, "export", "2", "--json", str(exported)) == 0
+    other = AppPaths.default(tmp_path / "other").ensure()
+    capsys.readouterr()
+    assert run(other, "import", str(exported)) == 0
+    assert capsys.readouterr().out == f"imported {exported} as session 1 (5 words; captioner sessions show 1)\n"
+    with SessionStore.open(home.sessions_db) as a, SessionStore.open(other.sessions_db) as b:
+        want, got = a.get_session(2).to_json(), b.get_session(1).to_json()
+        assert {**got, "id": 2} == want
+        assert [(w.text, w.start, w.end, w.source) for w in b.session_words(1)] == \
+            [(w.text, w.start, w.end, w.source) for w in a.session_words(2)]
+        assert b.session_gaps(1) == a.session_gaps(2) and b.session_marks(1) == a.session_marks(2)
+    assert run(other, "import", str(exported)) == 1
+    err = capsys.readouterr().err
+    assert err == f"captioner: {exported}: this session is in the history already: session 1 (captioner sessions show 1)\n"
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("not json", "is not JSON"),
+    ('{"version": 2, "words": []}', "not a captioner session"),
+    ('{"version": 1, "words": [{"text": "a", "start": 2.0, "end": 1.0}]}', "a word's times are not a span"),
+    ('{"version": 1, "words": [{"text": "a", "start": 0, "end": 1, "source": "tv"}]}', "unknown source 'tv'"),
+    ('{"version": 1, "session": {"sources": ["system"]}, "words": [{"text": "a", "start": 0, "end": 1, '
+     '"source": "mic"}]}', "it has mic words but its sources are system"),
+])
+def test_import_refuses_a_file_that_is_not_a_session_in_one_line(home: AppPaths, tmp_path: Path, content: str,
+                                                                 why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content, encoding="utf-8")
+    assert run(home, "import", str(bad)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"captioner: {bad}: ") and why in err and err.count("\n") == 1, err
+    with SessionStore.open(home.sessions_db) as store:
+        assert [s.id for s in store.list_sessions()] == [2, 1]  # nothing added
