@@ -521,7 +521,7 @@ class CaptionerApp(QObject):
                 self.tray.show_error("Transcript saved elsewhere",
                                      f"The session store could not be written ({self.recorder.unsaved_reason}); "
                                      f"this session was exported to {self.recorder.fallback_export} (and .txt); "
-                                     "'captioner sessions import' with that file adds it to the history later.")
+                                     "History → Import… adds it to the history later.")
             self._show_live_warnings(self.recorder)
             logger.info("session %d ended", self.recorder.session_id)
         self._run_after_stop()

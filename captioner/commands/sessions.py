@@ -107,10 +107,13 @@ def _import(store: SessionStore, files: list[Path]) -> int:
     failed = 0
     for path in files:
         try:
-            doc = read_session_json(path)
-            sid = store.import_session(doc.session, doc.words, doc.gaps, doc.marks)
+            doc = read_session_json(path)  # its errors name the file
+            try:
+                sid = store.import_session(doc.session, doc.words, doc.gaps, doc.marks)
+            except StorageError as exc:
+                raise StorageError(f"{path}: {exc}") from exc
         except StorageError as exc:
-            print(f"captioner: {path}: {exc}", file=sys.stderr)
+            print(f"captioner: {exc}", file=sys.stderr)
             failed += 1
             continue
         print(f"imported {path} as session {sid} ({len(doc.words)} words; captioner sessions show {sid})")

@@ -35,6 +35,7 @@ from PySide6.QtGui import (
     QTextCursor,
 )
 from PySide6.QtWidgets import (
+    QFileDialog,
     QHBoxLayout,
     QInputDialog,
     QLabel,
@@ -52,7 +53,7 @@ from PySide6.QtWidgets import (
 
 from captioner.errors import CaptionerError
 from captioner.transcript.cues import CueOptions
-from captioner.transcript.export import MARK_TEXT, export_session, length_text, render_txt
+from captioner.transcript.export import MARK_TEXT, export_session, length_text, read_session_json, render_txt
 from captioner.transcript.store import (
     MAX_NOTE,
     MAX_TITLE,
@@ -168,6 +169,7 @@ class HistoryWindow(QWidget):
         confirm_delete: Callable[[SessionInfo], bool] | None = None,
         ask_title: Callable[[str], str | None] | None = None,
         ask_note: Callable[[str], str | None] | None = None,
+        ask_open_paths: Callable[[str], list[str]] | None = None,
         export_dir: Path | str = "",
         parent: QWidget | None = None,
     ) -> None:
@@ -180,6 +182,7 @@ class HistoryWindow(QWidget):
         self._confirm = confirm_delete or self._confirm_dialog
         self._ask_title = ask_title or self._title_dialog
         self._ask_note = ask_note or self._note_dialog
+        self._ask_open = ask_open_paths or self._open_dialog
         self._export_dir = Path(export_dir) if export_dir else Path.home()
         self.search_box = QLineEdit(self)
         self.search_box.setPlaceholderText("Search all sessions…")
@@ -234,6 +237,12 @@ class HistoryWindow(QWidget):
                   context=Qt.ShortcutContext.WidgetShortcut)
         QShortcut(QKeySequence(QKeySequence.StandardKey.Delete), self.list, self.delete_current,
                   context=Qt.ShortcutContext.WidgetShortcut)
+        imported = QPushButton("Import…", self)
+        imported.setToolTip("Add sessions to the history from JSON exports (one written to a file "
+                            "when the history could not take it, or exported on another computer)")
+        imported.clicked.connect(self.import_files)
+        row.addWidget(imported)
+        self.buttons["import"] = imported
         delete = QPushButton("Delete", self)
         delete.clicked.connect(self.delete_current)
         row.addWidget(delete)
@@ -490,6 +499,31 @@ class HistoryWindow(QWidget):
             item.setToolTip(COLUMNS.index("Title"), stored)
             self._fit_column(COLUMNS.index("Title"))
         return stored
+
+    def import_files(self) -> list[int]:
+        """Ask for JSON exports and add each one's session to the history (a file that is not one,
+        or a session there already, is said through :attr:`error` and the others go on); the list
+        shows the last one imported. Returns the new sessions' ids."""
+        added: list[int] = []
+        for path in self._ask_open(str(self._export_dir)):
+            try:
+                doc = read_session_json(Path(path))  # its errors name the file
+            except CaptionerError as exc:
+                self.error.emit(exc)
+                continue
+            try:
+                added.append(self._store.import_session(doc.session, doc.words, doc.gaps, doc.marks))
+            except CaptionerError as exc:
+                self.error.emit(CaptionerError(f"{path}: {exc}"))
+        if added:
+            self.search_box.clear()
+            self.refresh()
+            self.select_session(added[-1])
+        return added
+
+    def _open_dialog(self, folder: str) -> list[str]:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Import sessions", folder, "Session exports (*.json)")
+        return paths
 
     def _title_dialog(self, current: str) -> str | None:
         title, ok = QInputDialog.getText(self, "Rename session",

@@ -249,6 +249,6 @@ def test_import_refuses_a_file_that_is_not_a_session_in_one_line(home: AppPaths,
     bad.write_text(content, encoding="utf-8")
     assert run(home, "import", str(bad)) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"captioner: {bad}: ") and why in err and err.count("\n") == 1, err
+    assert err.startswith(f"captioner: {bad}") and err.count(str(bad)) == 1 and why in err and err.count("\n") == 1, err
     with SessionStore.open(home.sessions_db) as store:
         assert [s.id for s in store.list_sessions()] == [2, 1]  # nothing added

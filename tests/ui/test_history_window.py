@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 
 from captioner.core import EngineUpdate, Word
 from captioner.transcript.cues import Gap
-from captioner.transcript.export import render_txt
+from captioner.transcript.export import export_session, render_txt
 from captioner.transcript.store import SessionStore
 from captioner.ui.history_window import HistoryWindow, found_spans, mark_spans
 
@@ -69,6 +69,34 @@ def test_export_writes_a_file_an_srt_parser_reads(qtbot, tmp_path):
     assert win.export_current("srt") == out
     subs = list(srt.parse(out.read_text(encoding="utf-8")))
     assert " ".join(s.content.replace("\n", " ") for s in subs) == "the budget meeting starts now"
+
+
+def test_import_adds_exported_sessions_and_says_what_it_could_not(qtbot, tmp_path):
+    """Import… with the JSON export of a session of another history and a file that is not one: the
+    session is added and shown, the other file is said on ``error`` by name; the same export again is
+    refused with the session it is."""
+    other, a, _ = make_store(tmp_path / "other")
+    exported = tmp_path / "budget.json"
+    export_session(other, a, exported, "json")
+    bad = tmp_path / "notes.json"
+    bad.write_text("{}", encoding="utf-8")
+    store = SessionStore.open(tmp_path / "mine.sqlite3")
+    record(store, "mine alone")
+    asked: list[str] = []
+    win = HistoryWindow(store, export_dir=tmp_path,
+                        ask_open_paths=lambda folder: asked.append(folder) or [str(exported), str(bad)])
+    qtbot.addWidget(win)
+    errors: list = []
+    win.error.connect(errors.append)
+    (sid,) = win.import_files()
+    assert asked == [str(tmp_path)] and win.current_session() == sid and len(win.session_ids()) == 2
+    assert "the budget meeting starts now" in win.text.toPlainText()
+    assert [str(e) for e in errors] == [f"{bad} is not a session export: not a captioner session "
+                                        "(version 1 with a list of words)"]
+    win._ask_open = lambda folder: [str(exported)]
+    assert win.import_files() == []
+    assert str(errors[-1]) == f"{exported}: this session is in the history already: session {sid} " \
+                              f"(captioner sessions show {sid})"
 
 
 def test_delete_asks_first_and_removes_the_session(qtbot, tmp_path):
