@@ -196,7 +196,7 @@ def _corrupt(exc: sqlite3.DatabaseError) -> bool:
     """SQLite says the file itself is bad: not a database, or malformed (``SQLITE_NOTADB``,
     ``SQLITE_CORRUPT``; the extended codes keep the primary one in their low byte)."""
     code = getattr(exc, "sqlite_errorcode", None)
-    return code is not None and code & 0xFF in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)
+    return code is not None and (code & 0xFF) in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)
 
 
 class SessionStore:
