@@ -194,6 +194,14 @@ def spoken_languages(rounds: Sequence[RoundStats]) -> list[str]:
     return sorted(heard, key=lambda code: -heard[code])
 
 
+def engine_line(setup: EngineSetup) -> str:
+    """What captions, said before it starts: ``whisper-base on CPU, language detected among en, de``
+    (``detected``, or the language given)."""
+    language, among = setup.config.language, setup.config.languages
+    said = f"detected among {', '.join(among)}" if among else "detected" if language == "auto" else language
+    return f"{setup.engine.name} on {setup.engine.info().chosen}, language {said}"
+
+
 def language_summary(requested: str, rounds: Sequence[RoundStats], among: Sequence[str] = ()) -> str:
     """``language de (detected)``, ``languages de, en (detected)``, ``language de (detected among
     en, de)`` or ``language en``."""

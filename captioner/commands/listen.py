@@ -37,6 +37,7 @@ from captioner.commands import saved_line
 from captioner.commands._engine import (
     EngineSetup,
     add_engine_options,
+    engine_line,
     engine_snapshot,
     language_summary,
     open_engine,
@@ -375,7 +376,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             names = ", ".join(f"{s} ← {n}" for s, n in capture.device_names.items())
             hint = ("; Enter marks this moment, after a note if you like"
                     if keys is not None and keys.active and captioner is not None and captioner.recorder is not None else "")
-            console.note(f"listening: {names} (Ctrl-C to stop{hint})")
+            captioned = f", captioned by {engine_line(captioner.setup)}" if captioner is not None else ""
+            console.note(f"listening: {names}{captioned} (Ctrl-C to stop{hint})")
             if args.record is not None:
                 for src, path in record_paths(args.record, capture.sources).items():
                     writers[src] = WavWriter(path)  # one that cannot be created: AudioFileError, said in a line

@@ -39,6 +39,7 @@ from captioner.audio.files import AudioFileReader
 from captioner.commands import described, saved_line
 from captioner.commands._engine import (
     add_engine_options,
+    engine_line,
     engine_snapshot,
     language_summary,
     open_engine,
@@ -191,11 +192,9 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     if info.fallbacks and info.requested != "auto":
         err.write(f"captioner: provider {info.requested!r} is not available; using {info.chosen} "
                   f"({'; '.join(f'{a.label}: {a.reason}' for a in info.fallbacks)})\n")
-    language, among = setup.config.language, setup.config.languages
-    said = f"detected among {', '.join(among)}" if among else "detected" if language == "auto" else language
-    err.write(f"transcribing {args.audio} ({f'{audio_s:.1f} s' if audio_s is not None else 'streamed'}) with {engine.name} "
-              f"on {info.chosen}, language {said}"
-              f"{', real time' if args.realtime else ''} (Ctrl-C stops and keeps the words)\n")
+    language = setup.config.language
+    err.write(f"transcribing {args.audio} ({f'{audio_s:.1f} s' if audio_s is not None else 'streamed'}) with "
+              f"{engine_line(setup)}{', real time' if args.realtime else ''} (Ctrl-C stops and keeps the words)\n")
     console = Console(sys.stdout, sys.stdout.isatty(), note_out=err)
     printer = WordPrinter(console)
     recorder = None

@@ -304,6 +304,7 @@ def test_listen_captions_system_audio_with_the_engine(pulse_server: PulseServer,
         os.close(master)
     out = _text(lines)
     assert "Enter marks this moment" in out, out
+    assert f"listening: system ← testsink.monitor, captioned by {tiny_pack.root.name} on CPU, language detected (" in out, out
     marked = [line for _, line in lines if line.startswith("★ marked 0:00:0")]
     assert len(marked) == 2 and marked[1].rstrip().endswith(": decision taken"), out
     assert "Traceback" not in out
