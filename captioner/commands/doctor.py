@@ -4,7 +4,8 @@ Prints the ONNX Runtime build and its providers, the QNN plugin and its devices,
 for ``auto`` (and for ``--provider`` if given) with the reason for every skipped provider, the
 installed packs (verified: sha256 of every file and the graph contracts), the provider the latest
 recorded session runs on (the app records a provider that took over mid-session, after a failure),
-the audio devices and the application's directories. ``--check-qnn`` also compiles a small graph on the QNN HTP backend with CPU
+the audio devices, the application's directories and the room left on their disks (a full disk said as
+such: sessions, settings and models cannot be saved there). ``--check-qnn`` also compiles a small graph on the QNN HTP backend with CPU
 fallback disabled (on Linux x86-64 that is the HTP emulator) and runs it against numpy.
 Exit code 0 when the engine can run (a pack is installed and sound), 1 otherwise.
 """
@@ -27,6 +28,7 @@ from captioner.engine import int8_kernel
 from captioner.engine.providers import QNN_EP, Attempt, Candidate, Host, plan_candidates, qnn_devices
 from captioner.models.install import DEFAULT_MODEL, list_packs
 from captioner.models.verify import pack_problems
+from captioner.storage.disk import FULL_BYTES, free_bytes
 from captioner.storage.paths import AppPaths
 
 __all__ = ["check_qnn", "register"]
@@ -180,4 +182,20 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     for name in ("config", "data", "cache", "logs"):
         print(f"  {name:7s} {getattr(paths, name)}")
     print(f"  packs   {paths.packs}")
+    print(f"  room    {_room(paths)}")
     return 0 if sound else 1
+
+
+def _room(paths: AppPaths) -> str:
+    """The free space where sessions, models and settings are kept, the fullest of their disks:
+    ``12.3 GB free``, with what a full or nearly full disk stops."""
+    free = [f for f in (free_bytes(paths.data), free_bytes(paths.cache), free_bytes(paths.config)) if f is not None]
+    if not free:
+        return "unknown"
+    least = min(free)
+    said = f"{least / 1e9:.1f} GB free" if least >= 1e9 else f"{least // 2**20} MB free"
+    if least < FULL_BYTES:
+        return f"{least // 1024} KB free: the disk is full; sessions, settings and models cannot be saved"
+    if least < 2**30:
+        return f"{said}: little room; installing a model needs up to 1 GB"
+    return said

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -403,6 +404,21 @@ def test_doctor_reports_providers_packs_and_paths(tiny_pack, tmp_path, capsys) -
     assert "tiny: OK (80 mel, d_model 64" in out
     assert ("CPU int8 kernel: u8×s8 saturates here" in out) == int8_kernel.u8s8_saturates()
     assert str(paths.cache) in out and "Audio devices:" in out
+    assert re.search(r"^  room    [0-9.]+ [GM]B free", out, re.M), out
+
+
+def test_doctor_says_a_full_disk(small_disk, capsys) -> None:
+    """The folders on a real file system with no room left: the last line says the disk is full and
+    what cannot be saved (every other line of the report as before)."""
+    from captioner import cli
+    from captioner.storage.paths import AppPaths
+
+    disk = small_disk.mount("256k")
+    paths = AppPaths.default(disk / "home")
+    small_disk.fill(disk)
+    cli.run(["doctor", "--no-verify"], paths)
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert last == "  room    0 KB free: the disk is full; sessions, settings and models cannot be saved", last
 
 
 @pytest.mark.qnn
