@@ -13,7 +13,8 @@ The file (``AppPaths.settings_file``) is forgiving on the way in and careful on 
 * a file that is not a JSON object is renamed to ``settings.json.corrupt-<timestamp>`` (never
   silently overwritten) and the defaults are used, with a warning;
 * saving writes a temporary file in the same folder, fsyncs it and ``os.replace``-s it over the
-  old one, so a crash leaves either the old or the new file, never half of one.
+  old one, so a crash leaves either the old or the new file, never half of one; over a file a newer
+  captioner wrote, the keys this version does not know (and that schema) are kept.
 """
 
 from __future__ import annotations
@@ -429,6 +430,24 @@ def load_settings(path: Path) -> tuple[Settings, list[str]]:
     return settings, warnings
 
 
+def _keeping_newer(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``data`` with what the file at ``path`` holds that this version does not know, where a newer
+    captioner wrote it (its schema, its keys, top level and in each section): a change made after
+    going back to an older version must not erase the newer one's settings."""
+    try:
+        old = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return data
+    version = old.get("schema_version") if isinstance(old, dict) else None
+    if isinstance(version, bool) or not isinstance(version, int) or version <= SCHEMA_VERSION:
+        return data
+    merged = {**old, **data, "schema_version": version}
+    for name, section in data.items():
+        if isinstance(section, dict) and isinstance(old.get(name), dict):
+            merged[name] = {**old[name], **section}
+    return merged
+
+
 def save_settings(settings: Settings, path: Path) -> None:
     """Write ``settings`` to ``path`` atomically (temp file in the same folder, fsync, replace).
 
@@ -437,7 +456,7 @@ def save_settings(settings: Settings, path: Path) -> None:
             file is left as it was.
     """
     path = Path(path)
-    text = json.dumps(to_dict(settings), indent=2, ensure_ascii=False) + "\n"
+    text = json.dumps(_keeping_newer(to_dict(settings), path), indent=2, ensure_ascii=False) + "\n"
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         replace_atomically(path, text.encode("utf-8"))

@@ -142,6 +142,25 @@ def test_newer_schema_warns_but_keeps_known_values() -> None:
     assert any("newer" in w for w in warnings)
 
 
+def test_saving_over_a_newer_versions_file_keeps_what_this_version_does_not_know(path: Path) -> None:
+    """Back on an older captioner, a change made in the settings must not erase the newer one's:
+    its schema, its sections and its keys in our sections stay; ours take the change. A file of
+    this version's own schema is written as ever (an unknown key there is not kept)."""
+    newer = {"schema_version": 99, "captions": {"lines": 3, "karaoke": True}, "sync": {"cloud": "off"}}
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(newer), encoding="utf-8")
+    loaded, _ = load_settings(path)
+    save_settings(dataclasses.replace(loaded, captions=dataclasses.replace(loaded.captions, lines=2)), path)
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert written["schema_version"] == 99 and written["sync"] == {"cloud": "off"}
+    assert written["captions"]["karaoke"] is True and written["captions"]["lines"] == 2
+    assert load_settings(path)[0].captions.lines == 2
+    path.write_text(json.dumps({"schema_version": 1, "captions": {"karaoke": True}}), encoding="utf-8")
+    save_settings(load_settings(path)[0], path)
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert written["schema_version"] == 1 and "karaoke" not in written["captions"]
+
+
 @pytest.mark.parametrize("content", [b"{not json", b"[1, 2, 3]", b"\xff\xfe garbage", b""])
 def test_corrupt_file_is_backed_up_and_defaults_used(path: Path, content: bytes) -> None:
     path.parent.mkdir(parents=True)
