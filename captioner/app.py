@@ -512,9 +512,8 @@ class CaptionerApp(QObject):
         if delete:
             thread.deleteLater()
         if self.recorder is not None:
-            self._record_language(self.recorder)
-            try:
-                self.recorder.close()
+            try:  # a session begun with "auto" keeps the language(s) detected, the most heard first
+                self.recorder.close(language=", ".join(self._heard_languages()) if self.language == "auto" else "")
             except CaptionerError as exc:
                 self.tray.show_error("Transcript not saved", str(exc))
             if self.recorder.fallback_export is not None:
@@ -528,15 +527,6 @@ class CaptionerApp(QObject):
 
     def _heard_languages(self) -> list[str]:
         return sorted(self._heard, key=lambda code: -self._heard[code])
-
-    def _record_language(self, recorder: SessionRecorder) -> None:
-        """A session begun with "auto" keeps the language(s) detected, the most heard first."""
-        if self.language != "auto" or not self._heard:
-            return
-        try:
-            recorder.store.set_language(recorder.session_id, ", ".join(self._heard_languages()))
-        except CaptionerError as exc:
-            logger.warning("the session's language could not be recorded: %s", exc)
 
     def _run_after_stop(self) -> None:
         todo, self._after_stop = self._after_stop, []

@@ -262,11 +262,11 @@ class _Captioner:
               file=TerminalLines(sys.stderr), flush=True)
         self.setup.engine.close()
         if self.recorder is not None:
-            heard = spoken_languages(self.rounds)
-            if self.setup.config.language == "auto" and heard:
-                self.recorder.store.set_language(self.recorder.session_id, ", ".join(heard))
-            self.recorder.close(duration_ms=round(duration_s * 1000))
-            self.recorder.store.close()
+            heard = spoken_languages(self.rounds) if self.setup.config.language == "auto" else []
+            try:
+                self.recorder.close(duration_ms=round(duration_s * 1000), language=", ".join(heard))
+            finally:
+                self.recorder.store.close()
             print(saved_line(self.recorder), file=TerminalLines(sys.stderr), flush=True)
 
     def abandon(self) -> None:

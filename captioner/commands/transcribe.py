@@ -245,17 +245,19 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     finally:
         console.close()
         engine.close()
+        unsaved = None  # the store took nothing and no fallback folder either: said after the exports
         if recorder is not None:
-            heard = spoken_languages(rounds)
-            if language == "auto" and heard:
-                recorder.store.set_language(recorder.session_id, ", ".join(heard))
-            recorder.close(duration_ms=round(fed[0] / SAMPLE_RATE * 1000))
+            heard = spoken_languages(rounds) if language == "auto" else []
+            try:
+                recorder.close(duration_ms=round(fed[0] / SAMPLE_RATE * 1000), language=", ".join(heard))
+            except StorageError as exc:
+                unsaved = exc
     try:
         if not words:
             err.write("captioner: no speech was recognised\n")
         stats = result.to_json()
         _print_summary(stats, rounds, len(words), bool(getattr(args, "verbose", False)), err)
-        if recorder is not None:
+        if recorder is not None and unsaved is None:
             session = recorder.store.get_session(recorder.session_id).to_json()
         else:
             session = {"title": args.audio.name, "model": engine.name, "provider": info.chosen,
@@ -264,6 +266,9 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         written = _save_outputs(args, words, stats, session, [Gap(a, b, "system") for a, b in result.gaps])
         if written:
             err.write(f"wrote {', '.join(map(str, written))}\n")
+        if unsaved is not None:
+            err.write(f"captioner: {unsaved}\n")
+            return 2
         if recorder is not None:
             err.write(saved_line(recorder, "; --no-save skips this") + "\n")
     finally:

@@ -265,11 +265,13 @@ class SessionRecorder:
     def _hold(self, update: EngineUpdate) -> None:
         self._backlog.setdefault(update.source, _Backlog()).add(update)
 
-    def close(self, *, duration_ms: int | None = None) -> None:
-        """Finish the live file and mark the session ended.
+    def close(self, *, duration_ms: int | None = None, language: str = "") -> None:
+        """Finish the live file and mark the session ended (``language``: the language(s) heard,
+        "de, en", recorded where given: a session begun with "auto").
 
         Held-back words are written first; if the store still refuses them, the session is
-        exported to a fallback folder (:attr:`fallback_export`) instead.
+        exported to a fallback folder (:attr:`fallback_export`) instead. A store that takes the
+        words but not the end or the language loses only those (logged).
 
         Raises:
             StorageError: the store refused the words and no fallback folder could be written.
@@ -285,16 +287,18 @@ class SessionRecorder:
         stored = self.flush()
         if stored:
             try:
+                if language:
+                    self.store.set_language(self.session_id, language)
                 self.store.end_session(self.session_id, duration_ms=duration_ms)
-            except StorageError as exc:  # every word is stored; only the end time is missing
+            except StorageError as exc:  # every word is stored; only the end (or language) is missing
                 logger.warning("the session's end could not be recorded: %s", exc)
         if not stored or self.export_reason:
-            self.fallback_export = self._export_fallback(duration_ms)
+            self.fallback_export = self._export_fallback(duration_ms, language)
 
-    def _export_fallback(self, duration_ms: int | None) -> Path:
+    def _export_fallback(self, duration_ms: int | None, language: str = "") -> Path:
         """Export the whole session (JSON with every word's times, and plain text) to the first
         writable fallback folder, ended (its length ``duration_ms`` where the store could not take
-        its end); returns the JSON file."""
+        its end) and with the ``language`` heard where given; returns the JSON file."""
         words = self.session_words()
         try:
             info: dict[str, Any] = self.store.get_session(self.session_id).to_json()
@@ -304,6 +308,8 @@ class SessionRecorder:
         if info.get("ended_at") is None:
             info["ended_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
             info["duration_ms"] = duration_ms
+        if language:
+            info["language"] = language
         stem = f"unsaved-session-{self.session_id}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
         folders = [*self.fallback_dirs, Path(tempfile.gettempdir()), Path.home()]
         problems = []

@@ -122,3 +122,26 @@ def test_a_session_store_that_cannot_be_opened_loses_no_word(real_tiny_en_pack, 
         (info,) = store.list_sessions()
         assert [w.text for w in store.session_words(info.id)] == words and info.title == reading.name
         assert info.ended_at is not None and info.model == real_tiny_en_pack.root.name
+
+
+def test_a_session_nowhere_to_be_written_still_leaves_the_exports(real_tiny_en_pack, reading: Path, tmp_path: Path,
+                                                                 small_disk, monkeypatch, capsys) -> None:
+    """The history, the export folder, the temporary folder and home all on a full disk: the exports
+    asked for (on another disk) are still written and the loss is said, exit 2. (Before, the error
+    came out of the session's close before the exports were written.)"""
+    full = small_disk.mount("256k")
+    home = AppPaths.default(full / "home")
+    home.sessions_db.mkdir(parents=True)  # the history cannot be opened
+    small_disk.fill(full)
+    monkeypatch.setattr("tempfile.tempdir", str(full))
+    monkeypatch.setenv("HOME", str(full))
+    srt = tmp_path / "out.srt"
+    code = cli.run(["transcribe", str(reading), "--model", str(real_tiny_en_pack.root), "--provider", "cpu",
+                    "--srt", str(srt), "--language", "en"], home)
+    out = capsys.readouterr()
+    assert code == 2, out.err
+    assert srt.read_text(encoding="utf-8").count(" --> ") >= 4 and f"wrote {srt}" in out.err
+    last = out.err.rstrip().splitlines()[-1]
+    assert last.startswith("captioner: the session store could not be written (cannot open the session store") \
+        and "no fallback folder could take the transcript either" in last, last
+    assert "saved as session" not in out.err and "not saved in the history" not in out.err

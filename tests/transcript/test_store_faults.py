@@ -115,6 +115,30 @@ def test_a_store_still_refusing_at_the_end_exports_the_session_to_the_fallback_f
     store.close()
 
 
+@pytest.mark.parametrize("refuses", [False, True])
+def test_the_language_heard_is_recorded_at_close_or_goes_with_the_export(tmp_path: Path, refuses: bool) -> None:
+    """``close(language=...)``: a session begun with "auto" keeps the language(s) heard, in the store
+    or, where the store refuses by then, in the exported file; a refusal there costs nothing else
+    (before, the commands set it on the store themselves, and a refusing store raised before the
+    session was closed and its held words exported)."""
+    store = SessionStore.open(tmp_path / "sessions.sqlite3")
+    rec = SessionRecorder.start(store, sources=("system",), language="auto", fallback_dirs=[tmp_path / "out"])
+    rec.retry_interval_s = 0.0
+    updates = list(islice(engine_like_updates(5), 30))
+    for i, update in enumerate(updates):
+        if refuses and i == 20:  # words held from here: the session goes to a file at close
+            _refuse(store, "readonly")
+        rec.apply(update)
+    rec.close(duration_ms=9000, language="de, en")
+    if refuses:
+        doc = json.loads(rec.fallback_export.read_text(encoding="utf-8"))
+        assert doc["session"]["language"] == "de, en" and doc["session"]["duration_ms"] == 9000
+    else:
+        info = store.get_session(rec.session_id)
+        assert rec.fallback_export is None and info.language == "de, en" and info.duration_ms == 9000
+    store.close()
+
+
 def test_a_store_that_cannot_begin_the_session_keeps_it_in_memory_and_exports_it(tmp_path: Path) -> None:
     """``start_or_keep`` (the commands' way in): a store that opens but refuses to begin a session
     (SQLite's own read-only refusal) is closed, the session is kept in memory, and :meth:`close`
