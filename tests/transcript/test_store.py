@@ -219,6 +219,63 @@ def test_not_a_database_is_kept_and_a_new_store_used(tmp_path: Path, content: by
     assert len(backups) == 1 and backups[0].read_bytes() == content
 
 
+def _three_talks(path: Path) -> dict[str, list[int]]:
+    """A store of three ended sessions of 300 words and a mark each; the leaf pages of the words
+    table and of its (session, source, seq) index (SQLite's ``dbstat``)."""
+    with SessionStore.open(path) as store:
+        for n in range(3):
+            sid = store.begin_session(sources=("system",), title=f"talk {n}", model="base", language="en")
+            store.apply(sid, EngineUpdate(0, tuple(W(f" word{n}-{i}", i * 0.3, i * 0.3 + 0.2) for i in range(300))))
+            store.add_mark(sid, 5.0, f"mark {n}")
+            store.end_session(sid)
+    conn = sqlite3.connect(path)
+    try:
+        return {name: [row[0] for row in conn.execute(
+            "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno", (name,))]
+            for name in ("words", "sqlite_autoindex_words_1")}
+    except sqlite3.OperationalError:
+        pytest.skip("this SQLite has no dbstat table to find a page of the words")
+    finally:
+        conn.close()
+
+
+def _damage(path: Path, page: int) -> None:
+    """Overwrite one 4 KiB page of the file, as a bad sector or a torn write leaves it."""
+    with open(path, "r+b") as f:
+        f.seek((page - 1) * 4096)
+        f.write(b"\xa5" * 4096)
+
+
+@pytest.mark.parametrize("damaged", ["index", "words"])
+def test_a_store_with_a_damaged_page_is_moved_aside_and_read_back(tmp_path: Path, damaged: str) -> None:
+    """A store whose header reads but one of its pages is damaged (SQLite's quick check finds it at
+    open; before, it opened and every later read of words failed with "malformed", and a session
+    closed in it was lost): the file is moved aside and every session that can still be read is
+    read back into a new store, by its rows, not its index: a damaged index page loses nothing, a
+    damaged page of words only the words on it."""
+    path = tmp_path / "sessions.sqlite3"
+    pages = _three_talks(path)
+    leaves = pages["sqlite_autoindex_words_1" if damaged == "index" else "words"]
+    _damage(path, leaves[len(leaves) // 2])
+    with SessionStore.open(path) as store:
+        (warning,) = store.warnings
+        assert "database disk image is malformed" in warning and "kept as sessions.sqlite3.corrupt-" in warning
+        infos = store.list_sessions()
+        assert [i.title for i in infos] == ["talk 2", "talk 1", "talk 0"]  # the order and metadata kept
+        assert all(i.ended_at and i.model == "base" and i.language == "en" for i in infos)
+        assert [store.session_marks(i.id)[0].note for i in infos] == ["mark 2", "mark 1", "mark 0"]
+        counts = [len(store.session_words(i.id)) for i in infos]
+        assert store.integrity_check() == "ok"
+    if damaged == "index":
+        assert warning.endswith("3 of its 3 sessions were read back whole into a new store")
+        assert counts == [300, 300, 300]
+    else:
+        assert warning.endswith("2 of its 3 sessions were read back whole into a new store, 1 in part "
+                                "(a damaged page of words)")
+        assert sorted(counts)[1:] == [300, 300] and 150 < sorted(counts)[0] < 300  # one page's words lost
+    assert len(list(tmp_path.glob("sessions.sqlite3.corrupt-*"))) == 1
+
+
 def _real_error(make) -> sqlite3.DatabaseError:
     try:
         make()
