@@ -195,12 +195,14 @@ def _ms(seconds: float) -> int:
     return max(0, round(seconds * 1000)) if seconds == seconds and abs(seconds) != float("inf") else 0
 
 
-def _readable_rows(conn: sqlite3.Connection, table: str, columns: str) -> list[tuple[Any, ...]]:
-    """Every row of ``table`` (``columns``) that can still be read, in rowid order. The table is read
-    on from the last row read; where a damaged page stops the read, the first rowid past that page
-    is found (a read that starts on the damaged page fails at once, one that starts past it does
-    not: doubling the step, then halving it back) and the read goes on from there."""
+def _readable_rows(conn: sqlite3.Connection, table: str, columns: str) -> tuple[list[tuple[Any, ...]], list[int], bool]:
+    """Every row of ``table`` that can still be read, in rowid order (``rowid, columns...``); the
+    rowids of the rows read on either side of each damaged page; and whether any row was lost. The
+    table is read on from the last row read; where a damaged page stops the read, the first rowid
+    past that page is found (a read that starts on the damaged page fails at once, one that starts
+    past it does not: doubling the step, then halving it back) and the read goes on from there."""
     out: list[tuple[Any, ...]] = []
+    edges: list[int] = []
 
     def starts(after: int) -> bool:
         try:
@@ -212,25 +214,31 @@ def _readable_rows(conn: sqlite3.Connection, table: str, columns: str) -> list[t
     try:
         end = conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
     except sqlite3.DatabaseError:
-        return out
-    after = -1
+        return out, edges, True
+    after, lost, resumed = -1, False, False
     while end is not None and after < end:
         try:
             for row in conn.execute(f"SELECT rowid, {columns} FROM {table} WHERE rowid > ? ORDER BY rowid", (after,)):
-                out.append(row[1:])
+                if resumed:
+                    edges.append(row[0])  # the first row read past a damaged page
+                    resumed = False
+                out.append(row)
                 after = row[0]
-            return out
+            break
         except sqlite3.DatabaseError:
+            lost = True
+            if out:
+                edges.append(out[-1][0])  # the last row read before it
             bad, good = after, after + 1
             while not starts(good):
                 bad, good = good, after + 2 * (good - after)
                 if good >= end:
-                    return out
+                    return out, edges, lost
             while good - bad > 1:  # the first start past the damaged page
                 mid = (bad + good) // 2
                 bad, good = (bad, mid) if starts(mid) else (mid, good)
-            after = good
-    return out
+            after, resumed = good, True
+    return out, edges, lost
 
 
 class _Damaged(sqlite3.DatabaseError):
@@ -307,7 +315,7 @@ class SessionStore:
             whole, part, lost = store._salvage(backup)
             if whole or part or lost:
                 kept = (f"{whole} of its {whole + part + lost} sessions were read back whole into a new store"
-                        + (f", {part} in part (a damaged page of words)" if part else "")
+                        + (f", {part} in part (words on damaged pages lost)" if part else "")
                         + (f"; {lost} could not be read" if lost else ""))
             else:
                 kept = "a new, empty store was started"
@@ -332,9 +340,14 @@ class SessionStore:
             return 0, 0, 0
         try:
             rows: dict[int, list[tuple[Any, ...]]] = {}
-            for row in _readable_rows(conn, "words", "session_id, source, seq, text, start_ms, end_ms, emitted_at_ms, "
-                                                    "speculative"):
-                rows.setdefault(row[0], []).append(row[1:])
+            read, edges, lost_words = _readable_rows(conn, "words", "session_id, source, seq, text, start_ms, "
+                                                                    "end_ms, emitted_at_ms, speculative")
+            session_of = {row[0]: row[1] for row in read}
+            for row in read:
+                rows.setdefault(row[1], []).append(row[2:])
+            # where words were lost: a session with a row beside a damaged page, or with none read, may have
+            # had words there
+            touched = {session_of[e] for e in edges} | ({sid for sid in ids if sid not in rows} if lost_words else set())
             whole = part = 0
             for sid in ids:
                 try:
@@ -357,8 +370,8 @@ class SessionStore:
                 except (StorageError, sqlite3.Error, ValueError) as exc:
                     logger.info("session %d of the damaged store %s could not be read back: %s", sid, damaged.name, exc)
                     continue
-                complete = all(seq == i for source in {r[0] for r in own}
-                               for i, seq in enumerate(r[1] for r in own if r[0] == source))
+                complete = sid not in touched and all(seq == i for source in {r[0] for r in own}
+                                                      for i, seq in enumerate(r[1] for r in own if r[0] == source))
                 whole, part = whole + complete, part + (not complete)
             return whole, part, len(ids) - whole - part
         finally:

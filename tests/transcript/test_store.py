@@ -271,7 +271,7 @@ def test_a_store_with_a_damaged_page_is_moved_aside_and_read_back(tmp_path: Path
         assert counts == [300, 300, 300]
     else:
         assert warning.endswith("2 of its 3 sessions were read back whole into a new store, 1 in part "
-                                "(a damaged page of words)")
+                                "(words on damaged pages lost)")
         assert sorted(counts)[1:] == [300, 300] and 150 < sorted(counts)[0] < 300  # one page's words lost
     assert len(list(tmp_path.glob("sessions.sqlite3.corrupt-*"))) == 1
 
