@@ -230,9 +230,11 @@ def _three_talks(path: Path) -> dict[str, list[int]]:
             store.end_session(sid)
     conn = sqlite3.connect(path)
     try:
-        return {name: [row[0] for row in conn.execute(
+        pages = {name: [row[0] for row in conn.execute(
             "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno", (name,))]
             for name in ("words", "sqlite_autoindex_words_1")}
+        pages["root"] = [conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'words'").fetchone()[0]]
+        return pages
     except sqlite3.OperationalError:
         pytest.skip("this SQLite has no dbstat table to find a page of the words")
     finally:
@@ -246,7 +248,7 @@ def _damage(path: Path, page: int) -> None:
         f.write(b"\xa5" * 4096)
 
 
-@pytest.mark.parametrize("damaged", ["index", "words"])
+@pytest.mark.parametrize("damaged", ["index", "words", "root"])
 def test_a_store_with_a_damaged_page_is_moved_aside_and_read_back(tmp_path: Path, damaged: str) -> None:
     """A store whose header reads but one of its pages is damaged (SQLite's quick check finds it at
     open; before, it opened and every later read of words failed with "malformed", and a session
@@ -255,7 +257,7 @@ def test_a_store_with_a_damaged_page_is_moved_aside_and_read_back(tmp_path: Path
     damaged page of words only the words on it."""
     path = tmp_path / "sessions.sqlite3"
     pages = _three_talks(path)
-    leaves = pages["sqlite_autoindex_words_1" if damaged == "index" else "words"]
+    leaves = pages["sqlite_autoindex_words_1" if damaged == "index" else damaged]
     _damage(path, leaves[len(leaves) // 2])
     with SessionStore.open(path) as store:
         (warning,) = store.warnings
@@ -269,6 +271,10 @@ def test_a_store_with_a_damaged_page_is_moved_aside_and_read_back(tmp_path: Path
     if damaged == "index":
         assert warning.endswith("3 of its 3 sessions were read back whole into a new store")
         assert counts == [300, 300, 300]
+    elif damaged == "root":  # no word can be read: the sessions, their marks and times, said in part
+        assert warning.endswith("0 of its 3 sessions were read back whole into a new store, 3 in part "
+                                "(words on damaged pages lost)")
+        assert counts == [0, 0, 0]
     else:
         assert warning.endswith("2 of its 3 sessions were read back whole into a new store, 1 in part "
                                 "(words on damaged pages lost)")
