@@ -176,6 +176,7 @@ class CaptionerApp(QObject):
         self._startup_warnings = list(warnings)
         self._store_problem = ""  # why the session store could not be opened ("" when it was)
         self._settings_problem = ""  # why the last save of the settings failed ("" when it did not)
+        self._reading_store: SessionStore | None = None  # the history read as it stands (a full disk)
         self.disk_store = self._open_store()
         self.recorder: SessionRecorder | None = None  # the current (or last) session
         self._live_warnings_shown = 0
@@ -791,13 +792,26 @@ class CaptionerApp(QObject):
         from captioner.ui.history_window import HistoryWindow
 
         if self._history is None:
-            self._history = HistoryWindow(self.disk_store,
+            self._history = HistoryWindow(self._history_store(),
                                           cue_options=CueOptions.from_config(self.settings.transcripts),
                                           export_dir=self._export_dir())
             self._history.error.connect(lambda e: self.tray.show_error("History", str(e)))
         self._history.refresh()
         self._history.show()
         self._history.raise_()
+
+    def _history_store(self) -> SessionStore:
+        """The store the History window shows: the session store, or, where it could not be opened
+        at start (a full disk), the file read as it stands (:meth:`SessionStore.open_for_reading`),
+        so the sessions saved before are still there to read, search and export."""
+        if not self._store_problem:
+            return self.disk_store
+        if self._reading_store is None:
+            try:
+                self._reading_store = SessionStore.open_for_reading(self.paths.sessions_db)
+            except CaptionerError:
+                return self.disk_store
+        return self._reading_store
 
     def show_settings(self) -> None:
         """Open the settings dialog; edits apply live, Cancel restores the previous settings."""
@@ -937,6 +951,8 @@ class CaptionerApp(QObject):
         if self.store is not self.disk_store:
             self.store.close()
         self.disk_store.close()
+        if self._reading_store is not None:
+            self._reading_store.close()
         app = QApplication.instance()
         if app is not None:
             app.quit()

@@ -73,8 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, paths: AppPaths) -> int:
     """Run one ``sessions`` action."""
-    with SessionStore.open(paths.sessions_db) as store:  # warnings (a bad file moved aside) are logged
-        action = args.action
+    action = args.action
+    opener = SessionStore.open_for_reading if action in _READING else SessionStore.open  # a full disk: still read
+    with opener(paths.sessions_db) as store:  # warnings (a bad file moved aside, read as it stands) are logged
         if action == "list":
             return _list(store, args.limit)
         if action == "show":
@@ -100,6 +101,9 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
             print(f"deleted {n} session(s) older than {args.older_than} days")
             return 0
     raise StorageError(f"unknown sessions action {action!r}")  # argparse prevents this
+
+
+_READING = ("list", "show", "export", "search")  # the actions that only read the store
 
 
 def _import(store: SessionStore, files: list[Path]) -> int:

@@ -378,6 +378,29 @@ class SessionStore:
             conn.close()
 
     @classmethod
+    def open_for_reading(cls, path: Path) -> SessionStore:
+        """:meth:`open`, or, where the store cannot be opened for writing (a full disk: SQLite cannot
+        create its log's files), the file read as it stands (SQLite's ``immutable``: no log, no
+        locks; words a running captioner has not folded into the file yet are not seen), a warning
+        saying so in :attr:`warnings`. For the commands that only read: list, show, export, search.
+
+        Raises:
+            StorageError: as :meth:`open` where the file cannot be read either.
+        """
+        try:
+            return cls.open(path)
+        except StorageError as exc:
+            try:
+                conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?immutable=1", uri=True, check_same_thread=False)
+                check_version(conn, path)
+                conn.execute("SELECT count(*) FROM sessions").fetchone()
+            except (sqlite3.Error, StorageError):
+                raise exc from None
+            msg = f"{exc}; read as the file stands (what a running captioner has not written into it yet is not shown)"
+            logger.warning("%s", msg)
+            return cls(conn, Path(path), [msg])
+
+    @classmethod
     def in_memory(cls) -> SessionStore:
         """A store that lives only in memory (sessions the user chose not to save)."""
         conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)

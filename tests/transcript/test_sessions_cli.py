@@ -252,3 +252,26 @@ def test_import_refuses_a_file_that_is_not_a_session_in_one_line(home: AppPaths,
     assert err.startswith(f"captioner: {bad}") and err.count(str(bad)) == 1 and why in err and err.count("\n") == 1, err
     with SessionStore.open(home.sessions_db) as store:
         assert [s.id for s in store.list_sessions()] == [2, 1]  # nothing added
+
+
+def test_a_history_on_a_full_disk_is_still_read_and_exported(small_disk, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The history's disk is full (SQLite cannot create its log's files, so it cannot open it as
+    usual): list, show, search and export read the file as it stands, saying so; a change is refused
+    in one line. (Before, every ``sessions`` command failed there.)"""
+    disk = small_disk.mount("400k")
+    home = AppPaths.default(disk / "home")
+    with SessionStore.open(home.sessions_db) as store:
+        sid = store.begin_session(title="before the disk filled")
+        store.apply(sid, EngineUpdate(0, tuple(Word(w, i * 0.4, i * 0.4 + 0.3) for i, w in enumerate(
+            ["Welcome", "to", "the", "course."]))))
+        store.end_session(sid)
+    small_disk.fill(disk)
+    out_txt = tmp_path / "course.txt"
+    assert run(home, "list") == 0 and "before the disk filled" in capsys.readouterr().out
+    assert run(home, "search", "course") == 0 and "course." in capsys.readouterr().out
+    assert run(home, "export", str(sid), "--txt", str(out_txt)) == 0
+    assert out_txt.read_text(encoding="utf-8").strip() == "Welcome to the course."
+    assert run(home, "rename", str(sid), "x") == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith("the disk is full (0 KB free)") and err.count("captioner: error") == 1, err

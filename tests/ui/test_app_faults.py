@@ -14,7 +14,7 @@ import threading
 import numpy as np
 
 from captioner.app import CaptionerApp, EngineRun, GuiOptions
-from captioner.core import AudioBlock
+from captioner.core import AudioBlock, EngineUpdate, Word
 from captioner.engine.providers import Attempt
 from captioner.engine.runtime import EngineInfo
 from captioner.storage.paths import AppPaths
@@ -193,6 +193,27 @@ def test_a_store_that_cannot_be_opened_at_start_keeps_sessions_in_memory_and_exp
     assert [w["text"] for w in doc["words"]] == [f"system{i}" for i in range(6)]
     assert (paths.sessions_db / "keep").read_text() == "left alone"
     assert not list(paths.sessions_db.parent.glob("*.corrupt-*"))
+
+
+def test_on_a_full_disk_the_history_still_shows_the_sessions_saved_before(qtbot, tmp_path, small_disk):
+    """The history's disk filled up before the app started: captions are kept in memory (above), and
+    the History window still lists, opens and searches the sessions saved before, read from the file
+    as it stands."""
+    disk = small_disk.mount("400k")
+    home = AppPaths.default(disk / "home")
+    with SessionStore.open(home.sessions_db) as store:
+        sid = store.begin_session(title="last week's call")
+        store.apply(sid, EngineUpdate(0, tuple(Word(w, i * 0.4, i * 0.4 + 0.3) for i, w in enumerate(
+            ["the", "budget", "is", "approved"]))))
+        store.end_session(sid)
+    small_disk.fill(disk)
+    app, _capture, _shown = _app(qtbot, disk, FakeStream())
+    assert app.disk_store.path is None and any("the disk is full" in w for w in app._startup_warnings)
+    app.show_history()
+    win = app._history
+    qtbot.addWidget(win)
+    assert win.session_ids() == [sid] and "the budget is approved" in win.text.toPlainText()
+    _quit(qtbot, app)
 
 
 def test_settings_that_cannot_be_saved_are_told_once_for_the_bar_and_again_for_a_change(qtbot, tmp_path, small_disk):
