@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from captioner.core import EngineUpdate, Source, Word, apply_update
 
@@ -80,3 +81,14 @@ def replay(updates: Sequence[EngineUpdate] | Iterator[EngineUpdate]) -> dict[str
     for update in updates:
         apply_update(state.setdefault(update.source, []), update)
     return state
+
+
+def saved_session(path: Path, title: str, text: str) -> int:
+    """A store at ``path`` holding one ended session of ``text``'s words (0.4 s apart); its id."""
+    from captioner.transcript.store import SessionStore
+
+    with SessionStore.open(path) as store:
+        sid = store.begin_session(title=title)
+        store.apply(sid, EngineUpdate(0, tuple(Word(w, i * 0.4, i * 0.4 + 0.3) for i, w in enumerate(text.split()))))
+        store.end_session(sid)
+    return sid

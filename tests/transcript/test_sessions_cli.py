@@ -18,6 +18,8 @@ from captioner.storage.paths import AppPaths
 from captioner.storage.settings import Settings, TranscriptConfig, save_settings
 from captioner.transcript.store import SessionStore
 
+from ._streams import saved_session
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -261,11 +263,7 @@ def test_a_history_on_a_full_disk_is_still_read_and_exported(small_disk, tmp_pat
     in one line. (Before, every ``sessions`` command failed there.)"""
     disk = small_disk.mount("400k")
     home = AppPaths.default(disk / "home")
-    with SessionStore.open(home.sessions_db) as store:
-        sid = store.begin_session(title="before the disk filled")
-        store.apply(sid, EngineUpdate(0, tuple(Word(w, i * 0.4, i * 0.4 + 0.3) for i, w in enumerate(
-            ["Welcome", "to", "the", "course."]))))
-        store.end_session(sid)
+    sid = saved_session(home.sessions_db, "before the disk filled", "Welcome to the course.")
     small_disk.fill(disk)
     out_txt = tmp_path / "course.txt"
     assert run(home, "list") == 0 and "before the disk filled" in capsys.readouterr().out

@@ -14,11 +14,12 @@ import threading
 import numpy as np
 
 from captioner.app import CaptionerApp, EngineRun, GuiOptions
-from captioner.core import AudioBlock, EngineUpdate, Word
+from captioner.core import AudioBlock
 from captioner.engine.providers import Attempt
 from captioner.engine.runtime import EngineInfo
 from captioner.storage.paths import AppPaths
 from captioner.transcript.store import SessionStore
+from tests.transcript._streams import saved_session
 from tests.ui.fakes import BLOCK, FakeStream
 
 
@@ -201,11 +202,7 @@ def test_on_a_full_disk_the_history_still_shows_the_sessions_saved_before(qtbot,
     as it stands."""
     disk = small_disk.mount("400k")
     home = AppPaths.default(disk / "home")
-    with SessionStore.open(home.sessions_db) as store:
-        sid = store.begin_session(title="last week's call")
-        store.apply(sid, EngineUpdate(0, tuple(Word(w, i * 0.4, i * 0.4 + 0.3) for i, w in enumerate(
-            ["the", "budget", "is", "approved"]))))
-        store.end_session(sid)
+    sid = saved_session(home.sessions_db, "last week's call", "the budget is approved")
     small_disk.fill(disk)
     app, _capture, _shown = _app(qtbot, disk, FakeStream())
     assert app.disk_store.path is None and any("the disk is full" in w for w in app._startup_warnings)
