@@ -351,12 +351,9 @@ class SessionStore:
             whole = part = 0
             for sid in ids:
                 try:
-                    (started, ended, length, sources, model, provider, language, settings, title), = conn.execute(
-                        "SELECT started_at, ended_at, duration_ms, sources, model, provider, language, settings, "
-                        "title FROM sessions WHERE id = ?", (sid,))  # not get_session: it counts words by index
-                    info = {"started_at": started, "ended_at": ended, "duration_ms": length,
-                            "sources": [x for x in sources.split(",") if x], "model": model, "provider": provider,
-                            "language": language, "settings": json.loads(settings or "{}"), "title": title}
+                    (row,) = conn.execute(f"SELECT {self._SESSION_FIELDS} 0, 0, NULL FROM sessions s WHERE s.id = ?",
+                                          (sid,))  # not get_session's columns: they count words by index
+                    info = self._info(row).to_json()
                     own = sorted(rows.get(sid, []), key=lambda r: (r[0], r[1]))  # by source, seq
                     if info["ended_at"] is not None:
                         own = [r for r in own if not r[6]]  # an ended session's final words
@@ -647,10 +644,13 @@ class SessionStore:
 
     # -- reading -------------------------------------------------------------------------------
 
-    _SESSION_COLUMNS = (
+    _SESSION_FIELDS = (
         "s.id, s.started_at, s.ended_at, s.duration_ms, s.sources, s.model, s.provider, s.language,"
         " s.settings, s.title,"
-        " (SELECT count(*) FROM words w WHERE w.session_id = s.id AND w.speculative = 0),"
+    )
+    _SESSION_COLUMNS = (
+        _SESSION_FIELDS
+        + " (SELECT count(*) FROM words w WHERE w.session_id = s.id AND w.speculative = 0),"
         " (SELECT count(*) FROM words w WHERE w.session_id = s.id),"
         " (SELECT max(end_ms) FROM words w WHERE w.session_id = s.id)"
     )
