@@ -277,6 +277,7 @@ class SessionStore:
         self._lock = threading.RLock()
         self._counts: dict[tuple[int, str], int] = {}  # (session, source) -> rows
         self._active: set[int] = set()
+        self._outer = False  # inside a transaction: the ones opened in it are part of it
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -577,29 +578,27 @@ class SessionStore:
             if len(self.session_words(sid)) == len(words):
                 raise StorageError(f"this session is in the history already: session {sid} "
                                    f"(captioner sessions show {sid})")
+        sid = 0
         try:
-            sid = self.begin_session(sources=sources, model=str(session.get("model") or ""),
-                                     provider=str(session.get("provider") or ""),
-                                     language=str(session.get("language") or ""),
-                                     settings=session.get("settings") or {}, title=title, started_at=started)
+            with self._transaction():  # all of it or nothing, even where the process dies half way
+                sid = self.begin_session(sources=sources, model=str(session.get("model") or ""),
+                                         provider=str(session.get("provider") or ""),
+                                         language=str(session.get("language") or ""),
+                                         settings=session.get("settings") or {}, title=title, started_at=started)
+                for source in sources:
+                    own = tuple(w for w in words if w.source == source)
+                    spans = [(g.start, g.end) for g in gaps if g.source == source]
+                    self.apply(sid, EngineUpdate(0, own, source=source), gaps=spans)
+                for mark in marks:
+                    self.add_mark(sid, mark.at, mark.note)
+                duration = session.get("duration_ms")
+                self.end_session(sid, duration_ms=int(duration) if isinstance(duration, (int, float)) else None)
+                if session.get("ended_at"):
+                    self._conn.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (str(session["ended_at"]), sid))
         except ValueError as exc:
             raise StorageError(f"cannot import the session: {exc}") from exc
-        try:
-            for source in sources:
-                own = tuple(w for w in words if w.source == source)
-                spans = [(g.start, g.end) for g in gaps if g.source == source]
-                self.apply(sid, EngineUpdate(0, own, source=source), gaps=spans)
-            for mark in marks:
-                self.add_mark(sid, mark.at, mark.note)
-            duration = session.get("duration_ms")
-            self.end_session(sid, duration_ms=int(duration) if isinstance(duration, (int, float)) else None)
-            if session.get("ended_at"):
-                with self._transaction() as conn:
-                    conn.execute("UPDATE sessions SET ended_at = ? WHERE id = ?", (str(session["ended_at"]), sid))
-        except BaseException:
-            with contextlib.suppress(StorageError):
-                self.delete_session(sid)
-            raise
+        finally:
+            self._active.discard(sid)
         return sid
 
     def set_provider(self, session_id: int, provider: str) -> None:
@@ -896,8 +895,13 @@ class SessionStore:
 
     @contextlib.contextmanager
     def _transaction(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
-        """One write transaction; ``durable=False`` syncs only when ``sync_interval_s`` has passed."""
+        """One write transaction; ``durable=False`` syncs only when ``sync_interval_s`` has passed.
+        One opened inside another (by the same thread: the lock is held) is part of it: the outer
+        one commits or rolls back the whole."""
         with self._lock:
+            if self._outer:
+                yield self._conn
+                return
             full = durable or time.monotonic() - self._last_sync >= self.sync_interval_s
             try:
                 if full != self._full and self.path is not None:
@@ -906,6 +910,7 @@ class SessionStore:
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise StorageError(f"cannot write the session store {self._where()}: {exc}") from exc
+            self._outer = True
             try:
                 yield self._conn
                 self._conn.execute("COMMIT")
@@ -915,6 +920,8 @@ class SessionStore:
                 if isinstance(exc, sqlite3.Error):
                     raise StorageError(f"cannot write the session store {self._where()}: {exc}") from exc
                 raise
+            finally:
+                self._outer = False
             if full:
                 self._last_sync = time.monotonic()
 

@@ -316,3 +316,36 @@ def test_a_store_on_a_really_full_disk_is_refused_in_words_and_left_as_it_is(tin
     filler.unlink()
     with SessionStore.open(path) as store:
         assert store.warnings == [] and [w.text for w in store.session_words(sid)] == want
+
+
+def test_an_import_cut_off_half_way_leaves_nothing_and_can_be_made_again(tmp_path: Path) -> None:
+    """A process that dies in the middle of ``sessions import`` (its words written, its marks not yet)
+    leaves no part of the session: a part would stand in the history as the session (its start,
+    title and number of words) with its marks lost, and the import made again would be refused as
+    a copy of it."""
+    db = tmp_path / "sessions.sqlite3"
+    child = f"""
+import os, sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+from pathlib import Path
+from captioner.core import Word
+from captioner.transcript.cues import Mark
+from captioner.transcript.store import SessionStore
+store = SessionStore.open(Path({str(db)!r}))
+if sys.argv[1] == "die":
+    SessionStore.add_mark = lambda *a, **k: os._exit(9)  # killed between the words and the marks
+words = [Word(f"w{{i}}", i * 0.5, i * 0.5 + 0.4) for i in range(300)]
+sid = store.import_session({{"started_at": "2026-01-02T03:04:05+00:00", "title": "Call", "sources": ["system"],
+                            "ended_at": "2026-01-02T03:06:35+00:00"}}, words, marks=[Mark(12.0, "the answer")])
+print(sid)
+"""
+    died = subprocess.run([sys.executable, "-c", child, "die"], capture_output=True, text=True)
+    assert died.returncode == 9, died.stderr
+    with SessionStore.open(db) as store:
+        assert store.list_sessions() == []
+    again = subprocess.run([sys.executable, "-c", child, "live"], capture_output=True, text=True)
+    assert again.returncode == 0 and again.stdout.strip() == "1", again.stderr
+    with SessionStore.open(db) as store:
+        (info,) = store.list_sessions()
+        assert (info.title, info.word_count, info.ended_at) == ("Call", 300, "2026-01-02T03:06:35+00:00")
+        assert [(m.at, m.note) for m in store.session_marks(1)] == [(12.0, "the answer")]
