@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "storage": {"core", "errors"},
     "audio": {"core", "errors"},
     "models": {"core", "errors", "storage"},
-    "engine": {"core", "errors", "models"},
+    "engine": {"core", "errors", "storage", "models"},
     "transcript": {"core", "errors", "storage"},
     "worker": {"core", "errors", "engine", "audio", "transcript", "storage", "models"},
     "ui": {"core", "errors", "storage", "transcript", "models", "__init__"},

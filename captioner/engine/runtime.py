@@ -144,6 +144,7 @@ from captioner.engine.providers import (
 )
 from captioner.errors import ModelError, ProviderError
 from captioner.models.pack import WeightRef
+from captioner.storage.disk import free_bytes
 
 try:  # the ORT error of a bad input (wrong shape or type): a caller's mistake, not a provider failure
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument as _InvalidArgument
@@ -1017,12 +1018,8 @@ class Runtime:
             return exc.strerror or str(exc)
         if "context cache file" in str(exc).lower():
             return _one_line(exc)
-        folder = next((p for p in (self.cache_dir, *self.cache_dir.parents) if p.exists()), self.cache_dir)
-        try:
-            free = shutil.disk_usage(folder).free
-        except OSError:
-            return ""
-        return f"{free // 2**20} MB free on its disk" if free < _CONTEXTS_ROOM else ""
+        free = free_bytes(self.cache_dir)
+        return f"{free // 2**20} MB free on its disk" if free is not None and free < _CONTEXTS_ROOM else ""
 
     def _options(self, cand: Candidate, frames: int | None = None) -> ort.SessionOptions:
         """Session options for ``cand`` (:func:`~captioner.engine.providers.session_options`);
