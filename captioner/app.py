@@ -194,6 +194,7 @@ class CaptionerApp(QObject):
         self._store_error_shown = False
         self._store_problem_shown = False  # the store refuses writes and the user was told
         self._engine_info: Callable[[], EngineInfo] | None = None
+        self._cache_told = ""  # the NPU cache's problem the tray has said (said once while it lasts)
         self._history: HistoryWindow | None = None
         self._settings_dialog: SettingsDialog | None = None
         self._measurement = ModelMeasurement(measure_models, self) if measure_models is not None else None
@@ -598,14 +599,30 @@ class CaptionerApp(QObject):
         self.tray.set_status(state=_PREPARING if state == "preparing" else state)
         if state == "preparing":  # a first NPU start: minutes, before the capture opens
             self.bar.set_lag(0.0, "preparing")
-            self.tray.show_info("Preparing the NPU", "The first start with this model compiles it for the NPU. "
-                                "This takes a few minutes, once; captions start when it is done.")
+            if not self._tell_cache_problem():
+                self.tray.show_info("Preparing the NPU", "The first start with this model compiles it for the NPU. "
+                                    "This takes a few minutes, once; captions start when it is done.")
         elif state == "starting":  # the worker readies the engine: the bar says captions are coming
             self.bar.set_lag(0.0, "starting")
         elif state in ("listening", "paused", "ended", "stopped"):  # nothing waits for the engine yet
             self.bar.set_lag(0.0, "ok")
             self.tray.set_status(lag_s=0.0, lag_state="ok")
+            if state == "listening":  # the compile is over: found there where the cache failed
+                self._tell_cache_problem()
         self.state_changed.emit(state)
+
+    def _tell_cache_problem(self) -> bool:
+        """Say once, in the tray, that the NPU's compiled model cannot be kept on disk (a full disk:
+        ``EngineInfo.cache_problem``), so every start compiles it again for minutes; True where said."""
+        problem = self._engine_info().cache_problem if self._engine_info is not None else ""
+        if not problem or problem == self._cache_told:
+            return False
+        self._cache_told = problem
+        self.tray.show_error("The NPU compiles at every start",
+                             f"The model compiled for the NPU cannot be saved in {self.paths.cache} ({problem}), so "
+                             "each start compiles it again, which takes minutes. Free some disk space there; "
+                             "captions go on on the NPU meanwhile.")
+        return True
 
     def _on_prepare_progress(self, done: int, total: int) -> None:
         """``done`` of ``total`` graphs compiled for the NPU: on the bar's badge and in the tray."""

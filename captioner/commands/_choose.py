@@ -19,8 +19,9 @@ from pathlib import Path
 
 from captioner.audio.files import load_audio_file
 from captioner.bench.model_choice import MAX_SHARE, Trial, choose, hears, measure, room_for, speech_sample
+from captioner.commands._engine import npu_when
 from captioner.core import PROVIDERS, SAMPLE_RATE, Provider, stream_sources
-from captioner.engine import StreamConfig, Transcriber
+from captioner.engine import Runtime, StreamConfig, Transcriber
 from captioner.errors import CaptionerError, ModelError
 from captioner.models.install import DEFAULT_MODEL, first_installed_pack, list_packs
 from captioner.storage.paths import AppPaths
@@ -147,7 +148,7 @@ def measure_installed(paths: AppPaths, settings: Settings, *, step_s: float | No
             continue
         try:
             trials.append(measure(transcriber, config, samples, streams=streams, stop=stop,
-                                  compiled=_compile_progress(item.name, progress)))
+                                  compiled=_compile_progress(item.name, transcriber.runtime, progress)))
         except CaptionerError as exc:
             failed[item.name] = str(exc)
         finally:
@@ -199,11 +200,11 @@ def _choose(args: argparse.Namespace, paths: AppPaths) -> int:
     return 0 if chosen is not None else 1
 
 
-def _compile_progress(name: str, progress: Callable[[str], None]) -> Callable[[int, int], None]:
+def _compile_progress(name: str, runtime: Runtime, progress: Callable[[str], None]) -> Callable[[int, int], None]:
     """``preparing the NPU for whisper-base (once for this model) … 3/22`` as progress lines."""
 
     def compiled(done: int, total: int) -> None:
-        progress(f"preparing the NPU for {name} (once for this model) … {done}/{total}")
+        progress(f"preparing the NPU for {name} ({npu_when(runtime)}) … {done}/{total}")
 
     return compiled
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from captioner.core import PROVIDERS, Provider, RoundStats
-from captioner.engine import StreamConfig, Transcriber
+from captioner.engine import Runtime, StreamConfig, Transcriber
 from captioner.engine.language import parse_languages
 from captioner.engine.vocabulary import parse_vocabulary, read_vocabulary
 from captioner.errors import CaptionerError, ModelError
@@ -136,18 +136,27 @@ def open_configured_engine(engine: EngineConfig, paths: AppPaths, *, model: str 
     try:
         transcriber.check(config)  # an unknown language fails here, clearly
         if prepare_npu:  # the NPU's graphs compiled (once per pack and plugin version), the CPU's opened: not in a round
-            transcriber.runtime.prepare(progress=_npu_progress, open_sessions=open_sessions)
+            runtime = transcriber.runtime
+            transcriber.runtime.prepare(progress=lambda done, total: _npu_progress(done, total, npu_when(runtime)),
+                                        open_sessions=open_sessions)
     except CaptionerError:
         transcriber.close()
         raise
     return EngineSetup(transcriber, config)
 
 
-def _npu_progress(done: int, total: int) -> None:
-    """``Preparing the NPU … 12/35`` on stderr (none in the windowed app: the log has the summary)."""
+def npu_when(runtime: Runtime) -> str:
+    """When the NPU compiles the model: "once for this model", or "at every start" where its compiled
+    contexts cannot be kept (a full disk: :attr:`Runtime.cache_problem`)."""
+    return "at every start: its cache cannot be written" if runtime.cache_problem else "once for this model"
+
+
+def _npu_progress(done: int, total: int, when: str) -> None:
+    """``Preparing the NPU (once for this model) … 12/35`` on stderr (none in the windowed app: the log
+    has the summary)."""
     if sys.stderr is not None:
         end = "\r" if done < total and sys.stderr.isatty() else "\n"  # one line in a terminal
-        print(f"Preparing the NPU (once for this model) … {done}/{total}", end=end, file=sys.stderr, flush=True)
+        print(f"Preparing the NPU ({when}) … {done}/{total}", end=end, file=sys.stderr, flush=True)
 
 
 def open_engine(args: argparse.Namespace, paths: AppPaths, *, install_missing: bool = False,

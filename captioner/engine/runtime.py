@@ -237,6 +237,8 @@ class EngineInfo:
         placement: graph file name → {EP name: nodes assigned}, from the graph-assignment info.
         recoveries: run errors after which a provider's sessions were re-created and it went on.
         session_ms: graph file name → session creation time in milliseconds.
+        cache_problem: why the NPU's compiled contexts cannot be kept on disk ("" where they can, or
+            where nothing is compiled): then the NPU compiles the model again at every start.
     """
 
     requested: str
@@ -245,6 +247,7 @@ class EngineInfo:
     placement: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     session_ms: Mapping[str, float] = field(default_factory=dict)
     recoveries: tuple[Attempt, ...] = ()
+    cache_problem: str = ""
 
     def summary(self) -> str:
         """One line: ``CPU (requested qnn; QNN-HTP: <reason>)``: the requested provider's reason and
@@ -502,6 +505,7 @@ class Runtime:
             placement=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self._placement.items()}),
             session_ms=MappingProxyType(dict(self._session_ms)),
             recoveries=tuple(self._recoveries),
+            cache_problem=self.cache_problem,
         )
 
     def session(self, graph: Path, frames: int | None = None) -> ort.InferenceSession:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from checkpoints import make_checkpoint
 
+from captioner.commands._engine import npu_when
 from captioner.engine.providers import Host
 from captioner.engine.runtime import Runtime
 from captioner.models.build import BuildOptions, build_pack
@@ -351,7 +352,8 @@ def test_a_compile_cache_that_cannot_be_written_keeps_the_npu_compiled_in_memory
     info = rt.info()
     assert info.chosen == "QNN-HTP" and info.fallbacks == (), info
     assert all(set(p) == {"QNNExecutionProvider"} for p in info.placement.values())
-    assert rt.cache_dir is None and rt.cache_problem
+    assert rt.cache_dir is None and rt.cache_problem and info.cache_problem == rt.cache_problem
+    assert npu_when(rt) == "at every start: its cache cannot be written"  # what the progress lines say
     assert set(info.session_ms) == opened and len(opened) == len(rt.npu_units())  # all opened ahead
     said = [r.getMessage() for r in caplog.records]
     assert sum("compile cache" in m and "compiles in memory" in m for m in said) == 1, said

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import srt
 from PySide6.QtCore import QCoreApplication
 
@@ -401,6 +402,57 @@ def test_a_first_npu_start_says_what_it_compiles_and_captures_only_after(qtbot, 
     finish.set()
     qtbot.waitUntil(lambda: len(stored_words(app)) >= 4, timeout=10_000)
     assert opened == [True] and not app.bar.lag_visible and "Listening" in app.tray.status_text()
+    quit_and_wait(qtbot, app)
+
+
+@pytest.mark.parametrize("known", ["while_compiling", "before"])
+def test_an_npu_cache_that_cannot_be_saved_is_said_once_with_what_to_do(qtbot, tmp_path, known):
+    """The NPU's compiled model cannot be saved (a full disk; the runtime compiles in memory and says
+    why in ``EngineInfo.cache_problem``): the tray says once that every start compiles again, where,
+    and what to do, instead of "once"; found while compiling it comes when captions start, known
+    before (the cache folder cannot be made) it replaces the "once" message."""
+    import threading
+
+    from captioner.engine.runtime import EngineInfo
+
+    shown = threading.Event()  # the tray has said its first message: the compile goes on (it takes minutes)
+    problem = {"why": "" if known == "while_compiling" else "No space left on device"}
+    paths = AppPaths.default(tmp_path / "home")
+
+    def capture_factory(settings):
+        return (lambda: FakeCapture(n_blocks=5, finite=False)), ("system",)
+
+    def prepare(progress):
+        progress(1, 2)
+        shown.wait(5)
+        if known == "while_compiling":  # as the runtime finds it, mid-compile
+            problem["why"] = "Failed to write context cache file."
+        progress(2, 2)
+
+    def engine_factory(settings, sources, paths):
+        return EngineRun({"system": FakeStream()}, "QNN-HTP", "QNN-HTP", "fake-pack", prepare=prepare,
+                         prepare_first=True, info=lambda: EngineInfo("qnn", "QNN-HTP", cache_problem=problem["why"]))
+
+    app = CaptionerApp(paths, GuiOptions(model="fake-pack"), engine_factory=engine_factory,
+                       capture_factory=capture_factory)
+    qtbot.addWidget(app.bar)
+    told: list[tuple[str, str]] = []
+    app.tray.show_info = app.tray.show_error = lambda title, message: (told.append((title, message)), shown.set())
+    app.start()
+    qtbot.waitUntil(lambda: len(stored_words(app)) >= 4, timeout=10_000)
+    titles = [t for t, _ in told]
+    if known == "before":
+        assert titles == ["The NPU compiles at every start"]
+    else:
+        assert titles == ["Preparing the NPU", "The NPU compiles at every start"]
+    message = told[-1][1]
+    assert str(paths.cache) in message and problem["why"] in message
+    assert "Free some disk space" in message and "once" not in message
+    app.set_paused(True)
+    qtbot.waitUntil(lambda: "Paused" in app.tray.status_text(), timeout=5000)
+    app.set_paused(False)
+    qtbot.waitUntil(lambda: "Listening" in app.tray.status_text(), timeout=5000)
+    assert len(told) == len(titles)  # not again while the same problem lasts
     quit_and_wait(qtbot, app)
 
 
