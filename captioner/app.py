@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from PySide6.QtCore import QObject, QRect, QThread, QTimer, QUrl, Signal
+from PySide6.QtCore import QCoreApplication, QEventLoop, QObject, QRect, QThread, QTimer, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QApplication
 
@@ -59,6 +59,7 @@ logger = logging.getLogger(__name__)
 _PREPARING = "preparing the NPU (first start)"  # the tray's state while the model compiles for the NPU
 
 STOP_TIMEOUT_MS = 15_000  # give up waiting for the worker after this (committed words are stored)
+END_NOW_S = 3.0  # the engine's wait when the system ends the process (Windows asks a hung app after 5 s)
 NO_TRAY_HINT = ("this desktop has no system tray: right-click the caption bar for the menu; "
                 "'captioner --toggle' (or the global shortcut) shows and hides the bar")
 ACTION_NAMES = {"toggle": "shows/hides the captions", "pause": "pauses/resumes", "mark": "marks this moment"}
@@ -191,6 +192,7 @@ class CaptionerApp(QObject):
         self._skip_told = False  # the "skipping" tray message was shown this session
         self._after_stop: list[Callable[[], object]] = []
         self._quitting = False
+        self._finished = False  # _finish_quit ran: nothing of the app's is open
         self._store_error_shown = False
         self._store_problem_shown = False  # the store refuses writes and the user was told
         self._engine_info: Callable[[], EngineInfo] | None = None
@@ -947,6 +949,34 @@ class CaptionerApp(QObject):
         """
         if self._quitting:
             return
+        self._begin_quit()
+        self.stop_engine(then=self._finish_quit)
+
+    def end_now(self, timeout_s: float = END_NOW_S) -> None:
+        """Quit at once, for a process that ends when this returns: Windows' log-off or shutdown (Qt
+        emits ``aboutToQuit`` inside ``WM_ENDSESSION``'s handler; :mod:`captioner.ui.system_end`).
+        The engine stops and its last words are stored (the events that carry them delivered here),
+        the session ends and the settings are saved, waiting at most ``timeout_s`` for the engine
+        (then the session ends with the words committed). After a quit that finished, nothing to do."""
+        if self._finished:
+            return
+        if not self._quitting:
+            self._begin_quit()
+        thread, worker = self._thread, self._worker
+        if thread is not None and worker is not None:
+            worker.request_stop()
+            deadline = time.monotonic() + timeout_s
+            while self._thread is thread and time.monotonic() < deadline:
+                QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)  # its words, its end
+                time.sleep(0.005)
+            if self._thread is thread:
+                logger.error("the engine did not stop within %.1f s of the end of the system's session", timeout_s)
+                self._on_stop_timeout(worker)
+        if not self._finished:
+            self._finish_quit()
+
+    def _begin_quit(self) -> None:
+        """What a quit does before the engine stops: nothing new starts, dialogs and the measurement go."""
         self._quitting = True
         if self._settings_dialog is not None:
             self._settings_dialog.reject()  # its edits were not asked for; it must not outlive the app
@@ -958,9 +988,9 @@ class CaptionerApp(QObject):
             ok = self.bar.render_png(self.options.screenshot)
             logger.info("screenshot %s: %s", self.options.screenshot, "saved" if ok else "FAILED")
         self.tray.set_status(state="quitting")
-        self.stop_engine(then=self._finish_quit)
 
     def _finish_quit(self) -> None:
+        self._finished = True
         self.hotkeys.stop()
         self._save_settings()
         self.tray.hide()

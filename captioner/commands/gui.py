@@ -72,6 +72,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     from captioner.commands._choose import measure_function
     from captioner.ui import single_instance
     from captioner.ui.icons import app_icon
+    from captioner.ui.system_end import QuitOnSignals
 
     note = mark_note(args.mark or "")  # --mark's note: one line, not too long, refused before anything starts
     if args.source_file is not None and not args.source_file.is_file():
@@ -103,8 +104,11 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     instance = single_instance.SingleInstance(name)
     instance.listen()
     instance.message.connect(app.on_instance_message)
+    ending = QuitOnSignals(app.quit)  # log-out, shutdown, Ctrl-C: the session ends with its words
+    qapp.aboutToQuit.connect(app.end_now)  # Windows' log-off and shutdown: kept before the process ends
     app.start()
     code = qapp.exec()
+    ending.close()
     instance.close()
     if app.abandoned_engine:  # stuck in a native call; destroying its QThread would abort the process
         logger.warning("leaving with the engine still busy (it did not stop in time); the session was saved")

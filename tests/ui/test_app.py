@@ -67,6 +67,34 @@ def test_words_reach_the_store_and_the_bar_and_quit_leaves_a_complete_session(qt
     assert [w.text for w in words] == [f"system{i}" for i in range(6)]  # the speculative tail committed
 
 
+def test_windows_ending_the_session_keeps_the_last_words_before_about_to_quit_returns(qtbot, tmp_path):
+    """Windows' log-off or shutdown: Qt emits ``aboutToQuit`` inside ``WM_ENDSESSION``'s handler and the
+    process ends as soon as it returns (qtbase's qwindowscontext.cpp), so no turn of the event loop
+    comes after it: the engine's last words (the speculative tail committed by its finish), the
+    session's end and the settings must be on disk when the signal returns."""
+    from PySide6.QtWidgets import QApplication
+
+    app = make_app(qtbot, tmp_path)
+    qapp = QApplication.instance()
+    qapp.aboutToQuit.connect(app.end_now)  # as commands/gui.py connects it
+    try:
+        app.start()
+        qtbot.waitUntil(lambda: len(stored_words(app)) >= 5, timeout=10_000)
+        sid = app.session_id
+        app.paths.settings_file.unlink(missing_ok=True)  # the settings are saved as the app ends
+        qapp.aboutToQuit.emit()  # what is on disk now is what the ended process leaves
+        with SessionStore.open(app.paths.sessions_db) as store:
+            info = store.get_session(sid)
+            words = store.session_words(sid)
+        assert info.ended_at is not None and not app.running
+        assert words and [w.text for w in words] == [f"system{i}" for i in range(len(words))]
+        assert not any(w.speculative for w in words)  # the tail the finish committed is there
+        assert load_settings(app.paths.settings_file)[0] == app.settings
+        qapp.aboutToQuit.emit()  # Qt emits it again when the loop ends after a normal quit: nothing to do
+    finally:
+        qapp.aboutToQuit.disconnect(app.end_now)
+
+
 def test_save_srt_from_the_tray_writes_a_file_that_parses(qtbot, tmp_path):
     app = make_app(qtbot, tmp_path)
     app.start()

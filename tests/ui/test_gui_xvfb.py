@@ -16,6 +16,7 @@ tiny.en, whose words on real speech come round after round (the random pack's ba
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -176,6 +177,48 @@ def test_live_subtitle_file_grows_during_the_session_and_parses_after_a_kill(xse
     assert sum(s.content == GAP_TEXT for s in subs) <= len(gaps)
     live_words = [w for s in subs if s.content != GAP_TEXT for w in s.content.split()]
     assert live_words and live_words == [w.text for w in words][: len(live_words)]  # final words are final
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_ends_the_real_app_as_quit_does(xserver, real_tiny_en_pack, paused_speech_wav, tmp_path, sig):
+    """SIGTERM (log-out, shutdown) and SIGINT (Ctrl-C in the terminal that started it) quit the app as
+    its tray's Quit does: exit 0 within seconds, the session ended with its words. Before, SIGTERM
+    killed it at once with the session not ended, and Ctrl-C did nothing (Qt's loop ran no Python to
+    see it)."""
+    import sqlite3
+
+    home = new_home(tmp_path)
+    env = xserver.env(CAPTIONER_HOME=str(home), PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "captioner", "--source-file", str(paused_speech_wav), "--model",
+           str(real_tiny_en_pack.root), "--minimized", "--quit-after", "240"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    db = home / "data" / "sessions.sqlite3"
+
+    def stored_words() -> int:
+        if not db.exists():
+            return 0
+        try:
+            with contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as conn:
+                return int(conn.execute("SELECT count(*) FROM words WHERE speculative = 0").fetchone()[0])
+        except sqlite3.Error:  # the app is creating it
+            return 0
+
+    try:
+        deadline = time.monotonic() + 200
+        while stored_words() < 3:
+            assert time.monotonic() < deadline and proc.poll() is None, "no words stored"
+            time.sleep(0.1)  # watching another process; no Qt event loop in this one
+        seen = stored_words()
+        os.kill(proc.pid, getattr(signal, sig))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    (info, words), = stored_sessions(home)
+    assert info.ended_at is not None and info.duration_ms is not None  # ended, as on Quit
+    assert len([w for w in words if not w.speculative]) >= seen
+    assert f"{sig}: quitting" in (home / "logs" / "captioner.log").read_text()
 
 
 def test_tray_actions_drive_the_real_app_on_xcb(xserver, tiny_pack, speech_wav, tmp_path, artifacts):
