@@ -34,6 +34,7 @@ from captioner.models.checkpoint import Checkpoint
 from captioner.models.decoder_graph import build_decoder_chunk, graph_name
 from captioner.models.graph_ops import WeightStore
 from captioner.models.pack import Pack
+from captioner.storage.atomic import replace_file
 
 __all__ = ["ExtraGraphs", "PackWeightStore", "pack_as_checkpoint"]
 
@@ -105,7 +106,7 @@ class ExtraGraphs:
         if not path.is_file():
             tmp = path.with_suffix(".partial")
             onnx.save_model(make(), tmp)
-            os.replace(tmp, path)
+            replace_file(tmp, path)
         return path
 
     def chunk(self, bucket: int, size: int, slots: int, known: int = 1) -> Path:

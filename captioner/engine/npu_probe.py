@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from captioner.storage.atomic import replace_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -106,7 +107,7 @@ def write_verdict(path: Path, key: Mapping[str, Any], verdict: Verdict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"probe": PROBE_VERSION, "key": dict(key), "verdict": asdict(verdict)}, indent=1),
                    encoding="utf-8")
-    os.replace(tmp, path)
+    replace_file(tmp, path)
 
 
 def child_command(request: Path) -> list[str]:

@@ -144,6 +144,7 @@ from captioner.engine.providers import (
 )
 from captioner.errors import ModelError, ProviderError
 from captioner.models.pack import WeightRef
+from captioner.storage.atomic import replace_file
 from captioner.storage.disk import free_bytes
 
 try:  # the ORT error of a bad input (wrong shape or type): a caller's mistake, not a provider failure
@@ -902,7 +903,7 @@ class Runtime:
                                      graph_optimization_level=so.graph_optimization_level)
         compiler.compile_to_file(str(out))
         if out != ctx:
-            os.replace(out, ctx)
+            replace_file(out, ctx)
 
     def _open_group(self) -> None:
         """Open the session of every prepared graph now (a shared context is loaded whole); under the lock."""
@@ -1078,7 +1079,7 @@ class Runtime:
                 so.add_session_config_entry("ep.share_ep_contexts", "0")
                 sess = self._session(graph, so, cand, inits)
                 if part.is_file():
-                    os.replace(part, ctx)
+                    replace_file(part, ctx)
                 return sess
         return self._open(graph, cand, inits, frames)  # another engine of this process compiled it meanwhile
 

@@ -33,6 +33,7 @@ from captioner.models.decoder_graph import build_decoder_chunk, graph_name
 from captioner.models.encoder_graph import build_encoder
 from captioner.models.graph_ops import OPSET, WeightStore
 from captioner.models.pack import FORMAT, FORMAT_VERSION, MANIFEST, Pack, file_sha256, schedule_chunks
+from captioner.storage.atomic import replace_file
 from captioner.storage.disk import write_problem
 
 __all__ = ["BUCKETS", "INT8_MIN_WIDTH", "SHORT_MAX_S", "BuildOptions", "build_pack", "cache_slots", "chunk_plan",
@@ -311,7 +312,7 @@ def build_pack(
     tmp.mkdir()
     try:
         _write_pack(ckpt, tmp, options, progress)
-        os.replace(tmp, out)
+        replace_file(tmp, out)
     except OSError as exc:  # a full disk, a folder it cannot write: said, nothing left behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise PackBuildError(f"cannot write the pack in {out.parent}: {write_problem(exc, out.parent, needed=2**30)}; "

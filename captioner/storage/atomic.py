@@ -3,6 +3,13 @@
 Used for settings, exports and reports. The temporary file is created in the target's folder (same
 file system, so the rename is atomic) with user-only permissions, written, fsynced and renamed; the
 folder is fsynced after so the rename survives a power cut (POSIX).
+
+On Windows a rename over a file fails while another process holds it open without
+``FILE_SHARE_DELETE``: Defender and the search indexer open a freshly written file to scan it, a
+sync client (OneDrive) or an editor that just read it, for milliseconds. ``MoveFileExW`` then says
+access denied (5), sharing violation (32) or lock violation (33), and a settings save or an export
+failed for nothing. :func:`replace_file` tries again for up to about 1.3 s on those three only; a
+real denial still fails, after that wait.
 """
 
 from __future__ import annotations
@@ -10,9 +17,13 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 
-__all__ = ["replace_atomically"]
+__all__ = ["replace_atomically", "replace_file"]
+
+TRANSIENT_WINERRORS = frozenset({5, 32, 33})  # access denied, sharing violation, lock violation
+RETRY_WAITS_S = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64)  # then the error stands
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +47,24 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def replace_file(src: str | Path, dst: str | Path) -> None:
+    """``os.replace(src, dst)``, tried again while Windows says another process holds ``dst`` or
+    ``src`` open (module docstring).
+
+    Raises:
+        OSError: as ``os.replace``, once the waits are spent or for any other error.
+    """
+    for wait in (*RETRY_WAITS_S, None):
+        try:
+            os.replace(src, dst)
+            return
+        except PermissionError as exc:
+            if wait is None or getattr(exc, "winerror", None) not in TRANSIENT_WINERRORS:
+                raise
+            logger.debug("%s is held open by another program (%s); trying again", dst, exc)
+            time.sleep(wait)
+
+
 def replace_atomically(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``.
 
@@ -54,7 +83,7 @@ def replace_atomically(path: Path, data: bytes) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        replace_file(tmp, path)
         tmp = None
         _fsync_dir(path.parent)
     finally:

@@ -24,7 +24,6 @@ import functools
 import json
 import logging
 import math
-import os
 import re
 import typing
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from typing import Any, Literal
 
 from captioner.core import CaptureSource, Provider
 from captioner.errors import SettingsError
-from captioner.storage.atomic import replace_atomically
+from captioner.storage.atomic import replace_atomically, replace_file
 from captioner.storage.paths import aside_path
 
 __all__ = [
@@ -389,7 +388,7 @@ def _migrate(data: dict[str, Any], version: int) -> dict[str, Any]:
 def _backup_corrupt(path: Path) -> Path:
     """Rename ``path`` aside to ``<name>.corrupt-<UTC timestamp>`` (never overwriting a backup)."""
     target = aside_path(path)
-    os.replace(path, target)
+    replace_file(path, target)
     return target
 
 

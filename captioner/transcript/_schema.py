@@ -7,11 +7,11 @@ Migration ``i`` in :data:`MIGRATIONS` brings a database from ``PRAGMA user_versi
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 from pathlib import Path
 
 from captioner.errors import StorageError
+from captioner.storage.atomic import replace_file
 from captioner.storage.paths import aside_path
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "check_version", "move_aside", "upgrade"]
@@ -160,11 +160,11 @@ def move_aside(path: Path) -> Path:
     """Rename a bad database (and its -wal/-shm) to ``<name>.corrupt-<UTC timestamp>``."""
     target = aside_path(path)
     try:
-        os.replace(path, target)
+        replace_file(path, target)
         for suffix in ("-wal", "-shm"):
             side = path.with_name(path.name + suffix)
             if side.exists():
-                os.replace(side, target.with_name(target.name + suffix))
+                replace_file(side, target.with_name(target.name + suffix))
     except OSError as exc:
         raise StorageError(
             f"the session store {path} is not a SQLite database and cannot be moved aside: "

@@ -13,7 +13,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from captioner.errors import SettingsError
-from captioner.storage import settings as mod
+from captioner.storage import atomic
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import (
     AudioConfig,
@@ -204,7 +204,7 @@ def test_save_failure_raises_and_keeps_the_old_file(path: Path, monkeypatch: pyt
     def fail_fsync(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(mod.os, "fsync", fail_fsync)
+    monkeypatch.setattr(atomic.os, "fsync", fail_fsync)
     with pytest.raises(SettingsError, match="No space left on device"):
         save_settings(dataclasses.replace(Settings(), captions=CaptionStyle(lines=5)), path)
     monkeypatch.undo()
