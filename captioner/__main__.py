@@ -5,6 +5,7 @@ Logging and the few environment reads happen here and nowhere else.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import logging.handlers
 import os
@@ -60,9 +61,22 @@ def setup_logging(paths: AppPaths, verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def utf8_output() -> None:
+    """Write stdout and stderr in UTF-8 whatever the locale says. On Windows a redirected stream (``>
+    out.txt``, a pipe) takes the ANSI code page (cp1252, cp932, ...), where a caption in Chinese, a mark's
+    "★" or ``listen``'s "←" raised UnicodeEncodeError and ended the command with its words unprinted;
+    Python 3.15 makes UTF-8 the default (PEP 686). A Windows console, which Python writes in UTF-16,
+    already says utf-8 and is left as it is."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "ascii"
+        if stream is not None and hasattr(stream, "reconfigure") and codecs.lookup(encoding).name != "utf-8":
+            stream.reconfigure(encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    utf8_output()
     if len(argv) == 2 and argv[0] == "--npu-probe-child":  # the NPU's trial load (engine/npu_probe.py)
         from captioner.engine import npu_probe
 
