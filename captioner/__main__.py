@@ -25,6 +25,17 @@ class _LogFile(logging.handlers.RotatingFileHandler):
 
     broken = False
 
+    def doRollover(self) -> None:
+        """Rotate; where Windows refuses to rename a log file another captioner holds open (the app and
+        a command, each logging here), go on in the same file, no longer rotating in this process,
+        rather than stop logging."""
+        try:
+            super().doRollover()
+        except PermissionError:
+            self.maxBytes = 0  # no more tries: each would close, fail and reopen the file
+            if self.stream is None:
+                self.stream = self._open()
+
     def emit(self, record: logging.LogRecord) -> None:
         if not self.broken:
             super().emit(record)

@@ -42,3 +42,40 @@ def test_a_log_file_that_cannot_be_written_is_said_once_and_left_alone(tmp_path:
     assert lines[0] == (f"captioner: cannot write the log file {logs / 'captioner.log'} (No space left on device); "
                         "not logging to it any more")
     assert lines[1:] == ["WARNING: a warning for the person"]  # stderr's own handler goes on
+
+
+def test_a_log_file_another_captioner_holds_open_on_windows_is_written_on_unrotated(tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """Windows refuses to rename a file another process has open (the app and a command both log to
+    captioner.log), so the rotation at 2 MB fails there (``os.rename``: PermissionError, winerror 32,
+    played here); the log goes on in the same file, rotation off for this process, nothing said on
+    stderr and no record lost."""
+    import logging
+    import logging.handlers
+
+    from captioner.__main__ import _LogFile
+
+    path = tmp_path / "captioner.log"
+    handler = _LogFile(path, maxBytes=200, backupCount=3, encoding="utf-8")
+    tries = []
+
+    def held_open(src, dst):
+        tries.append(src)
+        exc = PermissionError(13, "The process cannot access the file because it is being used by another process")
+        exc.winerror = 32  # type: ignore[attr-defined]
+        raise exc
+
+    monkeypatch.setattr(logging.handlers.os, "rename", held_open)
+    log = logging.getLogger("captioner.test.rotation")
+    log.propagate = False
+    log.addHandler(handler)
+    try:
+        for i in range(20):
+            log.warning("record %02d %s", i, "x" * 40)
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+    assert len(tries) == 1 and not handler.broken  # tried once, then written on
+    text = path.read_text(encoding="utf-8")
+    assert [line.split()[1] for line in text.splitlines()] == [f"{i:02d}" for i in range(20)]
+    assert [p.name for p in tmp_path.iterdir()] == ["captioner.log"]
