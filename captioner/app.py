@@ -30,8 +30,10 @@ from PySide6.QtWidgets import QApplication
 
 from captioner.core import EngineUpdate, Provider, Source, stream_sources
 from captioner.engine.language import parse_languages
+from captioner.engine.runtime import CONTEXTS_ROOM
 from captioner.errors import CaptionerError, ModelError
 from captioner.models.install import first_installed_pack, list_packs
+from captioner.storage.disk import free_bytes
 from captioner.storage.paths import AppPaths
 from captioner.storage.settings import Settings, load_settings, save_settings, to_dict
 from captioner.transcript.cues import CueOptions, Mark
@@ -620,10 +622,11 @@ class CaptionerApp(QObject):
         if not problem or problem == self._cache_told:
             return False
         self._cache_told = problem
+        free = free_bytes(self.paths.cache)
+        room = " Free some disk space there." if free is not None and free < CONTEXTS_ROOM else ""
         self.tray.show_error("The NPU compiles at every start",
                              f"The model compiled for the NPU cannot be saved in {self.paths.cache} ({problem}), so "
-                             "each start compiles it again, which takes minutes. Free some disk space there; "
-                             "captions go on on the NPU meanwhile.")
+                             f"each start compiles it again, which takes minutes; captions go on on the NPU.{room}")
         return True
 
     def _on_prepare_progress(self, done: int, total: int) -> None:

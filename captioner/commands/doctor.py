@@ -25,6 +25,7 @@ from captioner.commands import described
 from captioner.commands.models import disk_mb
 from captioner.core import PROVIDERS, Provider
 from captioner.engine import int8_kernel
+from captioner.engine.plugin_paths import UTF8_CODE_PAGE, ansi_code_page, plugin_folder
 from captioner.engine.providers import QNN_EP, Attempt, Candidate, Host, plan_candidates, qnn_devices
 from captioner.models.install import DEFAULT_MODEL, list_packs
 from captioner.models.verify import pack_problems
@@ -183,7 +184,22 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         print(f"  {name:7s} {getattr(paths, name)}")
     print(f"  packs   {paths.packs}")
     print(f"  room    {_room(paths)}")
+    page = ansi_code_page()
+    if page is not None:  # Windows: the code page the QNN plugin reads paths in (engine/plugin_paths.py)
+        print(f"  text    {_code_page_line(page, paths)}")
     return 0 if sound else 1
+
+
+def _code_page_line(page: int, paths: AppPaths) -> str:
+    """``code page 65001 (UTF-8)``, or which folder the QNN plugin cannot use under another one."""
+    if page == UTF8_CODE_PAGE:
+        return f"code page {page} (UTF-8)"
+    if str(paths.cache).isascii():
+        return f"code page {page}"
+    folder, why = plugin_folder(paths.cache)
+    if folder is not None:
+        return f"code page {page}; the NPU's compile cache is used as {folder}"
+    return f"code page {page}; the NPU's compile cache cannot be used: {why}"
 
 
 def _room(paths: AppPaths) -> str:

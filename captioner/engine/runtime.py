@@ -133,6 +133,7 @@ import onnxruntime as ort
 
 from captioner.core import PROVIDERS, Provider
 from captioner.engine import int8_kernel, npu_probe
+from captioner.engine.plugin_paths import plugin_folder
 from captioner.engine.providers import (
     CPU_EP,
     QNN_EP,
@@ -173,7 +174,7 @@ RECOVERY_RUNS = 500
 # next session's, or the app and the CLI on a first start, would otherwise each compile every graph
 # the cache lacked when they began, over the same temporary file.
 _COMPILING = threading.Lock()
-_CONTEXTS_ROOM = 1 << 30  # a cache disk with less room than this cannot be counted on for a model's contexts
+CONTEXTS_ROOM = 1 << 30  # a cache disk with less room than this cannot be counted on for a model's contexts
 
 
 def default_threads() -> int:
@@ -454,6 +455,11 @@ class Runtime:
         self._plan: list[Candidate | Attempt] = [_fit_for_pack(c, pack) for c in plan_candidates(provider)]
         self._fallbacks: list[Attempt] = []
         self._advance()
+        if self.cache_dir is not None and self._current.uses_ep_context:  # the QNN plugin reads that folder
+            self.cache_dir, self.cache_problem = plugin_folder(self.cache_dir)
+            if self.cache_dir is None:
+                logger.warning("the NPU's compile cache under %s cannot be used (%s); %s compiles in memory, "
+                               "at every start", cache_dir, self.cache_problem, self.provider)
         if pack.precision == "fp16" and not self._current.uses_ep_context:
             # Measured: the in-graph Cast of each fp16 weight gives every session its own fp32 copy
             # (+740 MB instead of +140 MB for a 9-graph bucket of a d_model 384 model).
@@ -1024,7 +1030,7 @@ class Runtime:
         if "context cache file" in str(exc).lower():
             return _one_line(exc)
         free = free_bytes(self.cache_dir)
-        return f"{free // 2**20} MB free on its disk" if free is not None and free < _CONTEXTS_ROOM else ""
+        return f"{free // 2**20} MB free on its disk" if free is not None and free < CONTEXTS_ROOM else ""
 
     def _options(self, cand: Candidate, frames: int | None = None) -> ort.SessionOptions:
         """Session options for ``cand`` (:func:`~captioner.engine.providers.session_options`);

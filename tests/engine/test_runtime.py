@@ -421,6 +421,32 @@ def test_doctor_says_a_full_disk(small_disk, capsys) -> None:
     assert last == "  room    0 KB free: the disk is full; sessions, settings and models cannot be saved", last
 
 
+@pytest.mark.parametrize(("page", "short", "said"), [
+    (65001, None, "code page 65001 (UTF-8)"),
+    (1252, "LUKASZ~1", "code page 1252; the NPU's compile cache is used as {alias}"),
+    (1252, None, "code page 1252; the NPU's compile cache cannot be used: its path has letters that the QNN plugin "
+                 "cannot read under code page 1252"),
+])
+def test_doctor_on_windows_says_the_code_page_the_npu_plugin_reads_paths_in(tmp_path, capsys, monkeypatch, page,
+                                                                           short, said) -> None:
+    """Windows' answers played (``GetACP``, ``GetShortPathNameW``; engine/plugin_paths.py): the last line
+    says the code page, and under a user folder with letters outside it whether the NPU's compile
+    cache can be used, and as what. The installed app runs in UTF-8 (its manifest); the Windows
+    workflow checks that line of the installed ``captioner-cli doctor``."""
+    from captioner import cli
+    from captioner.engine import plugin_paths
+    from captioner.storage.paths import AppPaths
+
+    paths = AppPaths.default(tmp_path / "Łukasz")
+    alias = tmp_path / (short or "none")
+    monkeypatch.setattr(plugin_paths, "ansi_code_page", lambda: page)
+    monkeypatch.setattr("captioner.commands.doctor.ansi_code_page", lambda: page)
+    monkeypatch.setattr(plugin_paths, "short_path", lambda path: alias if short else None)
+    cli.run(["doctor", "--no-verify"], paths)
+    last = capsys.readouterr().out.rstrip().splitlines()[-1]
+    assert last.startswith("  text    " + said.format(alias=alias)), last
+
+
 @pytest.mark.qnn
 def test_doctor_check_qnn(tmp_path, capsys) -> None:
     from captioner import cli

@@ -360,3 +360,45 @@ def test_a_compile_cache_that_cannot_be_written_keeps_the_npu_compiled_in_memory
     assert not [m for m in said if "falling back" in m or "while captioning" in m], said
     assert out[0].shape[-1] == 150 and np.isfinite(out[0]).all()
     rt.close()
+
+
+@pytest.mark.parametrize("volume", ["short_names", "no_short_names"])
+def test_a_cache_folder_the_plugin_cannot_read_is_used_by_its_short_name(npu_pack, tmp_path, monkeypatch, caplog,
+                                                                         volume) -> None:
+    """A Windows user folder with letters outside the ANSI code page the QNN plugin reads paths in
+    (``Łukasz`` under cp1252: onnxruntime-qnn converts with ``std::filesystem::path(std::string)``,
+    engine/plugin_paths.py). Windows' answers are played (``GetACP`` 1252, ``GetShortPathNameW``: an
+    ASCII alias, a link here, or the long name where the volume keeps no 8.3 names); the compile,
+    the cache and the warm start are the real HTP emulator's. With an alias the contexts are kept in
+    the folder through it and a second start compiles nothing; without one, the NPU compiles in
+    memory, the reason said, never the CPU."""
+    from captioner.engine import plugin_paths
+
+    home = tmp_path / "Łukasz" / "AppData"
+    alias = tmp_path / "LUKASZ~1"
+
+    def short_path(path):
+        if volume == "no_short_names":
+            return path  # what GetShortPathNameW gives where 8.3 names are off
+        if not alias.exists():
+            alias.symlink_to(tmp_path / "Łukasz", target_is_directory=True)
+        return alias / path.relative_to(tmp_path / "Łukasz")
+
+    monkeypatch.setattr(plugin_paths, "ansi_code_page", lambda: 1252)
+    monkeypatch.setattr(plugin_paths, "short_path", short_path)
+    rt = Runtime(npu_pack, "qnn", cache_dir=home, npu_buckets=(3,))
+    with caplog.at_level(logging.WARNING, logger="captioner.engine.runtime"):
+        rt.prepare()
+    info = rt.info()
+    assert info.chosen == "QNN-HTP" and info.fallbacks == (), info
+    if volume == "short_names":
+        assert rt.cache_dir == alias / "AppData" and info.cache_problem == ""
+        assert list((home / "ep-context").glob("*/*_ctx.onnx"))  # kept in the real folder
+        rt.close()
+        warm = Runtime(npu_pack, "qnn", cache_dir=home, npu_buckets=(3,))
+        assert not warm.compile_pending()  # the next start loads them
+        warm.close()
+    else:
+        assert rt.cache_dir is None and "code page 1252" in info.cache_problem
+        assert sum("cannot be used" in r.getMessage() for r in caplog.records) == 1
+        rt.close()

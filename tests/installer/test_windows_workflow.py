@@ -176,17 +176,42 @@ def test_every_command_line_parses(workflow: dict, capsys: pytest.CaptureFixture
     capsys.readouterr()
 
 
-def test_doctor_pattern_matches_what_doctor_prints(workflow: dict, tmp_path: Path, tiny_pack: Pack,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """``doctor`` as the workflow runs it: after a model was installed, and passing."""
-    pattern = re.search(r'Select-String -Path doctor\.txt -Pattern "([^"]+)"', _scripts(workflow))
-    assert pattern
+def test_doctor_patterns_match_what_doctor_prints(workflow: dict, tmp_path: Path, tiny_pack: Pack,
+                                                  capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    """``doctor`` as the workflow runs it: after a model was installed, and passing; on Windows, where the
+    installed app's manifest makes UTF-8 its ANSI code page (``GetACP`` answered so here)."""
+    patterns = re.findall(r'Select-String -Path doctor\.txt -Pattern "([^"]+)"', _scripts(workflow))
+    assert len(patterns) == 2
+    monkeypatch.setattr("captioner.commands.doctor.ansi_code_page", lambda: 65001)
     paths = AppPaths.default(tmp_path).ensure()
     shutil.copytree(tiny_pack.root, paths.packs / "whisper-tiny.en")
     code = cli.run(["doctor", "--no-verify"], paths)
     out = capsys.readouterr().out
     assert code == 0, out
-    assert re.search(pattern.group(1), out), out
+    for pattern in patterns:
+        assert re.search(pattern, out), (pattern, out)
+
+
+def test_the_frozen_app_runs_in_utf8_by_its_manifest() -> None:
+    """The spec embeds installer/captioner.manifest, and PyInstaller's own manifest writer (what the
+    Windows build runs) keeps its activeCodePage UTF-8 (Windows 10 1903 and later), long paths and
+    asInvoker."""
+    from xml.dom import minidom
+
+    from PyInstaller.utils.win32.winmanifest import create_application_manifest
+
+    spec = (REPO / "installer" / "captioner.spec").read_text(encoding="utf-8")
+    assert 'manifest=str(Path(SPECPATH) / "captioner.manifest")' in spec
+    written = create_application_manifest((REPO / "installer" / "captioner.manifest").read_bytes())
+    dom = minidom.parseString(written)
+    (page,) = dom.getElementsByTagName("activeCodePage")
+    assert page.firstChild.data == "UTF-8"
+    assert page.getAttribute("xmlns") == "http://schemas.microsoft.com/SMI/2019/WindowsSettings"
+    assert page.parentNode.tagName == "windowsSettings"
+    (longpath,) = dom.getElementsByTagName("longPathAware")
+    assert longpath.firstChild.data == "true"
+    (level,) = dom.getElementsByTagName("requestedExecutionLevel")
+    assert level.getAttribute("level") == "asInvoker"
 
 
 def test_expected_words_are_the_clips(workflow: dict) -> None:
