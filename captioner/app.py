@@ -616,8 +616,9 @@ class CaptionerApp(QObject):
         self.state_changed.emit(state)
 
     def _tell_cache_problem(self) -> bool:
-        """Say once, in the tray, that the NPU's compiled model cannot be kept on disk (a full disk:
-        ``EngineInfo.cache_problem``), so every start compiles it again for minutes; True where said."""
+        """Say once, in the tray, that the NPU's compiled model cannot be kept on disk (a full disk, a
+        folder the QNN plugin cannot read: ``EngineInfo.cache_problem``), so every start compiles it
+        again for minutes, with "free some disk space" where the disk is short; True where said."""
         problem = self._engine_info().cache_problem if self._engine_info is not None else ""
         if not problem or problem == self._cache_told:
             return False
