@@ -965,7 +965,7 @@ class CaptionerApp(QObject):
         if self._finished:
             return
         if not self._quitting:
-            self._begin_quit()
+            self._begin_quit(measurement_wait_s=1.0)  # Windows asks about an app still busy after 5 s
         thread, worker = self._thread, self._worker
         if thread is not None and worker is not None:
             worker.request_stop()
@@ -979,14 +979,15 @@ class CaptionerApp(QObject):
         if not self._finished:
             self._finish_quit()
 
-    def _begin_quit(self) -> None:
-        """What a quit does before the engine stops: nothing new starts, dialogs and the measurement go."""
+    def _begin_quit(self, measurement_wait_s: float = 5.0) -> None:
+        """What a quit does before the engine stops: nothing new starts, dialogs and the measurement go
+        (waited for ``measurement_wait_s``: it ends after its round in progress)."""
         self._quitting = True
         if self._settings_dialog is not None:
             self._settings_dialog.reject()  # its edits were not asked for; it must not outlive the app
         if self._measurement is not None:
             self._measurement.stop()
-            if not self._measurement.wait(5.0):  # ends after its round in progress
+            if not self._measurement.wait(measurement_wait_s):
                 logger.warning("the models' measurement did not stop in time")
         if self.options.screenshot is not None:
             ok = self.bar.render_png(self.options.screenshot)
