@@ -93,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return npu_probe.child_main(argv[1])
     from captioner import cli
+    from captioner.commands._stop import stop_as_ctrl_c
 
+    stop_as_ctrl_c()  # SIGTERM and SIGHUP stop a command as Ctrl-C does: its words kept
     paths = AppPaths.default(os.environ.get("CAPTIONER_HOME"))
     setup_logging(paths, verbose="-v" in argv or "--verbose" in argv)
     return cli.run(argv, paths)

@@ -26,7 +26,6 @@ import itertools
 import json
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -46,6 +45,7 @@ from captioner.commands._engine import (
     spoken_languages,
 )
 from captioner.commands._printer import Console, TerminalLines, TextOut, WordPrinter
+from captioner.commands._stop import ignore_stops
 from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
 from captioner.engine import TranscriptionInfo
 from captioner.engine.overload import LagReport
@@ -233,7 +233,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
             printer.finish()  # the engine's last update may be empty: the words held for a phrase end
         except KeyboardInterrupt:
             interrupted = True
-            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose the saving
+            ignore_stops()  # a second Ctrl-C (or SIGTERM) must not lose the saving
             console.note("captioner: interrupted; keeping the words shown so far")
             on_update(_shown_as_final(printer.words) or EngineUpdate(), True)
             words = list(printer.words)

@@ -1,5 +1,7 @@
 """Ctrl-C keeps the words (issue 26): SIGINT to a real ``captioner transcribe --realtime`` with the real
-tiny.en on real speech writes every export with what was shown, ends the session, exits 130."""
+tiny.en on real speech writes every export with what was shown, ends the session, exits 130. SIGTERM
+(``kill``, ``timeout``, a service manager) does the same (``commands/_stop.py``); before, it ended the
+process where it stood: no export written and the session not ended."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import srt
 
 from captioner.storage.paths import AppPaths
@@ -30,8 +33,9 @@ def _ctrl_c_delivered() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_sigint_keeps_every_word_shown_in_every_export_and_the_session(real_tiny_en_pack, reading: Path,
-                                                                       tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_stop_keeps_every_word_shown_in_every_export_and_the_session(real_tiny_en_pack, reading: Path,
+                                                                       tmp_path: Path, stop: str) -> None:
     home = tmp_path / "home"
     out_json, out_srt = tmp_path / "out.json", tmp_path / "out.srt"
     env = dict(os.environ, CAPTIONER_HOME=str(home))
@@ -43,7 +47,7 @@ def test_sigint_keeps_every_word_shown_in_every_export_and_the_session(real_tiny
     first = proc.stdout.readline()  # the first final line, as soon as it settles (the pipe is not held back)
     assert first.startswith("[00:0"), (first, proc.poll(), proc.stderr.read() if proc.poll() is not None else "")
     time.sleep(2.0)  # a few more rounds: a draft is on screen and the reading is not over
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(getattr(signal, stop))
     rest, err = proc.communicate(timeout=60)
     stdout = first + rest
     assert proc.returncode == 130, err
