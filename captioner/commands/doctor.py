@@ -194,12 +194,10 @@ def _code_page_line(page: int, paths: AppPaths) -> str:
     """``code page 65001 (UTF-8)``, or which folder the QNN plugin cannot use under another one."""
     if page == UTF8_CODE_PAGE:
         return f"code page {page} (UTF-8)"
-    if str(paths.cache).isascii():
-        return f"code page {page}"
-    folder, why = plugin_folder(paths.cache)
-    if folder is not None:
-        return f"code page {page}; the NPU's compile cache is used as {folder}"
-    return f"code page {page}; the NPU's compile cache cannot be used: {why}"
+    folder, why = plugin_folder(paths.cache)  # the one rule of what the plugin can read
+    if folder is None:
+        return f"code page {page}; the NPU's compile cache cannot be used: {why}"
+    return f"code page {page}" + (f"; the NPU's compile cache is used as {folder}" if folder != paths.cache else "")
 
 
 def _room(paths: AppPaths) -> str:
