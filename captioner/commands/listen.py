@@ -2,8 +2,9 @@
 
 Captured blocks go through the same engine path as ``transcribe`` and the app (one
 :class:`~captioner.engine.Stream` per source), words are printed as they settle and the session is
-recorded in the store as it happens. Without an installed model (or with ``--levels-only``) it
-shows input levels only. ``--record`` saves the 16 kHz mono audio exactly as the engine receives it.
+recorded in the store as it happens. With no model installed it installs the default first, as
+``transcribe`` does; with ``--levels-only`` (or where that install fails) it shows input levels
+only. ``--record`` saves the 16 kHz mono audio exactly as the engine receives it.
 
 The capture loop (:func:`capture_loop`) takes one callback per :class:`AudioBlock`, and one after
 each batch: it drains what the capture already holds before that call, so the engine's bounded-lag
@@ -170,7 +171,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with --source both: mix microphone and system audio into one stream "
                    "(tagged 'system')")
     p.add_argument("--levels-only", action="store_true",
-                   help="do not run the engine; only capture (and record) and show levels")
+                   help="do not run the engine (nor install a model); only capture (and record) and show levels")
     p.add_argument("--title", metavar="TEXT", help="the session's title in the history (default: listen (SOURCES))")
     p.add_argument("--no-save", action="store_true", help="do not record the session in the history")
     add_engine_options(p)
@@ -281,11 +282,13 @@ class _Captioner:
 
 def _open_captioner(args: argparse.Namespace, paths: AppPaths, sources: tuple[Source, ...],
                     console: Console) -> _Captioner | None:
-    """The engine for ``listen``, or None (levels only) when asked or when no model is installed."""
+    """The engine for ``listen``, or None (levels only) when asked. A fresh machine installs the
+    default model first, as ``transcribe`` does (a named known model too); where that install fails
+    (no network) and no model was named, the levels still show."""
     if args.levels_only:
         return None
     try:
-        setup = open_engine(args, paths)
+        setup = open_engine(args, paths, install_missing=True)
     except ModelError as exc:
         if args.model:
             raise

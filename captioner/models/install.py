@@ -348,7 +348,8 @@ def resolve_pack(name_or_path: str, paths: AppPaths) -> Path:
     if path.is_dir():
         return path  # not a pack: loading it names the missing manifest
     names = [p.name for p in list_packs(paths)]
-    raise ModelError(f"no pack {name_or_path!r}; installed: {', '.join(names) or 'none'}")
+    hint = f"; install it with 'captioner models install {known.short}'" if known is not None else ""
+    raise ModelError(f"no pack {name_or_path!r}; installed: {', '.join(names) or 'none'}{hint}")
 
 
 def remove_pack(name: str, paths: AppPaths) -> Path:

