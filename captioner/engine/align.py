@@ -8,9 +8,22 @@ accumulated cost is ≤ both others, else up if ≤ left, else left); ``jump[r]`
 path in row r; a word = a token starting with a space plus its continuation tokens, timed
 ``[jump[first token], jump[first token of the next word or the dummy row]]``.
 
-Deliberate difference from the reference: M is the number of **real** frames (the attention is
-cropped to the audio, as the paper's NPU design does), not the padded encoder length, so padding
-frames cannot pull the last word's end past the audio.
+Deliberate differences from the reference:
+
+- M is the number of **real** frames (the attention is cropped to the audio, as the paper's NPU
+  design does), not the padded encoder length, so padding frames cannot pull the last word's end
+  past the audio.
+- A collapsed alignment is done again with a second uniform row **before** the tokens. The
+  trailing row wins the z-score of every frame where no token's attention exceeds 1/M (silence, a
+  forced prefix's audio), and the path reaches it only after the last token; so where the input
+  opens with enough such frames (a session's first sentence after 12 s of silence, decoded in the
+  30 s window from the stream's first sample: whisper-base and tiny.en both) the cheapest path
+  runs every token down the first frame and gives all the rest to the trailing row, and every word
+  came out at the input's start with no length (a subtitle cue of one instant, a collapsed JSON).
+  The leading row takes those frames instead, and each word goes back to its attention. Only a
+  collapsed alignment (the trailing row entered on the first token's frame) is redone, so every
+  other round's times are the reference's; :attr:`Alignment.collapsed` still says it collapsed (a
+  live round whose words the attention did not find is unreliable all the same).
 """
 
 from __future__ import annotations
@@ -50,10 +63,14 @@ class WordSpan:
 
 @dataclass(frozen=True, slots=True)
 class Alignment:
-    """DTW result: the words and the per-row jump frames (tokens + dummy)."""
+    """DTW result: the words and the per-row jump frames (tokens + dummy); ``collapsed``: the
+    reference's path put every word on the first frame (the times are then the leading row's
+    re-alignment, module doc), which says the attention did not find the words (a live round's
+    reliability test, NPUSPER.md §11.2)."""
 
     words: tuple[WordSpan, ...]
     jumps: tuple[int, ...]
+    collapsed: bool = False
 
     @property
     def valid(self) -> bool:
@@ -132,8 +149,20 @@ def align_words(tokens: Sequence[int], attn_align: np.ndarray, vocab: Vocabulary
     attn = np.asarray(attn_align, dtype=np.float64)
     if not spans or attn.ndim != 2 or attn.shape[0] != len(tokens) or attn.shape[1] == 0:
         return Alignment(tuple(WordSpan(f, k) for f, k in spans), ())
+    jumps = _jumps(attn, median, lead=False)
+    collapsed = bool(jumps[-1] == jumps[0])  # every word on one frame, with no length (module doc)
+    if collapsed:
+        jumps = _jumps(attn, median, lead=True)
+    words = tuple(WordSpan(f, k, int(jumps[f]), int(jumps[f + k])) for f, k in spans)
+    return Alignment(words, tuple(int(x) for x in jumps), collapsed)
+
+
+def _jumps(attn: np.ndarray, median: int, *, lead: bool) -> np.ndarray:
+    """The first frame of each row (the T tokens, then the trailing uniform row) on the DTW path:
+    int [T + 1]; ``lead``: with a uniform row before the tokens too (its frame left out)."""
     m = attn.shape[1]
-    matrix = np.vstack([attn, np.full((1, m), 1.0 / m)])
+    uniform = np.full((1, m), 1.0 / m)
+    matrix = np.vstack([uniform, attn, uniform] if lead else [attn, uniform])
     mean = matrix.mean(axis=0)
     std = np.sqrt((matrix * matrix).mean(axis=0) - mean * mean + _EPS)
     matrix = median_filter((matrix - mean) / std, median)
@@ -142,5 +171,4 @@ def align_words(tokens: Sequence[int], attn_align: np.ndarray, vocab: Vocabulary
     # the path is monotone, so the first visit of a row is its first occurrence in path order
     first = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
     jumps[rows[first]] = cols[first]
-    words = tuple(WordSpan(f, k, int(jumps[f]), int(jumps[f + k])) for f, k in spans)
-    return Alignment(words, tuple(int(x) for x in jumps))
+    return jumps[1:] if lead else jumps

@@ -996,8 +996,7 @@ class Stream:
             alignment = align_words(cands, result.attn_align[: len(cands)], self.vocab, cfg.dtw_median)
             if alignment.valid:
                 lw = alignment.words[-1]
-                collapsed = lw.start_frame <= 0 and lw.end_frame <= 0
-                reliable = not collapsed and lw.end_frame * FRAME_S >= cfg.unreliable_fraction * eff_s
+                reliable = not alignment.collapsed and lw.end_frame * FRAME_S >= cfg.unreliable_fraction * eff_s
         stats["dtw_ms"] = (time.perf_counter() - t_dtw) * 1000.0
 
         # 11.3 repeat tracker and the 30 s re-inference

@@ -71,10 +71,12 @@ def test_dtw_matches_the_reference_loops(shape):
         assert path_of(cost) == naive_dtw(cost)
 
 
-def naive_align(tokens, attn):
-    """§10 step by step with loops: dummy row, z-score per frame, median 7 per row, DTW, jumps."""
+def naive_align(tokens, attn, lead=False):
+    """§10 step by step with loops: dummy row, z-score per frame, median 7 per row, DTW, jumps
+    (``lead``: a uniform row before the tokens too)."""
     m = attn.shape[1]
-    mat = np.vstack([attn, np.full((1, m), 1.0 / m)]).astype(float)
+    uniform = np.full((1, m), 1.0 / m)
+    mat = np.vstack([uniform, attn, uniform] if lead else [attn, uniform]).astype(float)
     for j in range(m):
         col = mat[:, j]
         mean = col.mean()
@@ -82,8 +84,15 @@ def naive_align(tokens, attn):
     mat = np.stack([naive_median(r, 7) for r in mat])
     jumps = {}
     for i, j in naive_dtw(-mat):
-        jumps.setdefault(i, j)
+        jumps.setdefault(i - lead, j)
     return [(f, k, jumps[f], jumps[f + k]) for f, k in split_words(tokens, V.vocab)]
+
+
+def naive_words(tokens, attn):
+    """:func:`naive_align`, done again with the leading row where every word collapsed onto the
+    first token's frame (the trailing row entered there)."""
+    words = naive_align(tokens, attn)
+    return naive_align(tokens, attn, lead=True) if words[-1][3] == words[0][2] else words
 
 
 def test_word_split_by_leading_space():
@@ -98,8 +107,8 @@ def test_words_follow_the_attention_peaks():
     attn = np.stack([bump(c, 100) for c in centers])
     al = align_words(tokens, attn, V.vocab)
     got = [(w.first, w.count, w.start_frame, w.end_frame) for w in al.words]
-    assert got == naive_align(tokens, attn)
-    assert al.valid and len(al.jumps) == len(tokens) + 1
+    assert got == naive_words(tokens, attn) == naive_align(tokens, attn)  # nothing collapsed: the reference's
+    assert al.valid and len(al.jumps) == len(tokens) + 1 and not al.collapsed
     assert [w.first for w in al.words] == [0, 2, 4]
     (a, b, c) = al.words
     assert a.start_frame == 0 and a.end_frame == b.start_frame and b.end_frame == c.start_frame
@@ -112,7 +121,28 @@ def test_random_attention_matches_the_reference_steps():
         tokens = [V.word[int(i)] if rng.random() < 0.7 else ING for i in rng.integers(0, 50, n_tok)]
         attn = rng.dirichlet(np.ones(m) * 0.3, size=n_tok).astype(np.float32)
         got = [(w.first, w.count, w.start_frame, w.end_frame) for w in align_words(tokens, attn, V.vocab).words]
-        assert got == naive_align(tokens, attn)
+        assert got == naive_words(tokens, attn)
+
+
+def test_an_input_that_opens_with_silence_keeps_each_word_at_its_attention() -> None:
+    """450 frames (9 s) of silence, then three words: where no token's attention beats 1/M the
+    trailing uniform row wins every frame, and the reference's cheapest path ran every token down
+    frame 0 and gave all 600 frames to that row: each word at the input's start, with no length (a
+    session's first sentence after 12 s of silence, in the whole-stream decode: real tiny.en in
+    tests/engine/test_real_speech_policy.py). Redone with a uniform row before the tokens, each word
+    is at its attention again."""
+    m, centers = 600, (470, 510, 560)
+    attn = np.stack([0.5 * bump(c, m, width=12.0, floor=0.0) + 0.3 / m for c in centers])
+    attn /= attn.sum(axis=1, keepdims=True)
+    tokens = [A, B, C]
+    assert [w[2:] for w in naive_align(tokens, attn)] == [(0, 0)] * 3  # the reference collapses
+    al = align_words(tokens, attn, V.vocab)
+    got = [(w.first, w.count, w.start_frame, w.end_frame) for w in al.words]
+    assert got == naive_words(tokens, attn) == naive_align(tokens, attn, lead=True)
+    assert al.valid and len(al.jumps) == len(tokens) + 1
+    assert al.collapsed  # the reference's path did: a live round takes it as unreliable (stream.py §11.2)
+    for (_, _, start, end), center in zip(got, centers, strict=True):
+        assert start < end and 400 < start <= center <= end + 15, got  # around its peak, with a length
 
 
 def test_shape_mismatch_is_invalid():

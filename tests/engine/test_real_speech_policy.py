@@ -253,6 +253,24 @@ def test_words_heard_before_the_detected_speech_keep_their_times(model, step_s) 
     assert NORMALISE(" ".join(w.text for w in words)).endswith("please")  # CAPCOM's line after it
 
 
+@pytest.mark.parametrize("silence_s", [12.0, 22.0])
+def test_a_first_sentence_after_long_silence_keeps_its_word_times(model, silence_s) -> None:
+    """A session's first sentence after 12 s or more of digital silence (an app started before the
+    meeting): its closing decode hears the stream from its first sample in the 30 s window, where
+    DTW's trailing row won every silent frame and every word came out at the speech onset with no
+    length (one instant in the JSON, a subtitle cue of reading time only). Each word now has its
+    own time, that of the sentence heard alone moved by the silence."""
+    speech = load_audio_file(DATA / "1221-135766-0002.wav")  # "Yet these thoughts affected Hester Prynne ..."
+    alone = stream_words(model, speech)
+    words = stream_words(model, np.concatenate([np.zeros(round(silence_s * SR), np.float32), speech]))
+    timed = [(w.text, round(w.start, 2), round(w.end, 2)) for w in words]
+    assert [w.text for w in words] == [w.text for w in alone], timed
+    assert all(w.end > w.start for w in words), timed
+    assert all(a.end <= b.start for a, b in itertools.pairwise(words)), timed
+    for w, a in zip(words, alone, strict=True):
+        assert abs(w.start - silence_s - a.start) <= 0.25, (timed, [(a.text, a.start, a.end) for a in alone])
+
+
 def test_the_onset_floor_stands_aside_only_for_two_words_said_before_the_onset() -> None:
     """``_floor`` on token spans (a word's tokens share its span), onset at 3.2 s: one word before it,
     even of three tokens, or one DTW collapsed to no length, is floored as ever (DTW's first word at
