@@ -337,8 +337,9 @@ def run_offline(model: AcousticModel, audio: np.ndarray, language: str = "en", t
         if tokens:
             # DTW over the whole window, as the live engine's 30 s decodes align, then clamped to the
             # real frames: cropped first, a clip of ~2 s whose last tokens attend to the padding put
-            # every word at 0.0 s (the latency of its words then read as the clip's length)
-            alignment = align_words(tokens, result.attn_align[: len(tokens)], vocab)
+            # every word at 0.0 s (the latency of its words then read as the clip's length); the
+            # reference's alignment as it is, a collapsed one too (the engine's own fix left out)
+            alignment = align_words(tokens, result.attn_align[: len(tokens)], vocab, redo_collapsed=False)
             spans = [(vocab.decode(tokens[w.first : w.first + w.count]).strip(), min(w.start_frame, real),
                       min(w.end_frame, real)) for w in alignment.words]
         advance = chunk.size

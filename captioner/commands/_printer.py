@@ -9,6 +9,13 @@ else (final lines, notes on stderr) is written above the region, which is then d
 Not a terminal (a pipe, a file): no escape codes at all; each final line is written and flushed as
 soon as it settles, drafts are not shown, and status lines go to their own stream (stderr).
 
+A reader that goes away (``| head`` has its lines, a ``| tee`` ended by the same Ctrl-C, a terminal
+closed: :func:`reader_gone`) fails no write: every stream here is a :class:`Guarded` one, which then
+points its descriptor at the null device and says so (``gone``). The command stops as on Ctrl-C where
+its words' reader went (:attr:`Console.gone`) and finishes as ever: the session ended, every export
+written. Before, the first write after that raised, and ``transcribe`` wrote none of its exports,
+``listen`` left its session not ended.
+
 A :class:`WordPrinter` turns one source's engine updates into those lines: a word is final once
 :func:`~captioner.core.final_count` says so; final words are held until a phrase ends (a word ending
 in ``. ? ! ;`` …, closing quotes after it allowed, not a title's or an initial's full stop:
@@ -20,14 +27,19 @@ the printer does not rely on it) prints a ``(correction mm:ss.ss)`` line.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import shutil
+import sys
 import textwrap
+from collections.abc import Callable
 from typing import Protocol, TextIO
 
 from captioner.core import EngineUpdate, Word, apply_update, final_count
 from captioner.transcript.cues import ends_phrase, opens_phrase
 
-__all__ = ["Console", "TerminalLines", "TextOut", "WordPrinter", "fit_terminal"]
+__all__ = ["Console", "Guarded", "TerminalLines", "TextOut", "WordPrinter", "fit_terminal", "reader_gone"]
 
 DIM, RESET = "\033[2m", "\033[0m"
 UP, CLEAR_DOWN = "\033[1A", "\033[J"
@@ -43,7 +55,7 @@ class TextOut(Protocol):
     def flush(self) -> None: ...
 
 
-def fit_terminal(out: TextIO, text: str) -> str:
+def fit_terminal(out: TextIO | Guarded, text: str) -> str:
     """``text`` as ``out`` should show it: on a terminal, each line wider than the terminal wrapped
     at spaces (never inside a word), the continuation indented by two spaces; elsewhere as it is."""
     if not out.isatty():
@@ -56,22 +68,61 @@ def fit_terminal(out: TextIO, text: str) -> str:
     )
 
 
-class TerminalLines:
-    """A text stream (stderr) whose writes go through :func:`fit_terminal`: a summary line on an
-    80-column terminal wraps between words ("328 words"), not inside one ("328 word" / "s")."""
+def reader_gone(exc: OSError) -> bool:
+    """A write failed because nothing reads the stream any more: a closed pipe (EPIPE; on Windows a
+    closed pipe's EINVAL) or a terminal that was closed (EIO, after its SIGHUP)."""
+    return (isinstance(exc, BrokenPipeError) or exc.errno == errno.EIO
+            or (sys.platform == "win32" and exc.errno == errno.EINVAL))
 
-    def __init__(self, out: TextIO) -> None:
+
+class Guarded:
+    """A text stream whose reader may go away (module doc): a write or flush that finds it gone
+    points the stream's descriptor at the null device, so that this and every later write to it
+    (a summary line, Python's own flush at exit) succeeds and goes nowhere, and sets :attr:`gone`.
+    Any other error is raised as ever."""
+
+    def __init__(self, out: TextOut) -> None:
         self.out = out
+        self.gone = False
 
     def write(self, text: str) -> int:
-        self.out.write(fit_terminal(self.out, text))
+        self._do(lambda: self.out.write(text))
         return len(text)
 
     def flush(self) -> None:
-        self.out.flush()
+        self._do(self.out.flush)
 
     def isatty(self) -> bool:
-        return self.out.isatty()
+        return bool(getattr(self.out, "isatty", lambda: False)())
+
+    def _do(self, action: Callable[[], object]) -> None:
+        try:
+            action()
+        except OSError as exc:
+            if not reader_gone(exc):
+                raise
+            self.gone = True
+            try:
+                fd = self.out.fileno()  # type: ignore[attr-defined]
+            except (AttributeError, OSError, ValueError):
+                return  # no descriptor: nothing else can write to it
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, fd)
+            finally:
+                os.close(devnull)
+            with contextlib.suppress(OSError):
+                self.out.flush()  # what the failed write left in the buffer goes to the null device
+
+
+class TerminalLines(Guarded):
+    """A text stream (stderr) whose writes go through :func:`fit_terminal`: a summary line on an
+    80-column terminal wraps between words ("328 words"), not inside one ("328 word" / "s"); a
+    :class:`Guarded` one."""
+
+    def write(self, text: str) -> int:
+        super().write(fit_terminal(self, text))
+        return len(text)
 
 
 class Console:
@@ -85,11 +136,17 @@ class Console:
     """
 
     def __init__(self, out: TextIO, tty: bool, status_out: TextOut | None = None, note_out: TextOut | None = None) -> None:
-        self.out, self.tty = out, tty
-        self.status_out, self.note_out = status_out, note_out
+        self.out, self.tty = _guarded(out), tty
+        self.status_out = None if status_out is None else _guarded(status_out)
+        self.note_out = None if note_out is None else _guarded(note_out)
         self._drafts: dict[str, tuple[str, str, str]] = {}  # key -> (label, plain part, dimmed part)
         self._status = ""
         self._height = 0  # lines of the region on screen now
+
+    @property
+    def gone(self) -> bool:
+        """Nothing reads the final lines any more (module doc): the command stops as on Ctrl-C."""
+        return self.out.gone
 
     @property
     def width(self) -> int:
@@ -154,6 +211,11 @@ class Console:
                 self.out.write("\n".join(lines))
                 self._height = len(lines)
         self.out.flush()
+
+
+def _guarded(out: TextOut) -> Guarded:
+    """``out`` as a :class:`Guarded` stream."""
+    return out if isinstance(out, Guarded) else Guarded(out)
 
 
 def _fit(label: str, plain: str, dimmed: str, width: int) -> str:

@@ -1,5 +1,5 @@
-"""How a command is stopped: Ctrl-C, and as Ctrl-C, SIGTERM (``kill``, ``timeout``, a service manager)
-and SIGHUP (its terminal closed).
+"""How a command is stopped: Ctrl-C, and as Ctrl-C, SIGTERM (``kill``, ``timeout``, a service manager),
+SIGHUP (its terminal closed) and the reader of its words going away (:class:`OutputClosed`).
 
 Python raises KeyboardInterrupt for SIGINT only; SIGTERM ended the process where it stood, so
 ``transcribe`` wrote none of its exports and ``listen`` and ``transcribe`` left the session not ended,
@@ -12,9 +12,15 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-__all__ = ["ignore_stops", "stop_as_ctrl_c"]
+__all__ = ["OutputClosed", "ignore_stops", "stop_as_ctrl_c"]
 
 STOP_SIGNALS = ("SIGTERM", "SIGHUP")  # besides SIGINT; those this platform has
+
+
+class OutputClosed(KeyboardInterrupt):
+    """Nothing reads the command's words any more (``| head`` has its lines, a ``| tee`` that the
+    same Ctrl-C ended: :attr:`~captioner.commands._printer.Console.gone`): a stop, taken as Ctrl-C's
+    path, so the words so far are kept, exported and the session ended."""
 
 
 def _interrupt(_number: int, _frame: FrameType | None) -> None:

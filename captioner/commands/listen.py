@@ -46,6 +46,7 @@ from captioner.commands._engine import (
 )
 from captioner.commands._keys import MarkKeys
 from captioner.commands._printer import Console, TerminalLines, WordPrinter
+from captioner.commands._stop import OutputClosed
 from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, EngineUpdate, RoundStats, Source
 from captioner.engine.overload import LagGovernor
 from captioner.errors import AudioDeviceError, CaptionerError, ModelError
@@ -322,6 +323,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     clock = {s: 0 for s in capture.sources}
     heard_at = [started]  # when the newest audio arrived (monotonic)
     levels: dict[Source, str] = {}
+    closed: list[bool] = []  # the words' reader went away, and the stop was raised
+    halted = False  # by Ctrl-C or as Ctrl-C: short of --seconds on purpose
     keys = MarkKeys(sys.stdin) if captioner is not None else None  # with --no-save too: an Enter must not break the lines
 
     def on_block(block: AudioBlock) -> None:
@@ -360,6 +363,9 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         if captioner is not None:
             captioner.run_rounds()
             take_marks()
+        if console.gone and not closed:  # nothing reads the words any more: stop as Ctrl-C does
+            closed.append(True)
+            raise OutputClosed
 
     def take_marks() -> None:
         """Each Enter typed is a mark at "now" on the audio clock: the newest audio, plus the wall
@@ -386,8 +392,9 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
                     writers[src] = WavWriter(path)  # one that cannot be created: AudioFileError, said in a line
             try:
                 capture_loop(capture, on_block, args.seconds, on_event, on_batch)
-            except KeyboardInterrupt:
-                console.note("stopping")
+            except KeyboardInterrupt as stop:
+                console.note("stopping: the output was closed" if isinstance(stop, OutputClosed) else "stopping")
+                halted = True
     except BaseException:
         take_marks()
         if keys is not None:
@@ -398,7 +405,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         elif captioner is not None:
             captioner.finish(max(clock.values()) / SAMPLE_RATE)  # the words so far are saved, the session ended
         raise
-    if args.seconds is None:  # Ctrl-C: keep the tail the stop flushed
+    if args.seconds is None or halted:  # Ctrl-C: keep the tail the stop flushed
         capture_loop(capture, on_block, None, on_event, on_batch)
     take_marks()
     if keys is not None:
@@ -411,7 +418,8 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
         early = " (stopped early: it could not be written)" if src in stopped else ""
         print(f"recorded {w.frames / SAMPLE_RATE:.2f} s of {src} audio to {w.path}{early}", flush=True)
     print(f"done after {time.monotonic() - started:.1f} s", flush=True)
-    if args.seconds is not None and (short := [s for s, c in clock.items() if c < round(args.seconds * SAMPLE_RATE)]):
+    if args.seconds is not None and not halted and (
+            short := [s for s, c in clock.items() if c < round(args.seconds * SAMPLE_RATE)]):
         got = ", ".join(f"{clock[s] / SAMPLE_RATE:.1f} s of {s} audio" for s in short)
         raise AudioDeviceError(f"got only {got} of the {args.seconds:g} s asked for: the device was lost "
                                f"and did not come back within {LATE_S:g} s (what was captured is kept)")

@@ -45,7 +45,7 @@ from captioner.commands._engine import (
     spoken_languages,
 )
 from captioner.commands._printer import Console, TerminalLines, TextOut, WordPrinter
-from captioner.commands._stop import ignore_stops
+from captioner.commands._stop import OutputClosed, ignore_stops
 from captioner.core import SAMPLE_RATE, EngineUpdate, RoundStats, Source, Word
 from captioner.engine import TranscriptionInfo
 from captioner.engine.overload import LagReport
@@ -217,6 +217,8 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         if recorder is not None:  # stored before it is printed: an interruption loses nothing shown
             recorder.apply(update)
         printer.update(update, last)
+        if console.gone and not interrupted:  # nothing reads the words any more: stop as Ctrl-C does
+            raise OutputClosed
 
     fed = [0]  # samples fed so far: the session's length even if decoding stops half-way
 
@@ -231,10 +233,11 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         try:
             words, result = engine.transcribe(counted(), setup.config, realtime=args.realtime, on_update=on_update)
             printer.finish()  # the engine's last update may be empty: the words held for a phrase end
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             interrupted = True
             ignore_stops()  # a second Ctrl-C (or SIGTERM) must not lose the saving
-            console.note("captioner: interrupted; keeping the words shown so far")
+            console.note("captioner: the output was closed; keeping the words so far" if isinstance(stop, OutputClosed)
+                         else "captioner: interrupted; keeping the words shown so far")
             on_update(_shown_as_final(printer.words) or EngineUpdate(), True)
             words = list(printer.words)
             wall = time.perf_counter() - started

@@ -133,7 +133,8 @@ def dtw_path(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array(rows[::-1]), np.array(cols[::-1])
 
 
-def align_words(tokens: Sequence[int], attn_align: np.ndarray, vocab: Vocabulary, median: int = 7) -> Alignment:
+def align_words(tokens: Sequence[int], attn_align: np.ndarray, vocab: Vocabulary, median: int = 7, *,
+                redo_collapsed: bool = True) -> Alignment:
     """Word times of a round's candidate tokens.
 
     Args:
@@ -141,6 +142,8 @@ def align_words(tokens: Sequence[int], attn_align: np.ndarray, vocab: Vocabulary
         attn_align: float [T, M], per token the alignment-head mean attention over the M real frames.
         vocab: for the word split.
         median: median width along time.
+        redo_collapsed: a collapsed alignment is done again with the leading row (module doc); False:
+            the reference's times as they are (the accuracy bench's offline Whisper).
 
     Returns:
         The words with their frame times; ``valid`` is False when the shapes do not fit.
@@ -151,7 +154,7 @@ def align_words(tokens: Sequence[int], attn_align: np.ndarray, vocab: Vocabulary
         return Alignment(tuple(WordSpan(f, k) for f, k in spans), ())
     jumps = _jumps(attn, median, lead=False)
     collapsed = bool(jumps[-1] == jumps[0])  # every word on one frame, with no length (module doc)
-    if collapsed:
+    if collapsed and redo_collapsed:
         jumps = _jumps(attn, median, lead=True)
     words = tuple(WordSpan(f, k, int(jumps[f]), int(jumps[f + k])) for f, k in spans)
     return Alignment(words, tuple(int(x) for x in jumps), collapsed)

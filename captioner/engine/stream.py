@@ -97,7 +97,7 @@ decodes the utterance alone [52].
 
 After the decode, by kind:
 
-* **live** (the paper's §11, in its order): DTW word times on the real frames only [3]; an
+* **live** (the paper's §11, in its order): DTW word times on the real frames only [3, 54]; an
   unreliable round (its last word ends before ``unreliable_fraction`` of the input, or a single
   word) is shown speculatively and retracted by the next round [7, 8]; the overlap dedup drops the
   re-decoded last word (or replaces it when it gained punctuation, keeping its first-shown time)

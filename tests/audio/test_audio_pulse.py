@@ -380,3 +380,68 @@ def test_a_recording_that_fills_the_disk_stops_and_the_captions_go_on(pulse_serv
     assert info.rate == 16_000 and 1.0 < len(data) / 16_000 < 2.6
     assert f"{len(data) / 16_000:.2f} s of system audio" in recorded
     assert "saved as session 1" in out and [line for line in out.splitlines() if line.startswith("[")], out
+
+
+def _sigint_default() -> None:
+    """In the child: SIGINT back to its default (a runner in the background ignores it; see
+    tests/commands/test_transcribe_interrupt.py), so that Ctrl-C reaches it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("reader", ["head", "tee_ctrl_c"])
+def test_listen_whose_reader_goes_away_ends_its_session(pulse_server: PulseServer, real_tiny_en_pack,
+                                                        tmp_path: Path, reader: str) -> None:
+    """``captioner listen | head -n 1`` (head has its line and exits), and ``| tee`` with Ctrl-C,
+    which the terminal sends to both (tee ends at once, listen still has lines to print): the first
+    write that finds no reader is a stop, as Ctrl-C, and the session ends with its words. Before,
+    that write raised: the session was left "(not ended)" and ``head``'s listen ran on."""
+    home = tmp_path / "home"
+    env = dict(_cli_env(pulse_server), CAPTIONER_HOME=str(home), PYTHONFAULTHANDLER="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "captioner", "listen", "--source", "system", "--seconds", "60", "--model",
+         str(real_tiny_en_pack.root), "--provider", "cpu", "--title", "piped"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    command = ["head", "-n", "1"] if reader == "head" else ["cat"]
+    pipe = subprocess.Popen(command, stdin=proc.stdout, stdout=subprocess.PIPE, text=True, preexec_fn=_sigint_default)
+    proc.stdout.close()  # the reader's end is the reader's alone
+    assert pipe.stdout is not None
+    errors: list[str] = []
+    reader_thread = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)  # type: ignore[union-attr]
+    reader_thread.start()
+    started = time.monotonic()
+    while not any(line.startswith("listening:") for line in errors):
+        assert proc.poll() is None and time.monotonic() - started < 60, "".join(errors)
+        time.sleep(0.1)  # the capture is open: play
+    started = time.monotonic()
+    for clip in ("1089-134691-0001", "1221-135766-0002", "LJ001-0011"):  # three sentences, 2 s apart
+        _play(pulse_server, ("testsink", REPO / "tests" / "data" / "speech" / f"{clip}.wav"))()
+        time.sleep(2.0)
+    first = pipe.stdout.readline()
+    assert first.startswith("[00:"), (first, "".join(errors))
+    if reader == "tee_ctrl_c":
+        pipe.send_signal(signal.SIGINT)
+        pipe.wait(timeout=10)
+        proc.send_signal(signal.SIGINT)
+    try:
+        assert proc.wait(timeout=60) == 0, "".join(errors)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        pipe.wait(timeout=10)
+        pipe.stdout.close()
+        reader_thread.join(timeout=10)
+        proc.stderr.close()
+    err = "".join(errors)
+    print(f"listen ended {time.monotonic() - started:.1f} s after the speech began")
+    assert time.monotonic() - started < 45, err  # it stopped, and did not listen on for its 60 s
+    assert "Traceback" not in err, err
+    assert ("stopping: the output was closed" if reader == "head" else "stopping") in err, err
+    done = subprocess.run([sys.executable, "-m", "captioner", "sessions", "list"], env=env, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and "piped" in done.stdout and "(not ended)" not in done.stdout, done.stdout
+    shown = subprocess.run([sys.executable, "-m", "captioner", "sessions", "show", "1"], env=env, capture_output=True,
+                           text=True, timeout=60).stdout  # fmt: skip
+    assert " ".join(first.split("] ", 1)[1].split()[:3]) in shown.replace("\n", " "), (first, shown)

@@ -218,3 +218,29 @@ def test_long_status_lines_wrap_between_words_on_a_terminal(monkeypatch) -> None
     TerminalLines(pipe).write(summary)
     assert pipe.getvalue() == summary
     assert fit_terminal(tty, "short line") == "short line"
+
+
+@pytest.mark.parametrize("closed", ["pipe", "terminal"])
+def test_a_reader_that_went_away_fails_no_write_and_is_said(closed: str) -> None:
+    """A pipe whose reader exited (EPIPE) and a terminal that was closed (its master end gone: EIO,
+    as after SIGHUP): the Console's writes raise nothing, ``gone`` says so, and the descriptor
+    now takes every later write (a summary, Python's flush at exit) without an error."""
+    import pty
+
+    if closed == "pipe":
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+    else:
+        master, write_end = pty.openpty()
+        os.close(master)
+    out = os.fdopen(write_end, "w", encoding="utf-8")
+    try:
+        console = Console(out, tty=False)
+        assert not console.gone
+        console.line("[00:00.50] He could wait no longer.")  # raised BrokenPipeError / OSError(EIO) before
+        assert console.gone
+        console.line("[00:02.00] For a full hour")
+        console.close()
+        print("summary", file=out, flush=True)  # the descriptor is the null device's now
+    finally:
+        out.close()
