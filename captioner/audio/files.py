@@ -6,7 +6,8 @@ resampled with :class:`captioner.audio.resample.Resampler`; NaN and Inf samples 
 
 :class:`AudioFileReader` streams a file (WAV read block by block, ffmpeg's output read from its
 pipe as it decodes), so a multi-hour file costs one block of memory, not the whole file in float32
-(3 h: 0.7 GB); :func:`load_audio_file` is the whole file at once, for short clips.
+(3 h: 0.7 GB); ``-`` is standard input, any format ffmpeg reads (``ffmpeg … -f wav - | captioner
+transcribe -``); :func:`load_audio_file` is the whole file at once, for short clips.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -27,10 +29,11 @@ from captioner.audio.wavfile import read_wav, read_wav_info
 from captioner.core import SAMPLE_RATE, AudioBlock, AudioEvent, Source
 from captioner.errors import AudioFileError
 
-__all__ = ["AudioFileReader", "FileSource", "load_audio_file"]
+__all__ = ["STDIN", "AudioFileReader", "FileSource", "load_audio_file"]
 
 logger = logging.getLogger(__name__)
 
+STDIN = "-"  # the file name that means standard input
 FILE_BLOCK_S = 0.1  # FileSource block length in seconds
 READ_BLOCK_S = 10.0  # AudioFileReader block length in seconds of the file (0.6 MB of float32 at 16 kHz)
 
@@ -87,6 +90,14 @@ class AudioFileReader:
     def __init__(self, path: str | Path, block_s: float = READ_BLOCK_S) -> None:
         self.path = Path(path)
         self.block_s = block_s
+        self._stdin = str(path) == STDIN
+        if self._stdin:  # a stream has no header to read ahead of it, and may be any format: ffmpeg's
+            self._wav = None
+            self._ffmpeg = shutil.which("ffmpeg")
+            if self._ffmpeg is None:
+                raise AudioFileError("reading audio from standard input ('-') needs ffmpeg; install it, or "
+                                     "give a file")
+            return
         if not self.path.is_file():
             raise AudioFileError(f"{self.path} does not exist or is not a file")
         if self.path.stat().st_size == 0:
@@ -95,6 +106,10 @@ class AudioFileReader:
         self._ffmpeg = None if self._wav is not None else shutil.which("ffmpeg")
         if self._wav is None and self._ffmpeg is None:
             raise AudioFileError(f"{self.path} is not a WAV file; install ffmpeg to read other formats")
+
+    @property
+    def _name(self) -> str:
+        return "standard input" if self._stdin else str(self.path)
 
     @property
     def duration_s(self) -> float | None:
@@ -125,14 +140,15 @@ class AudioFileReader:
 
     def _ffmpeg_blocks(self) -> Iterator[np.ndarray]:
         assert self._ffmpeg is not None
-        cmd = [self._ffmpeg, "-nostdin", "-v", "error", "-i", str(self.path), "-f", "f32le", "-ac", "1",
-               "-ar", str(SAMPLE_RATE), "-"]
+        source = ["-i", "pipe:0"] if self._stdin else ["-nostdin", "-i", str(self.path)]
+        cmd = [self._ffmpeg, "-v", "error", *source, "-f", "f32le", "-ac", "1", "-ar", str(SAMPLE_RATE), "-"]
         chunk = 4 * max(1, round(self.block_s * SAMPLE_RATE))
         with tempfile.TemporaryFile() as err:  # a file, not a pipe: ffmpeg never blocks on its stderr
             try:
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err,
+                                        stdin=sys.stdin.buffer if self._stdin else subprocess.DEVNULL)
             except OSError as exc:
-                raise AudioFileError(f"ffmpeg could not decode {self.path}: {exc}") from exc
+                raise AudioFileError(f"ffmpeg could not decode {self._name}: {exc}") from exc
             assert proc.stdout is not None
             got = 0
             try:
@@ -148,9 +164,9 @@ class AudioFileReader:
             if code != 0:
                 err.seek(0)
                 why = (err.read().decode(errors="replace").strip().splitlines() or ["unknown error"])[-1]
-                raise AudioFileError(f"ffmpeg could not decode {self.path}: {why}")
+                raise AudioFileError(f"ffmpeg could not decode {self._name}: {why}")
             if got == 0:
-                raise AudioFileError(f"{self.path} contains no audio")
+                raise AudioFileError(f"{self._name} contains no audio")
 
 
 class FileSource:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from captioner.audio.files import AudioFileReader
+from captioner.audio.files import STDIN, AudioFileReader
 from captioner.commands import described, saved_line
 from captioner.commands._engine import (
     add_engine_options,
@@ -73,7 +73,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``transcribe`` subcommand."""
     p = subparsers.add_parser("transcribe", help="transcribe an audio file with the streaming engine",
                               description=described(__doc__))
-    p.add_argument("audio", type=Path, metavar="AUDIO", help="WAV file (any rate/channels); other formats need ffmpeg")
+    p.add_argument("audio", type=Path, metavar="AUDIO", help="WAV file (any rate/channels); other formats need "
+                   "ffmpeg; - reads standard input (any format ffmpeg reads)")
     add_engine_options(p)
     p.add_argument("--realtime", action="store_true", help="feed the audio at real-time pace (as a live source)")
     for fmt in ("srt", "vtt", "txt", "json"):
@@ -101,6 +102,11 @@ def _load(path: Path) -> tuple[Iterator[np.ndarray], float | None]:
         raise AudioFileError(f"{path} is only {n / SAMPLE_RATE * 1000:.0f} ms long; "
                              f"nothing to transcribe (at least {_MIN_AUDIO_S * 1000:.0f} ms needed)")
     return itertools.chain(head, blocks), reader.duration_s
+
+
+def _title(audio: Path) -> str:
+    """The session's title when none is given: the file's name, or "standard input" for ``-``."""
+    return "standard input" if str(audio) == STDIN else audio.name
 
 
 def check_targets(targets: Sequence[Path]) -> None:
@@ -193,7 +199,8 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         err.write(f"captioner: provider {info.requested!r} is not available; using {info.chosen} "
                   f"({'; '.join(f'{a.label}: {a.reason}' for a in info.fallbacks)})\n")
     language = setup.config.language
-    err.write(f"transcribing {args.audio} ({f'{audio_s:.1f} s' if audio_s is not None else 'streamed'}) with "
+    named = _title(args.audio) if str(args.audio) == STDIN else args.audio
+    err.write(f"transcribing {named} ({f'{audio_s:.1f} s' if audio_s is not None else 'streamed'}) with "
               f"{engine_line(setup)}{', real time' if args.realtime else ''} (Ctrl-C stops and keeps the words)\n")
     console = Console(sys.stdout, sys.stdout.isatty(), note_out=err)
     printer = WordPrinter(console)
@@ -201,7 +208,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     if not args.no_save:  # recorded as it happens: an interrupted run keeps what was shown
         recorder = SessionRecorder.start_or_keep(lambda: SessionStore.open(paths.sessions_db), model=engine.name,
                                                  provider=info.chosen, language=language,
-                                                 title=args.title or args.audio.name,
+                                                 title=args.title or _title(args.audio),
                                                  settings=engine_snapshot(setup.config), fallback_dirs=[paths.exports])
         if recorder.export_reason:
             err.write(f"captioner: this session cannot be saved ({recorder.export_reason}); "
@@ -263,7 +270,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         if recorder is not None and unsaved is None:
             session = recorder.store.get_session(recorder.session_id).to_json()
         else:
-            session = {"title": args.audio.name, "model": engine.name, "provider": info.chosen,
+            session = {"title": _title(args.audio), "model": engine.name, "provider": info.chosen,
                        "language": ", ".join(spoken_languages(rounds)) or language,
                        "sources": ["system"], "duration_ms": round(fed[0] / SAMPLE_RATE * 1000)}
         written = _save_outputs(args, words, stats, session, [Gap(a, b, "system") for a, b in result.gaps])

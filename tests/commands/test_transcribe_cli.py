@@ -145,3 +145,43 @@ def test_a_session_nowhere_to_be_written_still_leaves_the_exports(real_tiny_en_p
     assert last.startswith("captioner: the session store could not be written (cannot open the session store") \
         and "no fallback folder could take the transcript either" in last, last
     assert "saved as session" not in out.err and "not saved in the history" not in out.err
+
+
+def test_standard_input_is_captioned(real_tiny_en_pack, reading: Path, tmp_path: Path) -> None:
+    """``captioner transcribe -``: audio on standard input (``ffmpeg … | captioner transcribe -``,
+    any format ffmpeg reads: FLAC here, written by ffmpeg to a pipe, so with no length in its
+    header): every word, and the session titled "standard input". Before: "- does not exist or is
+    not a file"."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import pytest
+
+    if shutil.which("ffmpeg") is None:
+        pytest.fail("ffmpeg is not installed (scripts/setup --dev installs it)")
+    flac = subprocess.run(["ffmpeg", "-v", "error", "-i", str(reading), "-f", "flac", "-"], capture_output=True,
+                          check=True, timeout=60).stdout  # fmt: skip
+    home, out = tmp_path / "home", tmp_path / "out.json"
+    done = subprocess.run([sys.executable, "-m", "captioner", "transcribe", "-", "--model", str(real_tiny_en_pack.root),
+                           "--provider", "cpu", "--json", str(out)], input=flac, capture_output=True, timeout=300,
+                          env=dict(os.environ, CAPTIONER_HOME=str(home)))  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 0, err
+    assert err.startswith("transcribing standard input (streamed) with"), err
+    assert done.stdout.decode().startswith("[00:00.6"), done.stdout  # "He could wait no longer."
+    words = " ".join(w["text"] for w in json.loads(out.read_text(encoding="utf-8"))["words"]).lower()
+    assert words.startswith("he could wait no longer") and "hester" in words and "first importance" in words, words
+    with SessionStore.open(AppPaths.default(home).sessions_db) as store:
+        (session,) = store.list_sessions()
+        assert session.title == "standard input" and session.ended_at is not None
+
+
+def test_standard_input_without_ffmpeg_says_what_is_needed(tmp_path: Path, capsys, monkeypatch) -> None:
+    import captioner.audio.files as files
+
+    monkeypatch.setattr(files.shutil, "which", lambda name: None)
+    assert cli.run(["transcribe", "-", "--no-save"], AppPaths.default(tmp_path / "home")) == 2
+    err = capsys.readouterr().err
+    assert "reading audio from standard input ('-') needs ffmpeg; install it, or give a file" in err, err
