@@ -148,6 +148,13 @@ class EngineUpdate:
 
     ``gap`` is the audio-clock span ``(start, end)`` in seconds that the engine dropped undecoded
     because it fell behind real time (``Stream.skip``); the transcript shows a gap marker there.
+
+    ``settled`` (seconds on the audio clock, or None) says that nothing of the source is open: the
+    last utterance closed and no later decode can read its words again, so every committed word
+    emitted so far is final (no later update retracts it) and no later word starts before that
+    time, the end of the audio the engine has heard for good. Without it only
+    :func:`final_count`'s rule holds, which must keep the last word back: a closed sentence
+    followed by a long silence would wait for the next speech.
     """
 
     retract: int = 0
@@ -155,6 +162,7 @@ class EngineUpdate:
     stats: RoundStats | None = None
     source: Source = "system"
     gap: tuple[float, float] | None = None
+    settled: float | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -184,8 +192,8 @@ def final_count(words: Sequence[Word], *, finished: bool = False) -> int:
 
     A retraction removes the previous round's speculative words and at most the last committed word
     before them (NPUSPER.md §11.4, §11.8), so every committed word but the last is final; once the
-    stream has finished, every committed word is. The terminal printer and the live subtitle file
-    both write words at this point.
+    stream has finished, or an update says it ``settled``, every committed word is. The terminal
+    printer and the live subtitle file both write words at this point.
     """
     committed = next((i for i, w in enumerate(words) if w.speculative), len(words))
     return committed if finished else max(0, committed - 1)

@@ -17,9 +17,12 @@ written. Before, the first write after that raised, and ``transcribe`` wrote non
 ``listen`` left its session not ended.
 
 A :class:`WordPrinter` turns one source's engine updates into those lines: a word is final once
-:func:`~captioner.core.final_count` says so; final words are held until a phrase ends (a word ending
+:func:`~captioner.core.final_count` says so, or an update says its source ``settled`` (the utterance
+closed and nothing is open: a sentence followed by a long silence is printed then, not when the
+next speech comes); final words are held until a phrase ends (a word ending
 in ``. ? ! ;`` …, closing quotes after it allowed, not a title's or an initial's full stop:
-:func:`~captioner.transcript.cues.ends_phrase`) or a line's worth of text is held, then printed as ``[mm:ss.ss] text``. The held
+:func:`~captioner.transcript.cues.ends_phrase`), a line's worth of text is held or the source settled,
+then printed as ``[mm:ss.ss] text``. The held
 words lead the draft line, the engine's committed-but-open words follow in normal weight and its
 speculative words dimmed. A retraction of words already printed (the engine does not do this, but
 the printer does not rely on it) prints a ``(correction mm:ss.ss)`` line.
@@ -247,11 +250,15 @@ class WordPrinter:
         self.words: list[Word] = []  # every word shown so far (the source's transcript)
         self.printed: list[Word] = []  # final words written as lines
         self.held: list[Word] = []  # final words not yet written: the phrase is still open
+        self._final_n = 0  # leading words known final (an update that settled): later rules keep them
 
     def update(self, update: EngineUpdate, final: bool = False) -> None:
         """Apply one update; ``final``: the stream has finished (every committed word is final)."""
+        kept = len(self.words) - update.retract
         apply_update(self.words, update)
-        stable = self.words[: final_count(self.words, finished=final or update.gap is not None)]
+        over = final or update.gap is not None or update.settled is not None  # nothing of the source is open
+        self._final_n = max(min(self._final_n, kept), final_count(self.words, finished=over))
+        stable = self.words[: self._final_n]
         shown = self.printed + self.held
         same = 0
         while same < min(len(shown), len(stable)) and shown[same] == stable[same]:
@@ -263,7 +270,7 @@ class WordPrinter:
             self.printed, self.held = list(stable), []
         else:
             self.held = stable[len(self.printed):]
-        self._print_phrases(flush=final or update.gap is not None)
+        self._print_phrases(flush=over)
         if update.gap is not None:
             start, end = update.gap
             self.console.line(f"{self.label}[{_clock(start)}] […] (skipped {end - start:.1f} s: behind real time)")

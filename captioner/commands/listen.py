@@ -323,7 +323,7 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
     clock = {s: 0 for s in capture.sources}
     heard_at = [started]  # when the newest audio arrived (monotonic)
     levels: dict[Source, str] = {}
-    closed: list[bool] = []  # the words' reader went away, and the stop was raised
+    closed = False  # the words' reader went away, and the stop was raised
     halted = False  # by Ctrl-C or as Ctrl-C: short of --seconds on purpose
     keys = MarkKeys(sys.stdin) if captioner is not None else None  # with --no-save too: an Enter must not break the lines
 
@@ -360,11 +360,12 @@ def run(args: argparse.Namespace, paths: AppPaths) -> int:
                 console.status(line)
 
     def on_batch() -> None:
+        nonlocal closed
         if captioner is not None:
             captioner.run_rounds()
             take_marks()
         if console.gone and not closed:  # nothing reads the words any more: stop as Ctrl-C does
-            closed.append(True)
+            closed = True
             raise OutputClosed
 
     def take_marks() -> None:

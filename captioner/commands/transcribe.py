@@ -104,9 +104,12 @@ def _load(path: Path) -> tuple[Iterator[np.ndarray], float | None]:
     return itertools.chain(head, blocks), reader.duration_s
 
 
-def _title(audio: Path) -> str:
-    """The session's title when none is given: the file's name, or "standard input" for ``-``."""
-    return "standard input" if str(audio) == STDIN else audio.name
+def _named(audio: Path, *, path: bool = False) -> str:
+    """The audio as the command names it: "standard input" for ``-``, else the file's name (the
+    session's title when none is given), or with ``path`` the path as given (the first line)."""
+    if str(audio) == STDIN:
+        return "standard input"
+    return str(audio) if path else audio.name
 
 
 def check_targets(targets: Sequence[Path]) -> None:
@@ -199,8 +202,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         err.write(f"captioner: provider {info.requested!r} is not available; using {info.chosen} "
                   f"({'; '.join(f'{a.label}: {a.reason}' for a in info.fallbacks)})\n")
     language = setup.config.language
-    named = _title(args.audio) if str(args.audio) == STDIN else args.audio
-    err.write(f"transcribing {named} ({f'{audio_s:.1f} s' if audio_s is not None else 'streamed'}) with "
+    err.write(f"transcribing {_named(args.audio, path=True)} ({f'{audio_s:.1f} s' if audio_s is not None else 'streamed'}) with "
               f"{engine_line(setup)}{', real time' if args.realtime else ''} (Ctrl-C stops and keeps the words)\n")
     console = Console(sys.stdout, sys.stdout.isatty(), note_out=err)
     printer = WordPrinter(console)
@@ -208,7 +210,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
     if not args.no_save:  # recorded as it happens: an interrupted run keeps what was shown
         recorder = SessionRecorder.start_or_keep(lambda: SessionStore.open(paths.sessions_db), model=engine.name,
                                                  provider=info.chosen, language=language,
-                                                 title=args.title or _title(args.audio),
+                                                 title=args.title or _named(args.audio),
                                                  settings=engine_snapshot(setup.config), fallback_dirs=[paths.exports])
         if recorder.export_reason:
             err.write(f"captioner: this session cannot be saved ({recorder.export_reason}); "
@@ -270,7 +272,7 @@ def _run(args: argparse.Namespace, paths: AppPaths) -> int:
         if recorder is not None and unsaved is None:
             session = recorder.store.get_session(recorder.session_id).to_json()
         else:
-            session = {"title": _title(args.audio), "model": engine.name, "provider": info.chosen,
+            session = {"title": _named(args.audio), "model": engine.name, "provider": info.chosen,
                        "language": ", ".join(spoken_languages(rounds)) or language,
                        "sources": ["system"], "duration_ms": round(fed[0] / SAMPLE_RATE * 1000)}
         written = _save_outputs(args, words, stats, session, [Gap(a, b, "system") for a, b in result.gaps])

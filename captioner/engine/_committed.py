@@ -52,6 +52,7 @@ class CommittedLog:
         self._mark = 0  # first token index that may differ from what was published
         self.draft_from: int | None = None  # tokens from here on are an open utterance's draft
         self.reread_from: int | None = None  # ... or words the next closing decode may read again (53)
+        self._sealed: int | None = None  # tokens before this index are final: the next one opens a word
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -61,6 +62,8 @@ class CommittedLog:
         removed = self.tokens[n:]
         del self.tokens[n:]
         self._mark = min(self._mark, n)
+        if self._sealed is not None and n < self._sealed:  # final words taken back (the stream never does)
+            self._sealed = None
         if self.draft_from is not None:
             self.draft_from = min(self.draft_from, n)
         if self.reread_from is not None:
@@ -85,6 +88,13 @@ class CommittedLog:
             changed = [i for i in (start, self.reread_from) if i is not None]
             self._mark = min(self._mark, *changed)
             self.reread_from = start
+
+    def seal(self) -> None:
+        """Every token so far is final (their utterance closed, no decode reads them again): the
+        next token opens a new word, so no later publish re-derives, and retracts, the last word
+        (a next utterance whose first token has no leading space, or a language written without
+        spaces, would otherwise join it)."""
+        self._sealed = len(self.tokens)
 
     def confirm(self, start: int) -> None:
         """Make the speculative tokens from index ``start`` on committed (no later round will
@@ -218,6 +228,8 @@ class CommittedLog:
         mark = self._mark
         w0 = max(bisect.bisect_right(self._firsts, mark - 1) - 1, 0) if mark > 0 else 0
         t_from = self._firsts[w0] if w0 < len(self._firsts) else 0
+        if self._sealed is not None and mark >= self._sealed:  # the words before the seal stay as they are
+            w0, t_from = bisect.bisect_left(self._firsts, self._sealed), self._sealed
         new_words, new_firsts = self._derive(t_from, self.words[w0 - 1] if w0 > 0 else None)
         old = self.words[w0:]
         common = 0

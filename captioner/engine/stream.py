@@ -1508,7 +1508,18 @@ class Stream:
             total_ms=(time.perf_counter() - t_round) * 1000.0,
             **stats,
         )
-        return EngineUpdate(retract, words, round_stats, self.source)
+        return EngineUpdate(retract, words, round_stats, self.source, settled=self._settled_at())
+
+    def _settled_at(self) -> float | None:
+        """``EngineUpdate.settled``: where nothing is open (no utterance, draft, speculative word,
+        carried word or closed words a closing decode may read again), the end of the audio heard
+        for good (seconds: the carry's start, else the next sample to take), and the log sealed
+        there; else None."""
+        if (self._utterance_start is not None or self._spec_from is not None or self._memory is not None
+                or self._prefix or self._log.draft_from is not None or self._log.reread_from is not None):
+            return None
+        self._log.seal()
+        return (self._carry_start if self._carry.size else self._next) / SAMPLE_RATE
 
 
 def _same_input(a: tuple[int, tuple[int, ...]], b: tuple[int, tuple[int, ...]]) -> bool:
@@ -1752,4 +1763,4 @@ def _merge(first: EngineUpdate, then: EngineUpdate) -> EngineUpdate:
     """One update equivalent to applying ``first`` then ``then`` (the stats of ``then``)."""
     kept = max(0, len(first.words) - then.retract)
     retract = first.retract + max(0, then.retract - len(first.words))
-    return EngineUpdate(retract, first.words[:kept] + then.words, then.stats, then.source)
+    return EngineUpdate(retract, first.words[:kept] + then.words, then.stats, then.source, settled=then.settled)

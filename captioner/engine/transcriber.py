@@ -269,9 +269,12 @@ class Transcriber:
                     time.sleep(wait)  # pacing a file at real time is the point of realtime
             pos += len(block)
             stream.feed(block)
-            block = next(steps, None)
-            while realtime and block is not None and t0 + (pos + len(block)) / SAMPLE_RATE <= time.perf_counter():
-                pos += len(block)  # arrived while the engine was busy: the backlog, fed before the rule
+            # in real time the next step is looked at first: what arrived while the engine was busy is
+            # the backlog, fed before the rule; else it is read after the rounds, since reading may
+            # wait (standard input as it is spoken) and the rounds of what came must not
+            block = next(steps, None) if realtime else None
+            while block is not None and t0 + (pos + len(block)) / SAMPLE_RATE <= time.perf_counter():
+                pos += len(block)
                 stream.feed(block)
                 block = next(steps, None)
             sim.audio_s = pos / SAMPLE_RATE
@@ -280,6 +283,8 @@ class Transcriber:
                 if update.gap is not None:
                     gaps.append(update.gap)
                 handle(update)
+            if not realtime:
+                block = next(steps, None)
         sim.enter()
         handle(stream.finish(), last=True)
         wall = time.perf_counter() - t0

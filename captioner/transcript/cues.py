@@ -340,6 +340,21 @@ class CueSegmenter:
         self._open = []
         return [cue]
 
+    def settle(self, source: Source, at_ms: int) -> list[Cue]:
+        """``source`` will say nothing that starts before ``at_ms`` (``EngineUpdate.settled``): close
+        its open cue now where its next word, whenever it comes, would close it (a sentence end, or
+        the silence to ``at_ms`` already long enough) and would not change its end (it ends by
+        ``at_ms``), so the cue is the one :meth:`push` would close then. A sentence followed by a
+        long pause reaches a live file during the pause, not when the next speech comes."""
+        if not self._open or self._open[-1].source != source:
+            return []
+        last = self._open[-1]
+        if not (_ends_with(last.text, SENTENCE_END) or at_ms - last.end >= self.options.silence_ms):
+            return []
+        if self._span(self._open, None)[1] > at_ms:  # its reading time runs past what was heard
+            return []
+        return self.flush()
+
     def push_gap(self, gap: Gap) -> list[Cue]:
         """Add a gap: closes the open cue (yielding at the gap's start) and returns it with the
         gap's own cue, which spans the gap (moved after the previous cue when they overlap)."""
@@ -540,7 +555,8 @@ class CueSegmenter:
         """The pieces as one line: words spaced, a long word's pieces glued."""
         return "".join(p.text if p.glued or i == 0 else f" {p.text}" for i, p in enumerate(pieces)).strip()
 
-    def _close(self, pieces: Sequence[_Piece], next_start: int | None) -> Cue:
+    def _span(self, pieces: Sequence[_Piece], next_start: int | None) -> tuple[int, int]:
+        """(start, end) in ms of the cue of ``pieces`` when the next piece starts at ``next_start``."""
         opts = self.options
         start = max(pieces[0].start, self._prev_end)
         natural_end = min(max(pieces[-1].end, start), start + opts.max_duration_ms)
@@ -549,7 +565,10 @@ class CueSegmenter:
         end = min(max(natural_end, start + readable), start + opts.max_duration_ms)
         if next_start is not None and end > next_start:
             end = max(next_start, natural_end)  # the minimum yields; the words' own end does not
-        end = max(end, start + 1)
+        return start, max(end, start + 1)
+
+    def _close(self, pieces: Sequence[_Piece], next_start: int | None) -> Cue:
+        start, end = self._span(pieces, next_start)
         self._prev_end = end
         words: list[str] = []
         for piece in pieces:

@@ -1,7 +1,8 @@
 """Live subtitle files: an SRT or WebVTT file that grows as the session is transcribed.
 
 A word is written once it is *final*, when no retraction can reach it
-(:func:`~captioner.core.final_count`: every committed word of its source but the last). Final words go through
+(:func:`~captioner.core.final_count`: every committed word of its source but the last; all of them
+once an update says the source ``settled``). Final words go through
 the same :class:`~captioner.transcript.cues.CueSegmenter` as the batch export; each cue it closes
 is appended in one ``write`` and fsynced, so a crash at any moment leaves a file that parses (at
 worst without the cues that were not final yet). :meth:`LiveSubtitleWriter.close` writes the
@@ -14,6 +15,9 @@ be nudged forward where the sources overlap; the exported file interleaves them 
 
 An update with a ``gap`` (the engine skipped audio it could not keep up with) makes its source's
 words final (the skip ended the utterance) and appends the gap's ``[…]`` cue, as the export does.
+An update that ``settled`` (nothing of its source open) makes its words final too, and closes the
+open cue where the next word could not change it (:meth:`~captioner.transcript.cues.CueSegmenter.settle`):
+a sentence followed by a pause is in the file during the pause.
 """
 
 from __future__ import annotations
@@ -91,10 +95,14 @@ class LiveSubtitleWriter:
             )
             update = EngineUpdate(len(pending), update.words, update.stats, update.source)
         apply_update(pending, update)
-        if update.gap is None:
+        if update.gap is None and update.settled is None:
             return self._finalize(pending, final_count(pending))
         written = self._finalize(pending, final_count(pending, finished=True))
-        return written + self._write_cues(self._segmenter.push_gap(Gap(*update.gap, update.source)))
+        if update.gap is not None:
+            written += self._write_cues(self._segmenter.push_gap(Gap(*update.gap, update.source)))
+        if update.settled is not None:
+            written += self._write_cues(self._segmenter.settle(update.source, round(update.settled * 1000)))
+        return written
 
     def close(self) -> None:
         """Write every committed word still held back, close the last cue and the file."""

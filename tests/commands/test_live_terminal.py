@@ -165,6 +165,26 @@ def test_held_words_are_printed_when_the_stream_ends_even_without_a_last_update(
     assert pipe.getvalue() == "[00:00.00] so we went\n"
 
 
+def test_a_sentence_before_a_pause_is_printed_once_the_source_settles() -> None:
+    """On a pipe a line waits for its words to be final, and the engine keeps a stream's last word
+    back, so a sentence followed by silence was printed only when the next speech came (``listen |
+    tee``: the last thing said before a pause was not in the file). An update that says the source
+    settled prints it; words held without a phrase end go out as a line then too, and a later update
+    that shows only drafts takes nothing back (the rule of the last word would have printed it twice)."""
+    pipe = io.StringIO()
+    printer = WordPrinter(Console(pipe, False))
+    printer.update(EngineUpdate(0, tuple(Word(t, i * 0.4, i * 0.4 + 0.3) for i, t in enumerate(("We", "left.")))))
+    assert pipe.getvalue() == ""
+    printer.update(EngineUpdate(settled=3.0))
+    assert pipe.getvalue() == "[00:00.00] We left.\n"
+    printer.update(EngineUpdate(0, (Word("so", 5.0, 5.2), Word("we", 5.2, 5.4))))
+    printer.update(EngineUpdate(settled=8.0))
+    printer.update(EngineUpdate(0, (Word("and", 9.0, 9.2, speculative=True),)))
+    printer.update(EngineUpdate(1, (Word("and", 9.0, 9.2), Word("then.", 9.2, 9.6), Word("Yes", 10.0, 10.2))))
+    printer.finish()
+    assert pipe.getvalue() == "[00:00.00] We left.\n[00:05.00] so we\n[00:09.00] and then.\n[00:10.00] Yes\n"
+
+
 def test_a_title_ends_no_line_and_a_quoted_sentence_does() -> None:
     """Seen in `captioner transcribe` of A Tale of Two Cities (`corpus/`): "[01:19.18] Mrs." was a line
     of its own, "Southcott had recently attained …" the next; and a sentence ending in a closing quote

@@ -178,6 +178,48 @@ def test_standard_input_is_captioned(real_tiny_en_pack, reading: Path, tmp_path:
         assert session.title == "standard input" and session.ended_at is not None
 
 
+def test_standard_input_is_captioned_as_it_comes(real_tiny_en_pack, tmp_path: Path) -> None:
+    """``arecord -f S16_LE -r 16000 | captioner transcribe - > notes.txt``: a sentence, then 14 s of
+    silence (18.8 s in all), and the pipe kept open: the sentence's line is written while the stream
+    goes on, not at its end. Before, the file reader waited for 10 s blocks, the engine read the next step before
+    decoding the last, and the printer kept the sentence's last word back until the next speech, so
+    nothing was written until the stream ended."""
+    import os
+    import select
+    import struct
+    import subprocess
+    import sys
+    import time
+
+    speech = (load_audio_file(SPEECH / "1221-135766-0002.wav") * 32767).astype("<i2").tobytes()  # 4.8 s
+    header = b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 16000, 32000, 2, 16) \
+        + b"data" + struct.pack("<I", 0xFFFFFFFF)  # a stream's header: no length
+    with subprocess.Popen([sys.executable, "-m", "captioner", "transcribe", "-", "--model", str(real_tiny_en_pack.root),
+                           "--provider", "cpu", "--no-save"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=dict(os.environ, CAPTIONER_HOME=str(tmp_path / "home"))) as proc:  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        try:
+            proc.stdin.write(header + speech + bytes(14 * 32000))
+            proc.stdin.flush()
+            deadline = time.monotonic() + 240  # a loaded 2-core machine; the line comes in seconds
+            ready: list = []
+            while not ready and time.monotonic() < deadline and proc.poll() is None:
+                ready = select.select([proc.stdout], [], [], 1.0)[0]
+            assert ready, "no line while the stream was open"
+            first = proc.stdout.readline().decode()
+            assert first.startswith("[00:00.") and "thoughts affected" in first, first
+            proc.stdin.write(speech)
+            proc.stdin.close()  # the stream ends: the rest, a few lines on each pipe
+            rest, err = proc.stdout.read(), proc.stderr.read()
+            proc.wait(timeout=240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, err.decode()
+    (second,) = rest.decode().splitlines()
+    assert second.startswith("[00:19.") and "thoughts affected" in second, second
+
+
 def test_standard_input_without_ffmpeg_says_what_is_needed(tmp_path: Path, capsys, monkeypatch) -> None:
     import captioner.audio.files as files
 

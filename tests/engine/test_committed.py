@@ -159,3 +159,25 @@ def test_a_split_keeps_the_drafts_after_the_word_its_decode_ends_with(vocab) -> 
     assert _drafts_after_last_word(drafts, [tok(vocab, " England", 57.9, 58.3)], vocab) == []
     late = [tok(vocab, " France", 56.0, 56.4), *drafts[2:]]  # a "France" drafted 2 s earlier is another one
     assert _drafts_after_last_word(late, decoded, vocab) == []
+
+
+def test_a_sealed_log_starts_a_new_word_and_never_retracts_the_last_one(vocab) -> None:
+    """After a closed utterance the stream seals the log (``EngineUpdate.settled``): a next token
+    without a leading space (a language written without spaces, a decode opening with "-") opens a
+    word of its own instead of joining the last final word, which an update would have retracted."""
+    open_log = CommittedLog(vocab, "system")
+    sealed = CommittedLog(vocab, "system")
+    for log in (open_log, sealed):
+        log.extend([tok(vocab, " He", 0.2, 0.5), tok(vocab, " said", 0.5, 0.9)])
+        assert [w.text for w in log.publish()[1]] == ["He", "said"]
+    sealed.seal()
+    for log in (open_log, sealed):
+        log.extend([tok(vocab, "-", 3.0, 3.1), tok(vocab, " yes", 3.1, 3.5)])
+    retract, words = open_log.publish()
+    assert retract == 1 and [w.text for w in words] == ["said-", "yes"]  # "said" taken back
+    retract, words = sealed.publish()
+    assert retract == 0 and [w.text for w in words] == ["-", "yes"]
+    sealed.truncate(1)  # the seal's words taken back after all (the stream never does): the seal goes
+    sealed.extend([tok(vocab, "-", 4.0, 4.1)])
+    retract, words = sealed.publish()
+    assert retract == 4 and [w.text for w in words] == ["He-"]  # re-derived from "He" on, as unsealed

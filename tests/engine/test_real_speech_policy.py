@@ -23,6 +23,7 @@ from captioner.audio import load_audio_file
 from captioner.bench.accuracy import run_offline
 from captioner.bench.joined import joined_audio
 from captioner.bench.nonspeech import generate
+from captioner.core import apply_update
 from captioner.engine import OnnxAcousticModel, Runtime, Stream, StreamConfig
 from captioner.engine.vad import VAD_WINDOW, SpeechDetector
 from captioner.errors import CaptionerError
@@ -269,6 +270,38 @@ def test_a_first_sentence_after_long_silence_keeps_its_word_times(model, silence
     assert all(a.end <= b.start for a, b in itertools.pairwise(words)), timed
     for w, a in zip(words, alone, strict=True):
         assert abs(w.start - silence_s - a.start) <= 0.25, (timed, [(a.text, a.start, a.end) for a in alone])
+
+
+def test_a_sentence_before_a_long_pause_is_final_during_the_pause(model) -> None:
+    """A closed sentence, 16 s of silence, the sentence again, fed 2 s at a time as a pipe brings it:
+    during the pause the engine says its source settled (nothing open), every word of the sentence
+    final, so ``transcribe - > out.txt`` and a live subtitle file write the sentence then; before,
+    the rule that keeps a stream's last committed word back held it until the next speech. No later
+    update takes back a word it made final, and no later word starts before its time."""
+    speech = load_audio_file(DATA / "1221-135766-0002.wav")  # 4.8 s
+    alone = [w.text for w in stream_words(model, speech)]
+    pause = 16 * SR
+    audio = np.concatenate([speech, np.zeros(pause, np.float32), speech])
+    stream = Stream(model, StreamConfig(step_s=2.0))
+    words: list = []
+    settled: list[tuple[int, float, float]] = []  # (words then, settled at, audio fed then)
+    for i in range(0, audio.size, 2 * SR):
+        stream.feed(audio[i : i + 2 * SR])
+        update = stream.step()
+        if update is None:
+            continue
+        if settled:
+            assert len(words) - update.retract >= settled[-1][0], "a word made final was taken back"
+            assert all(w.start >= settled[-1][1] for w in update.words)
+        apply_update(words, update)
+        if update.settled is not None:
+            settled.append((len(words), update.settled, min(i + 2 * SR, audio.size) / SR))
+    apply_update(words, stream.finish())
+    assert [w.text for w in words[: len(alone)]] == alone and len(words) > len(alone) + 5
+    first = settled[0]
+    assert first[2] <= (speech.size + pause) / SR, f"settled only at {first[2]} s, after the pause"
+    assert first[0] == len(alone) and first[1] <= first[2]
+    assert first[1] >= words[len(alone) - 1].end
 
 
 def test_the_onset_floor_stands_aside_only_for_two_words_said_before_the_onset() -> None:

@@ -173,3 +173,22 @@ def test_qnn_first_round_tokens_equal_cpu(tiny_fp32_pack, tmp_path) -> None:
         assert stats["provider_failed"] == []
         firsts.append([(c[0], c[1], c[2], c[4].tolist()) for c in model.rounds[0]["chunks"]])
     assert firsts[0] == firsts[1] and firsts[0]
+
+
+def test_blocks_that_come_as_they_are_spoken_are_decoded_before_the_next_is_read(tiny_pack) -> None:
+    """Audio given as blocks read as they come (``transcribe -`` on a live pipe): each step's round
+    runs before the next block is asked for, since asking may wait for the speaker. Before, the
+    engine read one step ahead, and a word waited for the step after it to be spoken."""
+    model = OnnxAcousticModel(tiny_pack, Runtime(tiny_pack, "cpu"))
+    audio = spoken(8.0)
+    updates: list[int] = []  # updates seen when each block was asked for
+    asked: list[int] = []
+
+    def blocks():
+        for i in range(0, audio.size, 32000):
+            asked.append(len(updates))
+            yield audio[i : i + 32000]
+
+    Transcriber(model, model.runtime, "tiny").transcribe(  # type: ignore[arg-type]
+        blocks(), StreamConfig(step_s=2.0), on_update=lambda update, last: updates.append(1))
+    assert asked == [0, 1, 2, 3], asked  # block k asked for after the k rounds of the blocks before it

@@ -2,7 +2,9 @@
 
 The streams follow the NPUsper emission rules (NPUSPER.md §11.4, §11.8): an update retracts the
 previous update's speculative words of its source and, sometimes, the one committed word before
-them, which a non-speculative update then replaces with at least one word.
+them, which a non-speculative update then replaces with at least one word. With ``settles``, an
+update now and then says its source ``settled`` (nothing open): no later update retracts the words
+before it, and no later word starts before its time.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ TEXTS = (
 )
 
 
-def engine_like_updates(seed: int, sources: Sequence[Source] = ("system",)) -> Iterator[EngineUpdate]:
+def engine_like_updates(seed: int, sources: Sequence[Source] = ("system",), *,
+                        settles: bool = False) -> Iterator[EngineUpdate]:
     """An endless stream of updates; the same seed always gives the same stream."""
     rng = random.Random(seed)
     clock = dict.fromkeys(sources, 0.0)
@@ -50,6 +53,11 @@ def engine_like_updates(seed: int, sources: Sequence[Source] = ("system",)) -> I
     emitted = 0.0
     while True:
         source = rng.choice(list(sources))
+        if settles and not speculative_tail[source] and rng.random() < 0.2:
+            clock[source] = round(clock[source] + rng.choice((0.0, 0.2, 0.6, 1.5, 4.0)), 3)  # the silence heard
+            committed[source] = 0  # final now: no retraction reaches them
+            yield EngineUpdate(source=source, settled=clock[source])
+            continue
         retract = speculative_tail[source]
         replace_last = committed[source] > 0 and rng.random() < 0.3
         if replace_last:

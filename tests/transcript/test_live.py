@@ -33,10 +33,12 @@ CHILD = Path(__file__).with_name("_crash_child.py")
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 100_000), n=st.integers(0, 80), fmt=st.sampled_from(["srt", "vtt"]))
-def test_live_file_equals_the_export(tmp_path: Path, seed: int, n: int, fmt: str) -> None:
-    """With engine-like retractions, the finished live file is byte-identical to the export."""
-    updates = list(itertools.islice(engine_like_updates(seed), n))
+@given(seed=st.integers(0, 100_000), n=st.integers(0, 80), fmt=st.sampled_from(["srt", "vtt"]),
+       settles=st.booleans())
+def test_live_file_equals_the_export(tmp_path: Path, seed: int, n: int, fmt: str, settles: bool) -> None:
+    """With engine-like retractions, the finished live file is byte-identical to the export; cues
+    closed early where the source settled (:meth:`CueSegmenter.settle`) are the export's too."""
+    updates = list(itertools.islice(engine_like_updates(seed, settles=settles), n))
     path = tmp_path / f"live-{seed}-{n}.{fmt}"
     with LiveSubtitleWriter(path, fmt) as live:  # type: ignore[arg-type]
         for update in updates:
@@ -68,6 +70,30 @@ def test_cues_are_written_as_they_become_final(tmp_path: Path) -> None:
         "And so",
     ]
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_sentence_before_a_pause_is_written_once_the_source_settles(tmp_path: Path) -> None:
+    """The engine keeps a stream's last committed word back (a later round may extend it), so a
+    sentence followed by silence reached the file only when the next speech came; an update saying
+    the source ``settled`` makes its words final, and the cue is written where no later word could
+    change it: its text ends a sentence (or the silence is long enough) and its reading time is over
+    by then."""
+    path = tmp_path / "live.srt"
+    live = LiveSubtitleWriter(path)
+    text = "One rather longer sentence is here."  # 35 characters: 2.059 s to read at 17 a second
+    sentence = tuple(Word(t, 0.5 + i * 0.2, 0.7 + i * 0.2) for i, t in enumerate(text.split()))  # to 1.7 s
+    assert live.feed(EngineUpdate(0, sentence)) == 0  # "here." may still be extended
+    assert live.feed(EngineUpdate(settled=1.8)) == 0  # final, but the cue's reading time runs to 2.559 s
+    assert path.read_text(encoding="utf-8") == ""
+    assert live.feed(EngineUpdate(settled=4.0)) == 1
+    assert [(s.content, s.start.total_seconds(), s.end.total_seconds())
+            for s in srt.parse(path.read_text(encoding="utf-8"))] == [(text, 0.5, 2.559)]
+    clause = tuple(Word(t, 10 + i * 0.4, 10.3 + i * 0.4) for i, t in enumerate(["and", "then"]))
+    assert live.feed(EngineUpdate(0, clause)) == 0
+    assert live.feed(EngineUpdate(settled=11.5)) == 0  # no sentence end, and 0.8 s of silence: it may go on
+    assert live.feed(EngineUpdate(settled=14.0)) == 1  # silence long enough: the next word opens a new cue
+    live.close()
+    assert [s.content for s in srt.parse(path.read_text(encoding="utf-8"))] == [text, "and then"]
 
 
 def test_two_sources_get_labels(tmp_path: Path) -> None:
