@@ -122,7 +122,9 @@ After the decode, by kind:
   the drafts, except the last closed utterance's words where the decode reads them otherwise, after
   a word it reads alike, and is surer of its reading (their tokens' mean log-probability), unless it
   reads fewer than 70 % of the final words alike or leaves three in a row out: from there its words
-  replace them too, timed within their audio [53]. Its words replace the committed words of its input
+  replace them too, timed within their audio [53]; where DTW over the whole input put two or more of
+  the utterance's words on one instant (across the pause after the final words), they are aligned
+  again on the audio after those words [55]. Its words replace the committed words of its input
   (``closing_replaces=False``: only the words after them are added, aligned by text, else by
   time), except that a decode whose words begin, word for word, four or more drafted words in
   (Whisper skipped the start of a long input; where its first words recur in the drafts, at the
@@ -1233,6 +1235,32 @@ class Stream:
         k = self._log.first_word_since(reach, lo)
         self._log.set_reread(None if self.hurry or k >= upto else k)
 
+    def _own_spans(self, spans: list[tuple[int, int]], result: DecodeResult, cands: list[int],
+                   groups: list[tuple[int, int]], before: list[bytes], decoded: list[bytes], start: int,
+                   size: int, final_n: int | None) -> list[tuple[int, int]]:
+        """Deviation 55: the token spans of a closing decode that reached back over the final words
+        ``before`` (deviation 52), with its utterance's own words aligned again, on the audio after
+        those final words, where DTW over the whole input put two or more of them on one instant:
+        across the pause between the two, the path ran the utterance's tokens down one frame and
+        took the rest of the input as the trailing uniform row ("Tell me what happened." timed at
+        the end of the sentence before, in the 12 s of silence before it was said). Else ``spans``."""
+        after = _after_before(before, decoded)
+        if after is None or after >= len(groups):
+            return spans
+        k = groups[after][0]
+        firsts = [spans[f] for f, _ in groups[after:]]
+        if sum(1 for a, b in firsts if a == b == firsts[0][0]) < 2:
+            return spans
+        final_end = self._log.tokens[final_n - 1].end if final_n else start
+        own_n = _frames(max(0, min(final_end, self._onset) - start))
+        attn = result.attn_align[k : len(cands), own_n // SAMPLES_PER_FRAME :]
+        again = align_words(cands[k:], attn, self.vocab, self.config.dtw_median) if attn.shape[1] else None
+        if again is None or not again.valid:
+            return spans
+        logger.debug("closing decode at %.2f s: its utterance's words collapsed at %.2f s, aligned again from %.2f s",
+                     start / SAMPLE_RATE, firsts[0][0] / SAMPLE_RATE, (start + own_n) / SAMPLE_RATE)
+        return spans[:k] + token_spans(again.words, len(cands) - k, start + own_n, start + size)
+
     def _reread(self, start: int, final_n: int, before: list[bytes], decoded: list[bytes],
                 groups: list[tuple[int, int]], logprobs: list[float]) -> _Reread | None:
         """Deviation 53: where a closing decode whose input (from ``start``) holds the final words
@@ -1297,6 +1325,8 @@ class Stream:
         alignment = align_words(cands, attn, self.vocab, self.config.dtw_median) if cands else None
         words = alignment.words if alignment is not None and alignment.valid else ()
         spans = token_spans(words, len(cands), start + skip_n, start + audio.size)
+        if before and reread is None:
+            spans = self._own_spans(spans, result, cands, groups, before, decoded, start, audio.size, final_n)
         if reread is not None:  # the words read again stay within the audio of those they replace
             spans = ([(min(max(a, reread.floor), reread.ceiling), min(max(b, reread.floor), reread.ceiling))
                       for a, b in spans[: reread.until]] + _floor(spans[reread.until :], self._onset))

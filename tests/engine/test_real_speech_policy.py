@@ -272,6 +272,27 @@ def test_a_first_sentence_after_long_silence_keeps_its_word_times(model, silence
         assert abs(w.start - silence_s - a.start) <= 0.25, (timed, [(a.text, a.start, a.end) for a in alone])
 
 
+@pytest.mark.parametrize("step_s", [1.0, 2.0])
+def test_a_sentence_after_a_long_pause_is_timed_where_it_was_said(model, step_s) -> None:
+    """A sentence, 12 s of silence, another: the second's closing decode reaches back over the
+    silence to the first (deviation 52), and DTW over that input ran the second sentence's tokens
+    down one frame at the first one's end, then took the silence and the sentence as its trailing
+    uniform row: "He could wait no longer." at 4.90 s, every word with no length, in the SRT 12 s
+    before it was said. Its words are aligned again on the audio after the first sentence
+    (deviation 55): each at its own time, that of the sentence heard alone moved by where it starts."""
+    first = load_audio_file(DATA / "LJ001-0011.wav")  # "It is of the first importance that the letter used ..."
+    second = load_audio_file(DATA / "1089-134691-0000.wav")  # "He could wait no longer."
+    at = (first.size + 12 * SR) / SR
+    alone = stream_words(model, second, step_s)
+    words = stream_words(model, np.concatenate([first, np.zeros(12 * SR, np.float32), second]), step_s)
+    timed = [(w.text, round(w.start, 2), round(w.end, 2)) for w in words]
+    late = words[len(words) - len(alone):]
+    assert [w.text for w in late] == [w.text for w in alone], timed
+    assert all(w.end <= first.size / SR + 0.3 for w in words[: len(words) - len(alone)]), timed
+    for w, a in zip(late, alone, strict=True):
+        assert abs(w.start - at - a.start) <= 0.3, (timed, [(a.text, a.start, a.end) for a in alone])
+
+
 def test_a_sentence_before_a_long_pause_is_final_during_the_pause(model) -> None:
     """A closed sentence, 16 s of silence, the sentence again, fed 2 s at a time as a pipe brings it:
     during the pause the engine says its source settled (nothing open), every word of the sentence
