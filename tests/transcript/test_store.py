@@ -248,17 +248,18 @@ def _damage(path: Path, page: int) -> None:
         f.write(b"\xa5" * 4096)
 
 
-@pytest.mark.parametrize("damaged", ["index", "words", "root"])
+@pytest.mark.parametrize("damaged", ["index", "words", "root", "last"])
 def test_a_store_with_a_damaged_page_is_moved_aside_and_read_back(tmp_path: Path, damaged: str) -> None:
     """A store whose header reads but one of its pages is damaged (SQLite's quick check finds it at
     open; before, it opened and every later read of words failed with "malformed", and a session
     closed in it was lost): the file is moved aside and every session that can still be read is
     read back into a new store, by its rows, not its index: a damaged index page loses nothing, a
-    damaged page of words only the words on it."""
+    damaged page of words only the words on it, a damaged root of the words table nothing (its leaf
+    pages are read themselves; before, every word was lost)."""
     path = tmp_path / "sessions.sqlite3"
     pages = _three_talks(path)
-    leaves = pages["sqlite_autoindex_words_1" if damaged == "index" else damaged]
-    _damage(path, leaves[len(leaves) // 2])
+    leaves = pages["sqlite_autoindex_words_1" if damaged == "index" else "words" if damaged == "last" else damaged]
+    _damage(path, leaves[-1] if damaged == "last" else leaves[len(leaves) // 2])
     with SessionStore.open(path) as store:
         (warning,) = store.warnings
         assert "database disk image is malformed" in warning and "kept as sessions.sqlite3.corrupt-" in warning
@@ -266,20 +267,52 @@ def test_a_store_with_a_damaged_page_is_moved_aside_and_read_back(tmp_path: Path
         assert [i.title for i in infos] == ["talk 2", "talk 1", "talk 0"]  # the order and metadata kept
         assert all(i.ended_at and i.model == "base" and i.language == "en" for i in infos)
         assert [store.session_marks(i.id)[0].note for i in infos] == ["mark 2", "mark 1", "mark 0"]
-        counts = [len(store.session_words(i.id)) for i in infos]
+        texts = [[w.text for w in store.session_words(i.id)] for i in infos]
+        counts = [len(t) for t in texts]
         assert store.integrity_check() == "ok"
-    if damaged == "index":
+    for n, words in zip((2, 1, 0), texts, strict=True):  # what was read is the talk's, in order
+        said = [f" word{n}-{i}" for i in range(300)]
+        assert words == [w for w in said if w in set(words)]
+    if damaged in ("index", "root"):
         assert warning.endswith("3 of its 3 sessions were read back whole into a new store")
         assert counts == [300, 300, 300]
-    elif damaged == "root":  # no word can be read: the sessions, their marks and times, said in part
-        assert warning.endswith("0 of its 3 sessions were read back whole into a new store, 3 in part "
+    elif damaged == "last":  # the B-tree's rightmost page: not even its last rowid is found; the rest read
+        assert warning.endswith("2 of its 3 sessions were read back whole into a new store, 1 in part "
                                 "(words on damaged pages lost)")
-        assert counts == [0, 0, 0]
+        assert counts[1:] == [300, 300] and 0 < counts[0] < 300 and texts[0][0] == " word2-0"
     else:
         assert warning.endswith("2 of its 3 sessions were read back whole into a new store, 1 in part "
                                 "(words on damaged pages lost)")
         assert sorted(counts)[1:] == [300, 300] and 150 < sorted(counts)[0] < 300  # one page's words lost
     assert len(list(tmp_path.glob("sessions.sqlite3.corrupt-*"))) == 1
+
+
+def test_deleted_words_stay_deleted_when_a_damaged_store_is_read_from_its_pages(tmp_path: Path) -> None:
+    """The pages of a deleted session keep its rows (SQLite frees them, it does not wipe them), and a
+    session begun after it gets its number and its words' rowids again: reading the leaf pages of a
+    store whose words root is damaged skips the freelist, so the new session's words come back and
+    the deleted one's do not."""
+    path = tmp_path / "sessions.sqlite3"
+    pages = _three_talks(path)
+    with SessionStore.open(path) as store:
+        last = store.list_sessions()[0]
+        store.delete_session(last.id)
+        sid = store.begin_session(sources=("system",), title="after", model="base", language="en")
+        assert sid == last.id  # its number again
+        store.apply(sid, EngineUpdate(0, tuple(W(f" new-{i}", i * 0.3, i * 0.3 + 0.2) for i in range(40))))
+        store.end_session(sid)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA freelist_count").fetchone()[0] > 0  # the deleted words' pages, not wiped
+    root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'words'").fetchone()[0]
+    conn.close()
+    assert [root] == pages["root"]
+    _damage(path, root)
+    with SessionStore.open(path) as store:
+        assert store.warnings[0].endswith("3 of its 3 sessions were read back whole into a new store")
+        infos = store.list_sessions()
+        assert [i.title for i in infos] == ["after", "talk 1", "talk 0"]
+        assert [w.text for w in store.session_words(infos[0].id)] == [f" new-{i}" for i in range(40)]
+        assert [len(store.session_words(i.id)) for i in infos[1:]] == [300, 300]
 
 
 def _real_error(make) -> sqlite3.DatabaseError:

@@ -1,0 +1,146 @@
+"""Rows read straight from the table leaf pages of a damaged SQLite file (the session store's salvage).
+
+SQLite reaches a table's rows through its B-tree: where the damaged page is an interior page (a
+table's root, written at every split), SQLite cannot reach the leaf pages under it though every one
+of them is intact, and a store whose words table lost its root read back no word at all. The file
+format (https://www.sqlite.org/fileformat2.html) lets the rows be read from the leaf pages
+themselves, as SQLite's own recovery extension does (``.recover`` in its shell; Python's ``sqlite3``
+does not have it): every page of type 0x0D (a table's leaf) that is not on the freelist (the pages of
+deleted rows keep them), its cells' rowids and records decoded. A cell whose record spills to
+overflow pages is not read (a word's row is a few dozen bytes; a page holds 4 KiB).
+
+Only the main file is read: checkpoint its write-ahead log into it first (``PRAGMA wal_checkpoint``).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["LeafScan", "scan_leaves"]
+
+Value = None | int | float | str | bytes
+
+_HEADER = b"SQLite format 3\x00"
+_TABLE_LEAF, _TABLE_INTERIOR, _INDEX_LEAF, _INDEX_INTERIOR = 0x0D, 0x05, 0x0A, 0x02
+_ENCODINGS = {1: "utf-8", 2: "utf-16-le", 3: "utf-16-be"}
+_INT_SIZES = {1: 1, 2: 2, 3: 3, 4: 4, 5: 6, 6: 8}
+
+
+@dataclass
+class LeafScan:
+    """What :func:`scan_leaves` found.
+
+    Attributes:
+        rows: ``(page, rowid, values)`` of every cell of every table leaf page, in page order.
+        unreadable: the pages that are no B-tree page (a bad type byte: a damaged page, or an
+            overflow page) and not on the freelist.
+    """
+
+    rows: list[tuple[int, int, tuple[Value, ...]]] = field(default_factory=list)
+    unreadable: list[int] = field(default_factory=list)
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """SQLite's variable-length integer at ``pos``: (value, the position after it); 1-9 bytes."""
+    value = 0
+    for i in range(8):
+        byte = buf[pos + i]
+        value = (value << 7) | (byte & 0x7F)
+        if byte < 0x80:
+            return value, pos + i + 1
+    return (value << 8) | buf[pos + 8], pos + 9
+
+
+def _record(payload: bytes, encoding: str) -> tuple[Value, ...]:
+    """A record's values (its header of serial types, then their bytes); ValueError where it is not one."""
+    size, pos = _varint(payload, 0)
+    if not 0 < size <= len(payload):
+        raise ValueError("bad record header")
+    types: list[int] = []
+    while pos < size:
+        kind, pos = _varint(payload, pos)
+        types.append(kind)
+    values: list[Value] = []
+    body = size
+    for kind in types:
+        if kind == 0:
+            values.append(None)
+        elif kind in _INT_SIZES:
+            n = _INT_SIZES[kind]
+            values.append(int.from_bytes(payload[body : body + n], "big", signed=True))
+            body += n
+        elif kind == 7:
+            values.append(struct.unpack(">d", payload[body : body + 8])[0])
+            body += 8
+        elif kind in (8, 9):
+            values.append(kind - 8)
+        elif kind >= 12:
+            n = (kind - 12) // 2
+            data = payload[body : body + n]
+            values.append(data.decode(encoding) if kind % 2 else data)
+            body += n
+        else:
+            raise ValueError(f"serial type {kind}")
+    if body != len(payload):
+        raise ValueError("record length")
+    return tuple(values)
+
+
+def _freelist(data: bytes, page_size: int, pages: int) -> set[int]:
+    """The pages on the freelist (its trunk pages and the leaves they list); as much as can be read."""
+    free: set[int] = set()
+    trunk = int.from_bytes(data[32:36], "big")
+    while 0 < trunk <= pages and trunk not in free:
+        free.add(trunk)
+        page = data[(trunk - 1) * page_size : trunk * page_size]
+        count = min(int.from_bytes(page[4:8], "big"), page_size // 4 - 2)
+        free.update(n for i in range(count) if 0 < (n := int.from_bytes(page[8 + 4 * i : 12 + 4 * i], "big")) <= pages)
+        trunk = int.from_bytes(page[0:4], "big")
+    return free
+
+
+def scan_leaves(path: Path) -> LeafScan:
+    """Every row on the table leaf pages of the SQLite file at ``path`` (not through any B-tree).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: its first page is not a SQLite header (nothing can be found without its page size).
+    """
+    data = Path(path).read_bytes()
+    if not data.startswith(_HEADER):
+        raise ValueError("not a SQLite database header")
+    page_size = int.from_bytes(data[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    if page_size < 512 or page_size & (page_size - 1):
+        raise ValueError(f"page size {page_size}")
+    usable = page_size - data[20]
+    encoding = _ENCODINGS.get(int.from_bytes(data[56:60], "big"), "utf-8")
+    pages = len(data) // page_size
+    free = _freelist(data, page_size, pages)
+    out = LeafScan()
+    for number in range(1, pages + 1):
+        if number in free:
+            continue
+        page = data[(number - 1) * page_size : (number - 1) * page_size + usable]
+        head = 100 if number == 1 else 0
+        kind = page[head]
+        if kind != _TABLE_LEAF:
+            if kind not in (_TABLE_INTERIOR, _INDEX_LEAF, _INDEX_INTERIOR):
+                out.unreadable.append(number)
+            continue
+        cells = int.from_bytes(page[head + 3 : head + 5], "big")
+        for i in range(min(cells, (usable - head - 8) // 2)):
+            at = int.from_bytes(page[head + 8 + 2 * i : head + 10 + 2 * i], "big")
+            try:
+                size, pos = _varint(page, at)
+                rowid, pos = _varint(page, pos)
+                if size > usable - 35 or pos + size > usable:  # spills to overflow pages, or torn
+                    continue
+                out.rows.append((number, rowid - (1 << 64) if rowid >= 1 << 63 else rowid,
+                                 _record(page[pos : pos + size], encoding)))
+            except (IndexError, ValueError, UnicodeDecodeError, struct.error):
+                continue
+    return out
+
