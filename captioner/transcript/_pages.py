@@ -6,8 +6,8 @@ of them is intact, and a store whose words table lost its root read back no word
 format (https://www.sqlite.org/fileformat2.html) lets the rows be read from the leaf pages
 themselves, as SQLite's own recovery extension does (``.recover`` in its shell; Python's ``sqlite3``
 does not have it): every page of type 0x0D (a table's leaf) that is not on the freelist (the pages of
-deleted rows keep them), its cells' rowids and records decoded. A cell whose record spills to
-overflow pages is not read (a word's row is a few dozen bytes; a page holds 4 KiB).
+deleted rows keep them), its cells' rowids and records decoded, a record that spills to overflow
+pages read from them.
 
 Only the main file is read: checkpoint its write-ahead log into it first (``PRAGMA wal_checkpoint``).
 """
@@ -34,8 +34,8 @@ class LeafScan:
 
     Attributes:
         rows: ``(page, rowid, values)`` of every cell of every table leaf page, in page order.
-        unreadable: the pages that are no B-tree page (a bad type byte: a damaged page, or an
-            overflow page) and not on the freelist.
+        unreadable: the pages that are no B-tree page (a bad type byte: a damaged page), not on the
+            freelist and not an overflow page of a record read.
     """
 
     rows: list[tuple[int, int, tuple[Value, ...]]] = field(default_factory=list)
@@ -101,8 +101,25 @@ def _freelist(data: bytes, page_size: int, pages: int) -> set[int]:
     return free
 
 
+def _spilled(data: bytes, page_size: int, usable: int, pages: int, first: int, size: int
+             ) -> tuple[bytes, list[int]] | None:
+    """The ``size`` bytes of a record that went on to overflow pages from page ``first`` (each: the
+    next page's number, then ``usable - 4`` bytes), and those pages; None where the chain leaves the
+    file or loops."""
+    out, chain, page = b"", [], first
+    while len(out) < size:
+        if not 0 < page <= pages or page in chain:
+            return None
+        chain.append(page)
+        at = (page - 1) * page_size
+        out += data[at + 4 : at + usable][: size - len(out)]
+        page = int.from_bytes(data[at : at + 4], "big")
+    return out, chain
+
+
 def scan_leaves(path: Path) -> LeafScan:
-    """Every row on the table leaf pages of the SQLite file at ``path`` (not through any B-tree).
+    """Every row on the table leaf pages of the SQLite file at ``path`` (not through any B-tree); a
+    record that spills to overflow pages is read from them.
 
     Raises:
         OSError: the file cannot be read.
@@ -119,7 +136,9 @@ def scan_leaves(path: Path) -> LeafScan:
     encoding = _ENCODINGS.get(int.from_bytes(data[56:60], "big"), "utf-8")
     pages = len(data) // page_size
     free = _freelist(data, page_size, pages)
+    most, least = usable - 35, (usable - 12) * 32 // 255 - 23  # a table leaf cell's local payload bounds
     out = LeafScan()
+    other: set[int] = set()  # overflow pages read, and pages of other B-trees
     for number in range(1, pages + 1):
         if number in free:
             continue
@@ -127,20 +146,30 @@ def scan_leaves(path: Path) -> LeafScan:
         head = 100 if number == 1 else 0
         kind = page[head]
         if kind != _TABLE_LEAF:
-            if kind not in (_TABLE_INTERIOR, _INDEX_LEAF, _INDEX_INTERIOR):
-                out.unreadable.append(number)
+            if kind in (_TABLE_INTERIOR, _INDEX_LEAF, _INDEX_INTERIOR):
+                other.add(number)
             continue
+        other.add(number)
         cells = int.from_bytes(page[head + 3 : head + 5], "big")
         for i in range(min(cells, (usable - head - 8) // 2)):
             at = int.from_bytes(page[head + 8 + 2 * i : head + 10 + 2 * i], "big")
             try:
                 size, pos = _varint(page, at)
                 rowid, pos = _varint(page, pos)
-                if size > usable - 35 or pos + size > usable:  # spills to overflow pages, or torn
-                    continue
+                local = size if size <= most else (k if (k := least + (size - least) % (usable - 4)) <= most else least)
+                if pos + local + (local < size) * 4 > usable:
+                    continue  # a torn cell
+                payload = page[pos : pos + local]
+                if local < size:
+                    spilled = _spilled(data, page_size, usable, pages, int.from_bytes(page[pos + local : pos + local + 4],
+                                                                                      "big"), size - local)
+                    if spilled is None:
+                        continue
+                    payload += spilled[0]
+                    other.update(spilled[1])
                 out.rows.append((number, rowid - (1 << 64) if rowid >= 1 << 63 else rowid,
-                                 _record(page[pos : pos + size], encoding)))
+                                 _record(payload, encoding)))
             except (IndexError, ValueError, UnicodeDecodeError, struct.error):
                 continue
+    out.unreadable = [n for n in range(1, pages + 1) if n not in free and n not in other]
     return out
-

@@ -28,18 +28,16 @@ Files are created with user-only permissions (0600; SQLite gives ``-wal``/``-shm
 database). A file that is not a SQLite database, or whose pages fail SQLite's quick check at open
 (a bad sector, a torn write: ~0.1 s for 37 MB, half a million words), is renamed aside
 (``sessions.sqlite3.corrupt-<timestamp>``), a new store is started with every session that can still
-be read from it (by its rows, not its indexes: a damaged index loses nothing, a damaged page of words
-only the words on it, a damaged interior page nothing: the words are read from the leaf pages it
-hid, :mod:`~captioner.transcript._pages`), and a warning says how many; any other failure to open (a full disk, a lock)
+be read from it (by its rows, not its indexes: a damaged index loses nothing, any other damaged page only
+the rows on it, a damaged interior page nothing: the rows are read from the leaf pages it hid,
+:mod:`~captioner.transcript._salvage`), and a warning says how many; any other failure to open (a full disk, a lock)
 leaves the file as it is and raises :class:`StorageError`.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import datetime as dt
-import itertools
 import json
 import logging
 import math
@@ -55,7 +53,7 @@ from typing import Any, cast
 from captioner.core import SOURCES, EngineUpdate, Source, Word
 from captioner.errors import StorageError
 from captioner.storage.disk import write_problem
-from captioner.transcript._pages import scan_leaves
+from captioner.transcript._salvage import read_damaged
 from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
 from captioner.transcript.cues import Gap, Mark, merge_sources, normalize_text
 
@@ -199,100 +197,6 @@ def _ms(seconds: float) -> int:
     return max(0, round(seconds * 1000)) if seconds == seconds and abs(seconds) != float("inf") else 0
 
 
-def _readable_rows(conn: sqlite3.Connection, table: str, columns: str
-                   ) -> tuple[list[tuple[Any, ...]], list[tuple[int | None, int | None]]]:
-    """Every row of ``table`` that can still be read through its B-tree, in rowid order (``rowid,
-    columns...``), and the damaged stretches met, each as the rowids read on either side of it (None:
-    the table's start or end; ``[(None, None)]`` where not even its last rowid can be found). The
-    table is read on from the last row read; where a damaged page stops the read, the first rowid
-    past that page is found (a read that starts on the damaged page fails at once, one that starts
-    past it does not: doubling the step, then halving it back) and the read goes on from there."""
-    out: list[tuple[Any, ...]] = []
-    holes: list[tuple[int | None, int | None]] = []
-
-    def starts(after: int) -> bool:
-        try:
-            conn.execute(f"SELECT rowid FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT 1", (after,)).fetchall()
-            return True
-        except sqlite3.DatabaseError:
-            return False
-
-    try:
-        end = conn.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
-    except sqlite3.DatabaseError:
-        return out, [(None, None)]
-    after, before = -1, None  # before: the hole being passed, its rowid before (None: the start)
-    resumed = False
-    while end is not None and after < end:
-        try:
-            for row in conn.execute(f"SELECT rowid, {columns} FROM {table} WHERE rowid > ? ORDER BY rowid", (after,)):
-                if resumed:
-                    holes.append((before, row[0]))  # the first row read past a damaged page
-                    resumed = False
-                out.append(row)
-                after = row[0]
-            break
-        except sqlite3.DatabaseError:
-            before = out[-1][0] if out else None  # the last row read before it
-            bad, good = after, after + 1
-            while not starts(good):
-                bad, good = good, after + 2 * (good - after)
-                if good >= end:
-                    return out, [*holes, (before, None)]
-            while good - bad > 1:  # the first start past the damaged page
-                mid = (bad + good) // 2
-                bad, good = (bad, mid) if starts(mid) else (mid, good)
-            after, resumed = good, True
-    if resumed:
-        holes.append((before, None))
-    return out, holes
-
-
-_WORD_ROW = (type(None), int, str, int, str, int, int, int, int)  # the words table's columns, as stored
-
-
-def _leaf_words(conn: sqlite3.Connection, damaged: Path, known: set[int], sessions: set[int]
-                ) -> tuple[list[tuple[Any, ...]], bool]:
-    """The rows of words that the B-tree could not reach, read from the table's leaf pages themselves
-    (:mod:`~captioner.transcript._pages`: a damaged interior page hides intact leaves): rows of
-    ``sessions`` whose rowid is not in ``known``, shaped as :func:`_readable_rows`'. And whether a
-    page of words may be lost: a page other than the words table's root reads as no page at all
-    (where the root alone is damaged, every leaf was read)."""
-    with contextlib.suppress(sqlite3.Error):
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log's pages into the file that is scanned
-    try:
-        scan = scan_leaves(damaged)
-        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'words'").fetchone()[0]
-    except (OSError, ValueError, sqlite3.Error, TypeError):
-        return [], True
-    found: dict[int, tuple[Any, ...]] = {}
-    for _page, rowid, values in scan.rows:
-        if (rowid not in known and rowid not in found and len(values) == len(_WORD_ROW)
-                and all(type(v) is t for v, t in zip(values, _WORD_ROW, strict=True)) and values[1] in sessions):
-            found[rowid] = (rowid, *values[1:])
-    return list(found.values()), any(page != root for page in scan.unreadable)
-
-
-def _suspects(rows: Sequence[tuple[Any, ...]], holes: Sequence[tuple[int | None, int | None]],
-              leaves_lost: bool) -> set[int]:
-    """The sessions whose last words may be lost in the ``holes`` (``rows``: every word row read, in
-    rowid order): the session before a jump of rowids across a hole (a page of words may be gone
-    there; a retraction leaves such jumps too, so this errs towards "in part") and, where a leaf page
-    may be lost, the last session read before a hole open at the table's end. A session's first or
-    middle words lost show as a gap in its ``seq`` (checked by the caller), so only its end is judged
-    here."""
-    rowids = [row[0] for row in rows]
-    out: set[int] = set()
-    for before, after in holes:
-        lo = bisect.bisect_left(rowids, before) if before is not None else 0
-        hi = bisect.bisect_right(rowids, after) if after is not None else len(rows)
-        span = rows[lo:hi]
-        out.update(x[1] for x, y in itertools.pairwise(span) if y[0] != x[0] + 1)
-        if span and leaves_lost and after is None:
-            out.add(span[-1][1])
-    return out
-
-
 class _Damaged(sqlite3.DatabaseError):
     """``PRAGMA quick_check`` found damaged pages in a file whose header and list of sessions read."""
 
@@ -368,7 +272,7 @@ class SessionStore:
             whole, part, lost = store._salvage(backup)
             if whole or part or lost:
                 kept = (f"{whole} of its {whole + part + lost} sessions were read back whole into a new store"
-                        + (f", {part} in part (words on damaged pages lost)" if part else "")
+                        + (f", {part} in part (what was on damaged pages lost)" if part else "")
                         + (f"; {lost} could not be read" if lost else ""))
             else:
                 kept = "a new, empty store was started"
@@ -382,54 +286,30 @@ class SessionStore:
 
     def _salvage(self, damaged: Path) -> tuple[int, int, int]:
         """Read what can still be read of the ``damaged`` store (a file moved aside) into this one,
-        one session at a time: ``(sessions read back whole, in part, lost)``; all 0 where not even
-        its list of sessions can be read (a file that is no database at all). Words are read by
-        their rows, not through the indexes (a damaged index loses nothing), skipping a damaged
-        page of words (those words are lost, the session is read back in part)."""
-        try:
-            conn = sqlite3.connect(damaged, check_same_thread=False)  # the copy aside: nothing else opens it
-            ids = [row[0] for row in conn.execute("SELECT id FROM sessions ORDER BY id")]  # oldest first
-        except sqlite3.Error:
-            return 0, 0, 0
-        try:
-            rows: dict[int, list[tuple[Any, ...]]] = {}
-            read, holes = _readable_rows(conn, "words", "session_id, source, seq, text, start_ms, "
-                                                        "end_ms, emitted_at_ms, speculative")
-            leaves_lost = False
-            if holes:  # what the B-tree hid: the rows on its leaf pages
-                found, leaves_lost = _leaf_words(conn, damaged, {row[0] for row in read}, set(ids))
-                read = sorted(read + found)
-            for row in read:
-                rows.setdefault(row[1], []).append(row[2:])
-            # where words were lost: a session beside a damaged page, or, where a page of words may be
-            # lost, with no word read, may have had words there
-            touched = _suspects(read, holes, leaves_lost) | ({sid for sid in ids if sid not in rows}
-                                                             if leaves_lost else set())
-            whole = part = 0
-            for sid in ids:
-                try:
-                    (row,) = conn.execute(f"SELECT {self._SESSION_FIELDS} 0, 0, NULL FROM sessions s WHERE s.id = ?",
-                                          (sid,))  # not get_session's columns: they count words by index
-                    info = self._info(row).to_json()
-                    own = sorted(rows.get(sid, []), key=lambda r: (r[0], r[1]))  # by source, seq
-                    if info["ended_at"] is not None:
-                        own = [r for r in own if not r[6]]  # an ended session's final words
-                    words = merge_sources([Word(t, a / 1000, b / 1000, e / 1000, src) for src, _, t, a, b, e, _ in own])
-                    gaps = [Gap(a / 1000, b / 1000, src) for a, b, src in conn.execute(
-                        "SELECT start_ms, end_ms, source FROM gaps NOT INDEXED WHERE session_id = ? ORDER BY start_ms",
-                        (sid,))]
-                    marks = [Mark(at / 1000, note) for at, note in conn.execute(
-                        "SELECT at_ms, note FROM marks NOT INDEXED WHERE session_id = ? ORDER BY at_ms, id", (sid,))]
-                    self.import_session(info, words, gaps, marks)
-                except (StorageError, sqlite3.Error, ValueError) as exc:
-                    logger.info("session %d of the damaged store %s could not be read back: %s", sid, damaged.name, exc)
-                    continue
-                complete = sid not in touched and all(seq == i for source in {r[0] for r in own}
-                                                      for i, seq in enumerate(r[1] for r in own if r[0] == source))
-                whole, part = whole + complete, part + (not complete)
-            return whole, part, len(ids) - whole - part
-        finally:
-            conn.close()
+        one session at a time (:func:`~captioner.transcript._salvage.read_damaged`: by rows, not
+        through the indexes; past a damaged page; from the leaf pages a damaged interior page hid):
+        ``(sessions read back whole, in part, lost)``, all 0 where nothing can be read (a file that
+        is no database at all). A session is read back in part where rows of it may have been on a
+        damaged page; lost where it cannot be imported, or its words were read without it."""
+        found = read_damaged(damaged)
+        whole = part = 0
+        for row in found.sessions:
+            sid = row[0]
+            try:
+                info = self._info((*row, 0, 0, None)).to_json()  # no counts: the import counts its words
+                own = sorted(found.words.get(sid, []), key=lambda r: (r[0], r[1]))  # by source, seq
+                if info["ended_at"] is not None:
+                    own = [r for r in own if not r[6]]  # an ended session's final words
+                words = merge_sources([Word(t, a / 1000, b / 1000, e / 1000, src) for src, _, t, a, b, e, _ in own])
+                gaps = sorted((Gap(a / 1000, b / 1000, src) for src, a, b in found.gaps.get(sid, [])), key=lambda g: g.start)
+                marks = sorted((Mark(at / 1000, note) for at, note in found.marks.get(sid, [])), key=lambda m: m.at)
+                self.import_session(info, words, gaps, marks)
+            except (StorageError, ValueError, TypeError) as exc:
+                logger.info("session %d of the damaged store %s could not be read back: %s", sid, damaged.name, exc)
+                continue
+            complete = sid not in found.suspect
+            whole, part = whole + complete, part + (not complete)
+        return whole, part, len(found.sessions) + len(found.orphans) - whole - part
 
     @classmethod
     def open_for_reading(cls, path: Path) -> SessionStore:

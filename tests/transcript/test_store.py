@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
+import json
 import sqlite3
 import stat
 from pathlib import Path
@@ -278,11 +279,11 @@ def test_a_store_with_a_damaged_page_is_moved_aside_and_read_back(tmp_path: Path
         assert counts == [300, 300, 300]
     elif damaged == "last":  # the B-tree's rightmost page: not even its last rowid is found; the rest read
         assert warning.endswith("2 of its 3 sessions were read back whole into a new store, 1 in part "
-                                "(words on damaged pages lost)")
+                                "(what was on damaged pages lost)")
         assert counts[1:] == [300, 300] and 0 < counts[0] < 300 and texts[0][0] == " word2-0"
     else:
         assert warning.endswith("2 of its 3 sessions were read back whole into a new store, 1 in part "
-                                "(words on damaged pages lost)")
+                                "(what was on damaged pages lost)")
         assert sorted(counts)[1:] == [300, 300] and 150 < sorted(counts)[0] < 300  # one page's words lost
     assert len(list(tmp_path.glob("sessions.sqlite3.corrupt-*"))) == 1
 
@@ -313,6 +314,64 @@ def test_deleted_words_stay_deleted_when_a_damaged_store_is_read_from_its_pages(
         assert [i.title for i in infos] == ["after", "talk 1", "talk 0"]
         assert [w.text for w in store.session_words(infos[0].id)] == [f" new-{i}" for i in range(40)]
         assert [len(store.session_words(i.id)) for i in infos[1:]] == [300, 300]
+
+
+def _many_meetings(path: Path, n: int = 80) -> dict[str, dict[str, list[int]]]:
+    """A store of ``n`` ended sessions of 20 words, a skipped span and a mark each, its sessions table
+    several pages long (a settings snapshot with a long vocabulary each); each table's root and leaf
+    pages (SQLite's ``dbstat``)."""
+    with SessionStore.open(path) as store:
+        for k in range(n):
+            sid = store.begin_session(title=f"meeting {k}", model="base", language="en",
+                                      settings={"engine": {"vocabulary": "Kubernetes, Grafana, " * 10}})
+            store.apply(sid, EngineUpdate(0, tuple(W(f" w{k}-{i}", i * 0.5, i * 0.5 + 0.3) for i in range(20)),
+                                          gap=(10.0, 11.0)))
+            store.add_mark(sid, 1.0, f"note {k}")
+            store.end_session(sid)
+    conn = sqlite3.connect(path)
+    try:
+        return {name: {"root": [conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (name,)).fetchone()[0]],
+                       "leaf": [row[0] for row in conn.execute(
+                           "SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno", (name,))]}
+                for name in ("sessions", "marks", "gaps")}
+    except sqlite3.OperationalError:
+        pytest.skip("this SQLite has no dbstat table to find a page of a table")
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("damaged", ["sessions root", "sessions leaf", "marks root", "gaps root"])
+def test_a_damaged_page_of_sessions_marks_or_gaps_loses_only_what_was_on_it(tmp_path: Path, damaged: str) -> None:
+    """The list of sessions several pages long, its root damaged: every session back whole (its leaves
+    read themselves); one of its leaves damaged: the sessions on that page are lost, said so, and the
+    rest back whole. The one page of marks or of skipped spans damaged: every session back with its
+    words, in part (before, reading a session's marks or spans failed and every session was lost)."""
+    path = tmp_path / "sessions.sqlite3"
+    pages = _many_meetings(path)
+    table, kind = damaged.split()
+    assert len(pages["sessions"]["leaf"]) >= 3 and pages["marks"]["leaf"] == pages["marks"]["root"]
+    _damage(path, pages[table][kind][len(pages[table][kind]) // 2])
+    with SessionStore.open(path) as store:
+        (warning,) = store.warnings
+        infos = store.list_sessions()
+        back = {int(i.title.split()[1]): i for i in infos}
+        for k, info in back.items():
+            assert [w.text for w in store.session_words(info.id)] == [f" w{k}-{i}" for i in range(20)]
+            assert (info.ended_at is not None, info.model, json.loads(info.settings)["engine"]["vocabulary"][:10]) == (
+                True, "base", "Kubernetes")
+            assert [m.note for m in store.session_marks(info.id)] == ([] if table == "marks" else [f"note {k}"])
+            assert [(g.start, g.end) for g in store.session_gaps(info.id)] == ([] if table == "gaps" else [(10.0, 11.0)])
+        assert store.integrity_check() == "ok"
+    if damaged == "sessions root":
+        assert warning.endswith("80 of its 80 sessions were read back whole into a new store") and len(back) == 80
+    elif damaged == "sessions leaf":
+        lost = 80 - len(back)
+        assert 0 < lost < 40 and sorted(back) == [k for k in range(80) if k in back]
+        assert warning.endswith(f"{80 - lost} of its 80 sessions were read back whole into a new store; "
+                                f"{lost} could not be read")
+    else:
+        assert warning.endswith("0 of its 80 sessions were read back whole into a new store, 80 in part "
+                                "(what was on damaged pages lost)") and len(back) == 80
 
 
 def _real_error(make) -> sqlite3.DatabaseError:
