@@ -22,6 +22,7 @@ import numpy as np
 
 __all__ = [
     "CAPTURE_SOURCES",
+    "END_SIGNALS",
     "PROVIDERS",
     "SAMPLE_RATE",
     "SOURCES",
@@ -51,6 +52,10 @@ CAPTURE_SOURCES: tuple[CaptureSource, ...] = ("system", "mic", "both")
 # "auto" = NPU, then GPU, then CPU; a forced one falls back along the same order when unavailable.
 Provider = Literal["auto", "qnn", "gpu", "cpu"]
 PROVIDERS: tuple[Provider, ...] = ("auto", "qnn", "gpu", "cpu")
+
+# The signals that end captioner as its user's own stop does (Ctrl-C, the tray's Quit): Ctrl-C, kill /
+# log-out / shutdown / a service manager, the terminal closed. Names: a platform has those it has.
+END_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 @dataclass(frozen=True, slots=True)

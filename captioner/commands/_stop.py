@@ -12,9 +12,11 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
+from captioner.core import END_SIGNALS
+
 __all__ = ["OutputClosed", "ignore_stops", "stop_as_ctrl_c"]
 
-STOP_SIGNALS = ("SIGTERM", "SIGHUP")  # besides SIGINT; those this platform has
+STOP_SIGNALS = tuple(name for name in END_SIGNALS if name != "SIGINT")  # Python makes SIGINT Ctrl-C itself
 
 
 class OutputClosed(KeyboardInterrupt):
@@ -39,7 +41,7 @@ def stop_as_ctrl_c() -> None:
 def ignore_stops() -> None:
     """From here on no stop interrupts: what is being saved after the first one must not be lost to a
     second."""
-    for name in ("SIGINT", *STOP_SIGNALS):
+    for name in END_SIGNALS:
         number = getattr(signal, name, None)
         if number is not None:
             signal.signal(number, signal.SIG_IGN)

@@ -25,11 +25,11 @@ from types import FrameType
 
 from PySide6.QtCore import QObject, QSocketNotifier, QTimer
 
+from captioner.core import END_SIGNALS
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["QuitOnSignals"]
-
-QUIT_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")  # those this platform has are handled
 
 
 class QuitOnSignals(QObject):
@@ -46,7 +46,7 @@ class QuitOnSignals(QObject):
         self._notifier = QSocketNotifier(self._reader.fileno(), QSocketNotifier.Type.Read, self)
         self._notifier.activated.connect(self._drain)  # Python runs: the handler runs first
         self._previous: dict[int, object] = {}
-        for name in QUIT_SIGNALS:
+        for name in END_SIGNALS:  # those this platform has
             number = getattr(signal, name, None)
             if number is not None:
                 self._previous[number] = signal.signal(number, self._on_signal)
