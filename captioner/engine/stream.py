@@ -1236,16 +1236,16 @@ class Stream:
         self._log.set_reread(None if self.hurry or k >= upto else k)
 
     def _own_spans(self, spans: list[tuple[int, int]], result: DecodeResult, cands: list[int],
-                   groups: list[tuple[int, int]], before: list[bytes], decoded: list[bytes], start: int,
-                   size: int, final_n: int | None) -> list[tuple[int, int]]:
+                   groups: list[tuple[int, int]], after: int, start: int, size: int,
+                   final_n: int | None) -> list[tuple[int, int]]:
         """Deviation 55: the token spans of a closing decode that reached back over the final words
         ``before`` (deviation 52), with its utterance's own words aligned again, on the audio after
         those final words, where DTW over the whole input put two or more of them on one instant:
         across the pause between the two, the path ran the utterance's tokens down one frame and
         took the rest of the input as the trailing uniform row ("Tell me what happened." timed at
-        the end of the sentence before, in the 12 s of silence before it was said). Else ``spans``."""
-        after = _after_before(before, decoded)
-        if after is None or after >= len(groups):
+        the end of the sentence before, in the 12 s of silence before it was said). Else ``spans``.
+        ``after``: the index of the decode's first word after those (:func:`_after_before`)."""
+        if after >= len(groups):
             return spans
         k = groups[after][0]
         firsts = [spans[f] for f, _ in groups[after:]]
@@ -1325,8 +1325,9 @@ class Stream:
         alignment = align_words(cands, attn, self.vocab, self.config.dtw_median) if cands else None
         words = alignment.words if alignment is not None and alignment.valid else ()
         spans = token_spans(words, len(cands), start + skip_n, start + audio.size)
-        if before and reread is None:
-            spans = self._own_spans(spans, result, cands, groups, before, decoded, start, audio.size, final_n)
+        own = _after_before(before, decoded) if before else None  # its first own word (before: no reread)
+        if own is not None:
+            spans = self._own_spans(spans, result, cands, groups, own, start, audio.size, final_n)
         if reread is not None:  # the words read again stay within the audio of those they replace
             spans = ([(min(max(a, reread.floor), reread.ceiling), min(max(b, reread.floor), reread.ceiling))
                       for a, b in spans[: reread.until]] + _floor(spans[reread.until :], self._onset))
@@ -1341,7 +1342,7 @@ class Stream:
             retracted = retracted_words(dropped, self.vocab) + retracted  # in time order
             follow: int | None = 1 if kept and decoded and decoded[0] == kept[-1] else 0  # the kept word heard again
             if before:
-                follow = _after_before(before, decoded)
+                follow = own
             elif reread is not None:
                 follow = reread.word
         else:

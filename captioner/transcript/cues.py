@@ -348,8 +348,7 @@ class CueSegmenter:
         long pause reaches a live file during the pause, not when the next speech comes."""
         if not self._open or self._open[-1].source != source:
             return []
-        last = self._open[-1]
-        if not (_ends_with(last.text, SENTENCE_END) or at_ms - last.end >= self.options.silence_ms):
+        if not self._opens_cue(self._open[-1], at_ms):
             return []
         if self._span(self._open, None)[1] > at_ms:  # its reading time runs past what was heard
             return []
@@ -396,16 +395,10 @@ class CueSegmenter:
 
     def _push_piece(self, piece: _Piece) -> list[Cue]:
         closed: list[Cue] = []
-        if self._open:
-            last = self._open[-1]
-            gap = piece.start - last.end
-            if (
-                piece.source != last.source
-                or (not piece.glued and _ends_with(last.text, SENTENCE_END))
-                or gap >= self.options.silence_ms
-            ):
-                closed.append(self._close(self._open, piece.start))
-                self._open = []
+        last = self._open[-1] if self._open else None
+        if last is not None and (piece.source != last.source or self._opens_cue(last, piece.start, piece.glued)):
+            closed.append(self._close(self._open, piece.start))
+            self._open = []
         while self._open and not self._fits([*self._open, piece]):
             cut = self._split_point(piece)
             rest = self._open[cut:]
@@ -413,6 +406,11 @@ class CueSegmenter:
             self._open = rest
         self._open.append(piece)
         return closed
+
+    def _opens_cue(self, last: _Piece, start_ms: int, glued: bool = False) -> bool:
+        """A word of ``last``'s source starting at ``start_ms`` opens a cue of its own: ``last`` ends
+        a sentence (unless the word is glued to it) or the silence between is ``silence_ms`` or more."""
+        return (not glued and _ends_with(last.text, SENTENCE_END)) or start_ms - last.end >= self.options.silence_ms
 
     def _split_point(self, incoming: _Piece) -> int:
         """How many open pieces to close when ``incoming`` does not fit. Never splits a glued word.
