@@ -14,6 +14,7 @@ Only the main file is read: checkpoint its write-ahead log into it first (``PRAG
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,7 +89,7 @@ def _record(payload: bytes, encoding: str) -> tuple[Value, ...]:
     return tuple(values)
 
 
-def _freelist(data: bytes, page_size: int, pages: int) -> set[int]:
+def _freelist(data: mmap.mmap, page_size: int, pages: int) -> set[int]:
     """The pages on the freelist (its trunk pages and the leaves they list); as much as can be read."""
     free: set[int] = set()
     trunk = int.from_bytes(data[32:36], "big")
@@ -101,7 +102,7 @@ def _freelist(data: bytes, page_size: int, pages: int) -> set[int]:
     return free
 
 
-def _spilled(data: bytes, page_size: int, usable: int, pages: int, first: int, size: int
+def _spilled(data: mmap.mmap, page_size: int, usable: int, pages: int, first: int, size: int
              ) -> tuple[bytes, list[int]] | None:
     """The ``size`` bytes of a record that went on to overflow pages from page ``first`` (each: the
     next page's number, then ``usable - 4`` bytes), and those pages; None where the chain leaves the
@@ -125,9 +126,14 @@ def scan_leaves(path: Path) -> LeafScan:
         OSError: the file cannot be read.
         ValueError: its first page is not a SQLite header (nothing can be found without its page size).
     """
-    data = Path(path).read_bytes()
-    if not data.startswith(_HEADER):
-        raise ValueError("not a SQLite database header")
+    with open(path, "rb") as f:
+        if len(head := f.read(100)) < 100 or not head.startswith(_HEADER):
+            raise ValueError("not a SQLite database header")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:  # a store may be large: pages on demand
+            return _scan(data)
+
+
+def _scan(data: mmap.mmap) -> LeafScan:
     page_size = int.from_bytes(data[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     if page_size < 512 or page_size & (page_size - 1):
