@@ -25,6 +25,7 @@ Value = None | int | float | str | bytes
 
 _HEADER = b"SQLite format 3\x00"
 _TABLE_LEAF, _TABLE_INTERIOR, _INDEX_LEAF, _INDEX_INTERIOR = 0x0D, 0x05, 0x0A, 0x02
+_PAGE_TYPES = (_TABLE_LEAF, _TABLE_INTERIOR, _INDEX_LEAF, _INDEX_INTERIOR)
 _ENCODINGS = {1: "utf-8", 2: "utf-16-le", 3: "utf-16-be"}
 _INT_SIZES = {1: 1, 2: 2, 3: 3, 4: 4, 5: 6, 6: 8}
 
@@ -89,17 +90,60 @@ def _record(payload: bytes, encoding: str) -> tuple[Value, ...]:
     return tuple(values)
 
 
-def _freelist(data: mmap.mmap, page_size: int, pages: int) -> set[int]:
-    """The pages on the freelist (its trunk pages and the leaves they list); as much as can be read."""
+def _freelist(data: mmap.mmap, page_size: int, pages: int, first: int | None) -> set[int]:
+    """The pages on the freelist (its trunk pages and the leaves they list); as much as can be read.
+    ``first``: the first trunk page, from the header; None where the header is lost: then every page
+    shaped as a trunk is taken for one (its next trunk and its leaves all pages of the file, its
+    first byte no B-tree page's type), so that the rows of deleted sessions stay deleted."""
     free: set[int] = set()
-    trunk = int.from_bytes(data[32:36], "big")
-    while 0 < trunk <= pages and trunk not in free:
-        free.add(trunk)
-        page = data[(trunk - 1) * page_size : trunk * page_size]
-        count = min(int.from_bytes(page[4:8], "big"), page_size // 4 - 2)
-        free.update(n for i in range(count) if 0 < (n := int.from_bytes(page[8 + 4 * i : 12 + 4 * i], "big")) <= pages)
-        trunk = int.from_bytes(page[0:4], "big")
+    trunks = [first] if first is not None else [n for n in range(2, pages + 1) if _trunk(data, page_size, pages, n)]
+    for trunk in trunks:
+        while 0 < trunk <= pages and trunk not in free:
+            free.add(trunk)
+            page = data[(trunk - 1) * page_size : trunk * page_size]
+            count = min(int.from_bytes(page[4:8], "big"), page_size // 4 - 2)
+            free.update(n for i in range(count) if 0 < (n := int.from_bytes(page[8 + 4 * i : 12 + 4 * i], "big")) <= pages)
+            trunk = int.from_bytes(page[0:4], "big") if first is not None else 0
     return free
+
+
+def _trunk(data: mmap.mmap, page_size: int, pages: int, number: int) -> bool:
+    """Page ``number`` is shaped as a freelist trunk page: the next trunk 0 or a page, a count that
+    fits, every page it lists a page of the file, once; not a B-tree page."""
+    page = data[(number - 1) * page_size : number * page_size]
+    count = int.from_bytes(page[4:8], "big")
+    if page[0] in _PAGE_TYPES or int.from_bytes(page[0:4], "big") > pages or count > page_size // 4 - 2:
+        return False
+    listed = [int.from_bytes(page[8 + 4 * i : 12 + 4 * i], "big") for i in range(count)]
+    return all(1 < n <= pages for n in listed) and len(set(listed)) == count
+
+
+def _begins_page(data: mmap.mmap, at: int, size: int) -> bool:
+    """A B-tree page of ``size`` bytes could begin at offset ``at``: a page type, its cell pointers
+    after its header and inside the page, its content area and first free block there too."""
+    head = data[at : at + 12]
+    if len(head) < 12 or head[0] not in _PAGE_TYPES:
+        return False
+    cells, top = int.from_bytes(head[3:5], "big"), int.from_bytes(head[5:7], "big") or 65536
+    start = (8 if head[0] in (_TABLE_LEAF, _INDEX_LEAF) else 12) + 2 * cells
+    free = int.from_bytes(head[1:3], "big")
+    if start > size or not (cells == 0 or start <= top <= size) or not (free == 0 or start <= free < size):
+        return False
+    pointers = data[at + start - 2 * cells : at + start]
+    return all(start <= int.from_bytes(pointers[i : i + 2], "big") < size for i in range(0, 2 * cells, 2))
+
+
+def _page_size(data: mmap.mmap) -> int:
+    """The page size of a file whose header is lost: the largest at whose multiples about as many
+    B-tree pages begin (:func:`_begins_page`) as at the best size. Every true page begins at a
+    multiple of each size up to the true one, a page inside a page hardly ever looks like one, and at
+    twice the true size only half of them are seen. ValueError where none is found."""
+    counts = {size: sum(1 for n in range(2, len(data) // size + 1) if _begins_page(data, (n - 1) * size, size))
+              for size in (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)}
+    most = max(counts.values())
+    if most == 0:
+        raise ValueError("no page size fits its pages")
+    return max(size for size, n in counts.items() if n >= 0.75 * most)
 
 
 def _spilled(data: mmap.mmap, page_size: int, usable: int, pages: int, first: int, size: int
@@ -122,13 +166,17 @@ def scan_leaves(path: Path) -> LeafScan:
     """Every row on the table leaf pages of the SQLite file at ``path`` (not through any B-tree); a
     record that spills to overflow pages is read from them.
 
+    Where the first page is damaged (its header lost: page size, encoding, freelist), SQLite's
+    defaults are taken (UTF-8, no reserved bytes), the page size that its pages show and the
+    freelist trunks found by their shape.
+
     Raises:
         OSError: the file cannot be read.
-        ValueError: its first page is not a SQLite header (nothing can be found without its page size).
+        ValueError: it is no SQLite file (under two pages, or no page size fits its pages).
     """
     with open(path, "rb") as f:
-        if len(head := f.read(100)) < 100 or not head.startswith(_HEADER):
-            raise ValueError("not a SQLite database header")
+        if f.seek(0, 2) < 1024:
+            raise ValueError("not a SQLite database: under two pages")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:  # a store may be large: pages on demand
             return _scan(data)
 
@@ -136,12 +184,13 @@ def scan_leaves(path: Path) -> LeafScan:
 def _scan(data: mmap.mmap) -> LeafScan:
     page_size = int.from_bytes(data[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
-    if page_size < 512 or page_size & (page_size - 1):
-        raise ValueError(f"page size {page_size}")
-    usable = page_size - data[20]
-    encoding = _ENCODINGS.get(int.from_bytes(data[56:60], "big"), "utf-8")
+    header = data[:16] == _HEADER and page_size >= 512 and not page_size & (page_size - 1)
+    if not header:  # the first page is damaged: SQLite's defaults, the size the pages show
+        page_size = _page_size(data)
+    usable = page_size - data[20] if header else page_size
+    encoding = _ENCODINGS.get(int.from_bytes(data[56:60], "big"), "utf-8") if header else "utf-8"
     pages = len(data) // page_size
-    free = _freelist(data, page_size, pages)
+    free = _freelist(data, page_size, pages, int.from_bytes(data[32:36], "big") if header else None)
     most, least = usable - 35, (usable - 12) * 32 // 255 - 23  # a table leaf cell's local payload bounds
     out = LeafScan()
     other: set[int] = set()  # overflow pages read, and pages of other B-trees
@@ -152,7 +201,7 @@ def _scan(data: mmap.mmap) -> LeafScan:
         head = 100 if number == 1 else 0
         kind = page[head]
         if kind != _TABLE_LEAF:
-            if kind in (_TABLE_INTERIOR, _INDEX_LEAF, _INDEX_INTERIOR):
+            if kind in _PAGE_TYPES:
                 other.add(number)
             continue
         other.add(number)
