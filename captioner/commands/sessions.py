@@ -59,8 +59,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         exp.add_argument(f"--{fmt}", type=Path, metavar="FILE", help=f"write {name} to FILE")
     exp.add_argument("--timestamps", action="store_true", help="plain text: [HH:MM:SS] before paragraphs")
     imp = actions.add_parser("import", help="add sessions from JSON exports to the history (one written to a "
-                                            "file when the history could not take it, or exported elsewhere)")
-    imp.add_argument("files", type=Path, nargs="+", metavar="FILE.json")
+                                            "file when the history could not take it, or exported elsewhere), or "
+                                            "every session still readable in a session store file (a damaged one "
+                                            "kept aside, a backup)")
+    imp.add_argument("files", type=Path, nargs="+", metavar="FILE")
     search = actions.add_parser("search", help="find where words were said (and sessions titled so)")
     search.add_argument("text", nargs="+")
     search.add_argument("--limit", type=int, default=50)
@@ -107,9 +109,14 @@ _READING = ("list", "show", "export", "search")  # the actions that only read th
 
 
 def _import(store: SessionStore, files: list[Path]) -> int:
-    """Each file's session added to the history, said in a line; 1 when any could not be (said why)."""
+    """Each file's sessions added to the history, said in a line each; 1 when any could not be (said
+    why). A file is a JSON export, or a session store (``sessions.sqlite3``, a damaged one kept aside
+    as ``….corrupt-…``, a backup): every session still readable in it."""
     failed = 0
     for path in files:
+        if _is_store(path):
+            failed += _import_store(store, path)
+            continue
         try:
             doc = read_session_json(path)  # its errors name the file
             try:
@@ -122,6 +129,34 @@ def _import(store: SessionStore, files: list[Path]) -> int:
             continue
         print(f"imported {path} as session {sid} ({len(doc.words)} words; captioner sessions show {sid})")
     return 1 if failed else 0
+
+
+def _is_store(path: Path) -> bool:
+    """A session store rather than a JSON export: SQLite's header, or a store's name (a damaged one
+    may have lost its header)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return False  # read_session_json says why
+    return head == b"SQLite format 3\x00" or ".sqlite3" in path.name
+
+
+def _import_store(store: SessionStore, path: Path) -> int:
+    """The sessions of the store file at ``path``, a line each; how many could not be added."""
+    outcomes = store.import_store(path)
+    if not outcomes:
+        print(f"captioner: {path}: no session could be read from it", file=sys.stderr)
+        return 1
+    for o in outcomes:
+        name = f"{o.title!r}" if o.title else "a session"
+        if o.session_id is None:
+            print(f"captioner: {path}: {name}: {o.problem}", file=sys.stderr)
+        else:
+            part = "" if o.whole else ", in part: what was on damaged pages is lost"
+            print(f"imported {name} from {path} as session {o.session_id} ({o.words} words{part}; "
+                  f"captioner sessions show {o.session_id})")
+    return sum(o.session_id is None for o in outcomes)
 
 
 def _moment(text: str) -> float:

@@ -57,8 +57,8 @@ from captioner.transcript._salvage import read_damaged
 from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
 from captioner.transcript.cues import Gap, Mark, merge_sources, normalize_text
 
-__all__ = ["MAX_NOTE", "MAX_TITLE", "SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "mark_note", "phrase_at",
-           "search_terms", "session_title"]
+__all__ = ["MAX_NOTE", "MAX_TITLE", "SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "StoreImport", "mark_note",
+           "phrase_at", "search_terms", "session_title"]
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +210,25 @@ def _corrupt(exc: sqlite3.DatabaseError) -> bool:
                                                                               sqlite3.SQLITE_CORRUPT))
 
 
+@dataclass(frozen=True, slots=True)
+class StoreImport:
+    """One session of another store file (:meth:`SessionStore.import_store`).
+
+    Attributes:
+        title: its title ("" where its own record was lost).
+        session_id: its id in this store; None where it was not imported.
+        words: its words read.
+        whole: every row of it was read (not where it may have had rows on a damaged page).
+        problem: why it was not imported ("" where it was).
+    """
+
+    title: str
+    session_id: int | None
+    words: int
+    whole: bool
+    problem: str = ""
+
+
 class SessionStore:
     """Sessions and their words in one SQLite database; safe to share between threads.
 
@@ -273,7 +292,8 @@ class SessionStore:
             if whole or part or lost:
                 kept = (f"{whole} of its {whole + part + lost} sessions were read back whole into a new store"
                         + (f", {part} in part (what was on damaged pages lost)" if part else "")
-                        + (f"; {lost} could not be read" if lost else ""))
+                        + (f"; {lost} could not be read (to try again: captioner sessions import {backup})"
+                           if lost else ""))
             else:
                 kept = "a new, empty store was started"
             msg = f"the session store {path} is not a readable SQLite database ({exc}); it was kept as {backup.name}; {kept}"
@@ -285,31 +305,44 @@ class SessionStore:
         return cls(conn, path, warnings, sync_interval_s)
 
     def _salvage(self, damaged: Path) -> tuple[int, int, int]:
-        """Read what can still be read of the ``damaged`` store (a file moved aside) into this one,
-        one session at a time (:func:`~captioner.transcript._salvage.read_damaged`: by rows, not
-        through the indexes; past a damaged page; from the leaf pages a damaged interior page hid):
-        ``(sessions read back whole, in part, lost)``, all 0 where nothing can be read (a file that
-        is no database at all). A session is read back in part where rows of it may have been on a
-        damaged page; lost where it cannot be imported, or its words were read without it."""
-        found = read_damaged(damaged)
-        whole = part = 0
+        """Read what can still be read of the ``damaged`` store (a file moved aside) into this one
+        (:meth:`import_store`): ``(sessions read back whole, in part, lost)``, all 0 where nothing
+        can be read (a file that is no database at all)."""
+        outcomes = self.import_store(damaged)
+        whole = sum(1 for o in outcomes if o.session_id is not None and o.whole)
+        part = sum(1 for o in outcomes if o.session_id is not None and not o.whole)
+        return whole, part, len(outcomes) - whole - part
+
+    def import_store(self, path: Path) -> list[StoreImport]:
+        """Add every session still readable in the session store file at ``path`` (a damaged store
+        kept aside, a backup, another computer's) to this one, one at a time
+        (:func:`~captioner.transcript._salvage.read_damaged`: by rows, not through the indexes; past
+        a damaged page; from the leaf pages a damaged interior page hid). One outcome per session
+        found, oldest first: imported (whole, or in part where rows of it may have been on a damaged
+        page), or not, with why (the same session here already, a store that cannot be written, its
+        own row lost with a damaged page: its words were read without it)."""
+        found = read_damaged(path)
+        outcomes: list[StoreImport] = []
         for row in found.sessions:
-            sid = row[0]
+            sid, title, words = row[0], str(row[9]), 0
             try:
                 info = self._info((*row, 0, 0, None)).to_json()  # no counts: the import counts its words
                 own = sorted(found.words.get(sid, []), key=lambda r: (r[0], r[1]))  # by source, seq
                 if info["ended_at"] is not None:
                     own = [r for r in own if not r[6]]  # an ended session's final words
-                words = merge_sources([Word(t, a / 1000, b / 1000, e / 1000, src) for src, _, t, a, b, e, _ in own])
+                ws = merge_sources([Word(t, a / 1000, b / 1000, e / 1000, src) for src, _, t, a, b, e, _ in own])
                 gaps = sorted((Gap(a / 1000, b / 1000, src) for src, a, b in found.gaps.get(sid, [])), key=lambda g: g.start)
                 marks = sorted((Mark(at / 1000, note) for at, note in found.marks.get(sid, [])), key=lambda m: m.at)
-                self.import_session(info, words, gaps, marks)
+                words = len(ws)
+                new = self.import_session(info, ws, gaps, marks)
             except (StorageError, ValueError, TypeError) as exc:
-                logger.info("session %d of the damaged store %s could not be read back: %s", sid, damaged.name, exc)
+                logger.info("session %d of the store %s could not be imported: %s", sid, path.name, exc)
+                outcomes.append(StoreImport(title, None, words, False, str(exc)))
                 continue
-            complete = sid not in found.suspect
-            whole, part = whole + complete, part + (not complete)
-        return whole, part, len(found.sessions) + len(found.orphans) - whole - part
+            outcomes.append(StoreImport(title, new, words, sid not in found.suspect))
+        outcomes += [StoreImport("", None, 0, False, "its session's own record was on a damaged page")
+                     for _ in sorted(found.orphans)]
+        return outcomes
 
     @classmethod
     def open_for_reading(cls, path: Path) -> SessionStore:

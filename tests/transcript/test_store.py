@@ -14,8 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from captioner import cli
 from captioner.core import EngineUpdate, Word
 from captioner.errors import StorageError
+from captioner.storage.paths import AppPaths
 from captioner.transcript._schema import SCHEMA_VERSION
 from captioner.transcript.cues import merge_sources
 from captioner.transcript.store import SessionStore
@@ -379,8 +381,7 @@ def test_a_damaged_page_of_sessions_marks_or_gaps_loses_only_what_was_on_it(tmp_
     elif damaged == "sessions leaf":
         lost = 80 - len(back)
         assert 0 < lost < 40 and sorted(back) == [k for k in range(80) if k in back]
-        assert warning.endswith(f"{80 - lost} of its 80 sessions were read back whole into a new store; "
-                                f"{lost} could not be read")
+        assert f"{80 - lost} of its 80 sessions were read back whole into a new store; {lost} could not be read" in warning
     else:
         assert warning.endswith("0 of its 80 sessions were read back whole into a new store, 80 in part "
                                 "(what was on damaged pages lost)") and len(back) == 80
@@ -436,6 +437,42 @@ def test_any_one_damaged_page_loses_at_most_the_words_on_it(tmp_path: Path) -> N
             assert int(found[1]) <= whole and int(found[2]) == 2, (page, warning)
         else:
             assert back == said, page  # no damage found: a free page, or one of the free space's
+
+
+def test_sessions_a_full_disk_kept_out_of_a_salvage_are_imported_from_the_kept_file_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A salvage that cannot write a session (the disk full) keeps the damaged file aside and says how
+    to read it again; ``sessions import`` on that file adds what is not in the history yet and says
+    which sessions are there already."""
+    paths = AppPaths.default(tmp_path / "home").ensure()
+    pages = _three_talks(paths.sessions_db)
+    _damage(paths.sessions_db, pages["root"][0])
+    real = SessionStore.import_session
+
+    def full_for_talk_1(self, session, words, gaps=(), marks=()):
+        if session.get("title") == "talk 1":
+            raise StorageError("cannot write the session store: the disk is full")
+        return real(self, session, words, gaps, marks)
+
+    monkeypatch.setattr(SessionStore, "import_session", full_for_talk_1)
+    with SessionStore.open(paths.sessions_db) as store:
+        (warning,) = store.warnings
+        assert [i.title for i in store.list_sessions()] == ["talk 2", "talk 0"]
+    (kept,) = paths.data.glob("sessions.sqlite3.corrupt-*")
+    assert warning.endswith(f"2 of its 3 sessions were read back whole into a new store; 1 could not be read "
+                            f"(to try again: captioner sessions import {kept})")
+    monkeypatch.setattr(SessionStore, "import_session", real)  # room on the disk again
+    assert cli.run(["sessions", "import", str(kept)], paths) == 1  # two of its sessions are here already
+    out, err = capsys.readouterr()
+    assert out.strip() == f"imported 'talk 1' from {kept} as session 3 (300 words; captioner sessions show 3)"
+    assert err.count("this session is in the history already") == 2 and "'talk 0'" in err and "'talk 2'" in err
+    with SessionStore.open(paths.sessions_db) as store:
+        assert store.warnings == []
+        assert {i.title: len(store.session_words(i.id)) for i in store.list_sessions()} == {
+            "talk 0": 300, "talk 1": 300, "talk 2": 300}
+        assert [m.note for m in store.session_marks(3)] == ["mark 1"]
+    assert cli.run(["sessions", "import", str(kept)], paths) == 1  # again: nothing new, said per session
+    assert capsys.readouterr().err.count("this session is in the history already") == 3
 
 
 def _real_error(make) -> sqlite3.DatabaseError:
