@@ -133,7 +133,9 @@ class _Pages:
         """``table``'s rows on the leaf pages whose rowid is not in ``known`` (shaped as
         :func:`readable_rows`'), and whether rows of it may be lost: a page reads as no page at all
         that is not the table's root, or the root does and no row of it was found (it was its only
-        page); where the root alone was damaged, every leaf under it was read."""
+        page); where the root alone was damaged, every leaf under it was read. The first page holds
+        the header and the list of tables, never a row of ours: where it alone is lost (and with it
+        which page is whose root), nothing of ours is."""
         if self._scan is None and not self._failed:
             with contextlib.suppress(sqlite3.Error):
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the log's pages into the file scanned
@@ -151,8 +153,8 @@ class _Pages:
         for _page, rowid, values in self._scan.rows:
             if rowid not in known and rowid not in found and table.fits(values):
                 found[rowid] = (rowid, *values[1:])
-        others = [page for page in self._scan.unreadable if page != root]
-        return list(found.values()), bool(others) or root is None or (root in self._scan.unreadable and not found)
+        others = [page for page in self._scan.unreadable if page not in (root, 1)]  # 1: the header and schema
+        return list(found.values()), bool(others) or (root in self._scan.unreadable and not found)
 
 
 def _read(conn: sqlite3.Connection, pages: _Pages, table: _Table) -> tuple[list[Row], list[Hole], bool]:

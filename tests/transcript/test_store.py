@@ -251,21 +251,24 @@ def _damage(path: Path, page: int, data: bytes = b"\xa5" * 4096) -> None:
         f.write(data)
 
 
-@pytest.mark.parametrize("damaged", ["index", "words", "root", "last"])
+@pytest.mark.parametrize("damaged", ["index", "words", "root", "last", "first"])
 def test_a_store_with_a_damaged_page_is_moved_aside_and_read_back(tmp_path: Path, damaged: str) -> None:
     """A store whose header reads but one of its pages is damaged (SQLite's quick check finds it at
     open; before, it opened and every later read of words failed with "malformed", and a session
     closed in it was lost): the file is moved aside and every session that can still be read is
     read back into a new store, by its rows, not its index: a damaged index page loses nothing, a
     damaged page of words only the words on it, a damaged root of the words table nothing (its leaf
-    pages are read themselves; before, every word was lost)."""
+    pages are read themselves; before, every word was lost), nor a damaged first page (the header and
+    the list of tables: the page size found from the pages; before, an empty store was started)."""
     path = tmp_path / "sessions.sqlite3"
     pages = _three_talks(path)
-    leaves = pages["sqlite_autoindex_words_1" if damaged == "index" else "words" if damaged == "last" else damaged]
+    leaves = ([1] if damaged == "first" else  # the header and the list of tables
+              pages["sqlite_autoindex_words_1" if damaged == "index" else "words" if damaged == "last" else damaged])
     _damage(path, leaves[-1] if damaged == "last" else leaves[len(leaves) // 2])
     with SessionStore.open(path) as store:
         (warning,) = store.warnings
-        assert "database disk image is malformed" in warning and "kept as sessions.sqlite3.corrupt-" in warning
+        assert ("file is not a database" if damaged == "first" else "database disk image is malformed") in warning
+        assert "kept as sessions.sqlite3.corrupt-" in warning
         infos = store.list_sessions()
         assert [i.title for i in infos] == ["talk 2", "talk 1", "talk 0"]  # the order and metadata kept
         assert all(i.ended_at and i.model == "base" and i.language == "en" for i in infos)
@@ -276,7 +279,7 @@ def test_a_store_with_a_damaged_page_is_moved_aside_and_read_back(tmp_path: Path
     for n, words in zip((2, 1, 0), texts, strict=True):  # what was read is the talk's, in order
         said = [f" word{n}-{i}" for i in range(300)]
         assert words == [w for w in said if w in set(words)]
-    if damaged in ("index", "root"):
+    if damaged in ("index", "root", "first"):
         assert warning.endswith("3 of its 3 sessions were read back whole into a new store")
         assert counts == [300, 300, 300]
     elif damaged == "last":  # the B-tree's rightmost page: not even its last rowid is found; the rest read
