@@ -28,7 +28,7 @@ from captioner.transcript.export import (
     read_session_json,
     render_txt,
 )
-from captioner.transcript.store import SessionInfo, SessionStore
+from captioner.transcript.store import SessionInfo, SessionStore, is_store_file
 
 __all__ = ["register", "run"]
 
@@ -114,7 +114,7 @@ def _import(store: SessionStore, files: list[Path]) -> int:
     as ``….corrupt-…``, a backup): every session still readable in it."""
     failed = 0
     for path in files:
-        if _is_store(path):
+        if is_store_file(path):
             failed += _import_store(store, path)
             continue
         try:
@@ -129,17 +129,6 @@ def _import(store: SessionStore, files: list[Path]) -> int:
             continue
         print(f"imported {path} as session {sid} ({len(doc.words)} words; captioner sessions show {sid})")
     return 1 if failed else 0
-
-
-def _is_store(path: Path) -> bool:
-    """A session store rather than a JSON export: SQLite's header, or a store's name (a damaged one
-    may have lost its header)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(16)
-    except OSError:
-        return False  # read_session_json says why
-    return head == b"SQLite format 3\x00" or ".sqlite3" in path.name
 
 
 def _import_store(store: SessionStore, path: Path) -> int:

@@ -57,8 +57,8 @@ from captioner.transcript._salvage import read_damaged
 from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
 from captioner.transcript.cues import Gap, Mark, merge_sources, normalize_text
 
-__all__ = ["MAX_NOTE", "MAX_TITLE", "SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "StoreImport", "mark_note",
-           "phrase_at", "search_terms", "session_title"]
+__all__ = ["MAX_NOTE", "MAX_TITLE", "SCHEMA_VERSION", "SearchHit", "SessionInfo", "SessionStore", "StoreImport", "is_store_file",
+           "mark_note", "phrase_at", "search_terms", "session_title"]
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +210,17 @@ def _corrupt(exc: sqlite3.DatabaseError) -> bool:
                                                                               sqlite3.SQLITE_CORRUPT))
 
 
+def is_store_file(path: Path) -> bool:
+    """``path`` is a session store rather than a JSON export: SQLite's header, or a store's name (a
+    damaged one kept aside, ``sessions.sqlite3.corrupt-…``, may have lost its header)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+    except OSError:
+        return False  # the JSON reader says why
+    return head == b"SQLite format 3\x00" or ".sqlite3" in Path(path).name
+
+
 @dataclass(frozen=True, slots=True)
 class StoreImport:
     """One session of another store file (:meth:`SessionStore.import_store`).
@@ -292,7 +303,7 @@ class SessionStore:
             if whole or part or lost:
                 kept = (f"{whole} of its {whole + part + lost} sessions were read back whole into a new store"
                         + (f", {part} in part (what was on damaged pages lost)" if part else "")
-                        + (f"; {lost} could not be read (to try again: captioner sessions import {backup})"
+                        + (f"; {lost} could not be read (to try again: History → Import… or captioner sessions import {backup})"
                            if lost else ""))
             else:
                 kept = "a new, empty store was started"

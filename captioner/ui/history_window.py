@@ -60,6 +60,7 @@ from captioner.transcript.store import (
     SearchHit,
     SessionInfo,
     SessionStore,
+    is_store_file,
     phrase_at,
     search_terms,
 )
@@ -501,11 +502,21 @@ class HistoryWindow(QWidget):
         return stored
 
     def import_files(self) -> list[int]:
-        """Ask for JSON exports and add each one's session to the history (a file that is not one,
-        or a session there already, is said through :attr:`error` and the others go on); the list
-        shows the last one imported. Returns the new sessions' ids."""
+        """Ask for JSON exports or session store files (a damaged history kept aside, a backup) and
+        add each one's sessions to the history (a file that is neither, a session there already or
+        one a damaged page kept, is said through :attr:`error` and the others go on); the list shows
+        the last one imported. Returns the new sessions' ids."""
         added: list[int] = []
         for path in self._ask_open(str(self._export_dir)):
+            if is_store_file(Path(path)):
+                outcomes = self._store.import_store(Path(path))
+                added += [o.session_id for o in outcomes if o.session_id is not None]
+                problems = [f"{o.title!r}: {o.problem}" if o.title else o.problem
+                            for o in outcomes if o.session_id is None]
+                if problems or not outcomes:
+                    self.error.emit(CaptionerError(f"{path}: " + ("; ".join(problems) if outcomes else
+                                                                  "no session could be read from it")))
+                continue
             try:
                 doc = read_session_json(Path(path))  # its errors name the file
             except CaptionerError as exc:
@@ -522,7 +533,8 @@ class HistoryWindow(QWidget):
         return added
 
     def _open_dialog(self, folder: str) -> list[str]:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Import sessions", folder, "Session exports (*.json)")
+        paths, _ = QFileDialog.getOpenFileNames(self, "Import sessions", folder,
+                                                "Session exports and histories (*.json *.sqlite3 *.sqlite3.*)")
         return paths
 
     def _title_dialog(self, current: str) -> str | None:

@@ -463,7 +463,7 @@ def test_sessions_a_full_disk_kept_out_of_a_salvage_are_imported_from_the_kept_f
         assert [i.title for i in store.list_sessions()] == ["talk 2", "talk 0"]
     (kept,) = paths.data.glob("sessions.sqlite3.corrupt-*")
     assert warning.endswith(f"2 of its 3 sessions were read back whole into a new store; 1 could not be read "
-                            f"(to try again: captioner sessions import {kept})")
+                            f"(to try again: History → Import… or captioner sessions import {kept})")
     monkeypatch.setattr(SessionStore, "import_session", real)  # room on the disk again
     assert cli.run(["sessions", "import", str(kept)], paths) == 1  # two of its sessions are here already
     out, err = capsys.readouterr()

@@ -99,6 +99,29 @@ def test_import_adds_exported_sessions_and_says_what_it_could_not(qtbot, tmp_pat
                               f"(captioner sessions show {sid})"
 
 
+def test_import_adds_the_sessions_of_another_history_file(qtbot, tmp_path):
+    """Import… with a session store file (a damaged history kept aside, a backup; here another
+    history whose first page, its header, was torn): its sessions are added and shown; imported
+    again, each is said to be there already, in one line."""
+    other, _, _ = make_store(tmp_path / "other")
+    other.close()
+    kept = tmp_path / "other" / "sessions.sqlite3"
+    with open(kept, "r+b") as f:
+        f.write(b"\x00" * 4096)  # no header: known by its name
+    store = SessionStore.open(tmp_path / "mine.sqlite3")
+    record(store, "mine alone")
+    win = HistoryWindow(store, export_dir=tmp_path, ask_open_paths=lambda folder: [str(kept)])
+    qtbot.addWidget(win)
+    errors: list = []
+    win.error.connect(errors.append)
+    added = win.import_files()
+    assert len(added) == 2 and errors == [] and len(win.session_ids()) == 3
+    assert win.current_session() == added[-1] and "a lecture about whales and krill" in win.text.toPlainText()
+    assert win.import_files() == []
+    (error,) = errors
+    assert str(error).startswith(f"{kept}: ") and str(error).count("this session is in the history already") == 2
+
+
 def test_delete_asks_first_and_removes_the_session(qtbot, tmp_path):
     store, a, b = make_store(tmp_path)
     answers = [False, True]
