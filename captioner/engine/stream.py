@@ -1239,7 +1239,7 @@ class Stream:
                    groups: list[tuple[int, int]], after: int, start: int, size: int,
                    final_n: int | None) -> list[tuple[int, int]]:
         """Deviation 55: the token spans of a closing decode that reached back over the final words
-        ``before`` (deviation 52), with its utterance's own words aligned again, on the audio after
+        before its utterance (deviation 52), with its utterance's own words aligned again, on the audio after
         those final words, where DTW over the whole input put two or more of them on one instant:
         across the pause between the two, the path ran the utterance's tokens down one frame and
         took the rest of the input as the trailing uniform row ("Tell me what happened." timed at

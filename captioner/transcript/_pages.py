@@ -19,11 +19,11 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["LeafScan", "scan_leaves"]
+__all__ = ["SQLITE_HEADER", "LeafScan", "scan_leaves"]
 
 Value = None | int | float | str | bytes
 
-_HEADER = b"SQLite format 3\x00"
+SQLITE_HEADER = b"SQLite format 3\x00"  # a SQLite file's first 16 bytes
 _TABLE_LEAF, _TABLE_INTERIOR, _INDEX_LEAF, _INDEX_INTERIOR = 0x0D, 0x05, 0x0A, 0x02
 _PAGE_TYPES = (_TABLE_LEAF, _TABLE_INTERIOR, _INDEX_LEAF, _INDEX_INTERIOR)
 _ENCODINGS = {1: "utf-8", 2: "utf-16-le", 3: "utf-16-be"}
@@ -184,7 +184,7 @@ def scan_leaves(path: Path) -> LeafScan:
 def _scan(data: mmap.mmap) -> LeafScan:
     page_size = int.from_bytes(data[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
-    header = data[:16] == _HEADER and page_size >= 512 and not page_size & (page_size - 1)
+    header = data[:16] == SQLITE_HEADER and page_size >= 512 and not page_size & (page_size - 1)
     if not header:  # the first page is damaged: SQLite's defaults, the size the pages show
         page_size = _page_size(data)
     usable = page_size - data[20] if header else page_size

@@ -53,6 +53,7 @@ from typing import Any, cast
 from captioner.core import SOURCES, EngineUpdate, Source, Word
 from captioner.errors import StorageError
 from captioner.storage.disk import write_problem
+from captioner.transcript._pages import SQLITE_HEADER
 from captioner.transcript._salvage import read_damaged
 from captioner.transcript._schema import SCHEMA_VERSION, check_version, move_aside, upgrade
 from captioner.transcript.cues import Gap, Mark, merge_sources, normalize_text
@@ -218,7 +219,7 @@ def is_store_file(path: Path) -> bool:
             head = f.read(16)
     except OSError:
         return False  # the JSON reader says why
-    return head == b"SQLite format 3\x00" or ".sqlite3" in Path(path).name
+    return head == SQLITE_HEADER or ".sqlite3" in Path(path).name
 
 
 @dataclass(frozen=True, slots=True)
